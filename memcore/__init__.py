@@ -1,0 +1,33 @@
+"""memcore: a local-first memory layer for AI agents. Markdown is the truth, SQLite the index.
+
+The Python API is the service itself::
+
+    import asyncio
+    from memcore import load_settings, open_service
+
+    async def main() -> None:
+        async with open_service(load_settings("path/to/vault")) as memory:
+            await memory.index()
+            result = await memory.search("render engine")
+
+    asyncio.run(main())
+"""
+
+from memcore.app import open_service
+from memcore.errors import MemcoreError
+from memcore.models import Hit, IndexReport, SearchFilters, SearchResult
+from memcore.settings import Settings, load_settings
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Hit",
+    "IndexReport",
+    "MemcoreError",
+    "SearchFilters",
+    "SearchResult",
+    "Settings",
+    "__version__",
+    "load_settings",
+    "open_service",
+]

@@ -1,0 +1,5 @@
+"""``python -m memcore`` runs the CLI."""
+
+from memcore.cli import main
+
+main()

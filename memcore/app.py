@@ -1,0 +1,77 @@
+"""Composition root: the only place that picks concrete adapters for the ports."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from memcore.embedders.base import Embedder, EmbeddingRunner
+from memcore.errors import VaultError
+from memcore.service import MemoryService
+from memcore.settings import Settings
+from memcore.storage.base import Store
+
+
+def build_embedder(settings: Settings) -> Embedder:
+    e = settings.embedder
+    if e.provider == "local":
+        from memcore.embedders.local import OnnxMiniLMEmbedder
+
+        return OnnxMiniLMEmbedder(batch_size=e.batch_size, threads=e.threads)
+    if e.provider == "static":
+        from memcore.embedders.local import StaticMiniLMEmbedder
+
+        return StaticMiniLMEmbedder(batch_size=max(e.batch_size, 256), threads=e.threads)
+    if e.provider == "ollama":
+        from memcore.embedders.ollama import OllamaEmbedder
+
+        o = settings.ollama
+        return OllamaEmbedder(o.host, o.model, o.timeout, o.concurrency, o.batch_size, o.keep_alive)
+    from memcore.embedders.openai import OpenAIEmbedder
+
+    oa = settings.openai
+    return OpenAIEmbedder(
+        model=oa.model,
+        api_key=os.environ.get(oa.api_key_env),
+        base_url=oa.base_url,
+        dimensions=oa.dimensions,
+        timeout=oa.timeout,
+        concurrency=oa.concurrency,
+        batch_size=oa.batch_size,
+    )
+
+
+def build_store(settings: Settings) -> Store:
+    from memcore.storage.sqlite import SqliteStore
+
+    return SqliteStore(settings.db_path)
+
+
+def build_service(settings: Settings, embedder: Embedder | None = None) -> MemoryService:
+    """Wire a service for these settings (no I/O until it is entered)."""
+    runner = EmbeddingRunner(
+        embedder or build_embedder(settings), retries=settings.embedder.retries
+    )
+    return MemoryService(settings, build_store(settings), runner)
+
+
+def ensure_state_dir(settings: Settings) -> None:
+    """Create <vault>/.memcore, which ignores itself in git."""
+    if not settings.vault.is_dir():
+        raise VaultError(f"vault folder {settings.vault} does not exist")
+    settings.state_dir.mkdir(exist_ok=True)
+    ignore = settings.state_dir / ".gitignore"
+    if not ignore.exists():
+        ignore.write_text(
+            "# memcore's index: rebuilt from the Markdown with `memcore reindex`\n*\n"
+        )
+
+
+@asynccontextmanager
+async def open_service(
+    settings: Settings, embedder: Embedder | None = None
+) -> AsyncIterator[MemoryService]:
+    ensure_state_dir(settings)
+    async with build_service(settings, embedder) as service:
+        yield service

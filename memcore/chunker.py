@@ -1,0 +1,270 @@
+"""Heading-aware Markdown chunking with markdown-it-py: text in, Chunk values out. Pure."""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+import yaml
+from markdown_it import MarkdownIt
+from markdown_it.token import Token
+
+from memcore.models import Chunk
+from memcore.vault import text_hash
+
+_HASHTAG = re.compile(r"(?<![\w/#&])#([^\W\d_][\w\-/]*)")
+_DATE_IN_NAME = re.compile(r"(\d{4}-\d{2}-\d{2})")
+_FRONT_MATTER_END = ("---", "...")
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkerConfig:
+    chunk_tokens: int = 400
+    overlap_tokens: int = 50
+    chars_per_token: int = 4
+
+    @property
+    def max_chars(self) -> int:
+        return self.chunk_tokens * self.chars_per_token
+
+    @property
+    def overlap_chars(self) -> int:
+        return self.overlap_tokens * self.chars_per_token
+
+
+@dataclass(slots=True)
+class _Unit:
+    """A piece of a block that fits in one window; lines are 1-based inclusive."""
+
+    start: int
+    end: int
+    text: str
+    sep: str  # what joins it to the previous unit in a chunk
+    tags: frozenset[str] = frozenset()
+
+
+@dataclass(slots=True)
+class _Section:
+    heading_path: tuple[str, ...]
+    units: list[_Unit] = field(default_factory=list)
+    has_body: bool = False
+
+
+@lru_cache(maxsize=1)
+def _parser() -> MarkdownIt:
+    return MarkdownIt("commonmark", {"html": True}).enable(["table", "strikethrough"])
+
+
+def split_front_matter(text: str) -> tuple[dict[str, Any], int, str | None]:
+    """Front matter as a dict, the number of lines it spans, and a parse error if any."""
+    lines = text.split("\n")
+    if not lines or lines[0].strip() != "---":
+        return {}, 0, None
+    for i in range(1, min(len(lines), 400)):
+        if lines[i].strip() in _FRONT_MATTER_END:
+            try:
+                data = yaml.safe_load("\n".join(lines[1:i]))
+            except yaml.YAMLError as exc:
+                first = str(exc).splitlines()[0] if str(exc) else "invalid YAML"
+                return {}, i + 1, f"front matter ignored: {first}"
+            if data is None:
+                return {}, i + 1, None
+            if not isinstance(data, dict):
+                return {}, i + 1, "front matter ignored: not a mapping"
+            return {str(k): _json_safe(v) for k, v in data.items()}, i + 1, None
+    return {}, 0, None
+
+
+def _json_safe(value: Any) -> Any:
+    if isinstance(value, dt.datetime | dt.date):
+        return value.isoformat()
+    if isinstance(value, dict):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set):
+        return [_json_safe(v) for v in value]
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    return str(value)
+
+
+def _front_matter_tags(meta: dict[str, Any]) -> tuple[str, ...]:
+    raw = meta.get("tags", [])
+    if isinstance(raw, str):
+        raw = re.split(r"[,\s]+", raw)
+    if not isinstance(raw, list):
+        return ()
+    return tuple(str(t).lstrip("#") for t in raw if str(t).strip())
+
+
+def file_date(path: str, meta: dict[str, Any], fallback: str | None) -> str | None:
+    """The date a memory file is about: front matter, then a YYYY-MM-DD file name, then mtime."""
+    for key in ("date", "created", "created_at"):
+        value = meta.get(key)
+        if isinstance(value, str) and re.match(r"\d{4}-\d{2}-\d{2}", value):
+            return value[:10]
+    m = _DATE_IN_NAME.search(path.rsplit("/", 1)[-1])
+    if m:
+        return m.group(1)
+    return fallback
+
+
+def _inline_tags(tokens: list[Token], start: int, end: int) -> frozenset[str]:
+    tags: set[str] = set()
+    for tok in tokens[start:end]:
+        if tok.type != "inline" or not tok.children:
+            continue
+        for child in tok.children:
+            if child.type == "text":
+                tags.update(_HASHTAG.findall(child.content))
+    return frozenset(tags)
+
+
+def _sections(body: str, line_offset: int, max_chars: int) -> list[_Section]:
+    tokens = _parser().parse(body)
+    lines = body.split("\n")
+    sections = [_Section(())]
+    stack: list[tuple[int, str]] = []
+    i = 0
+    while i < len(tokens):
+        tok = tokens[i]
+        j = i + 1
+        if tok.nesting == 1:  # find the matching close token of this block
+            depth = 1
+            while depth and j < len(tokens):
+                depth += tokens[j].nesting
+                j += 1
+        if tok.level != 0 or tok.map is None:
+            i = j
+            continue
+        start, end = tok.map
+        text = "\n".join(lines[start:end]).rstrip()
+        tags = _inline_tags(tokens, i, j)
+        if tok.type == "heading_open":
+            level = int(tok.tag[1])
+            title = tokens[i + 1].content.strip() if i + 1 < len(tokens) else ""
+            while stack and stack[-1][0] >= level:
+                stack.pop()
+            stack.append((level, title))
+            sections.append(_Section(tuple(t for _, t in stack)))
+            sections[-1].units.append(
+                _Unit(start + 1 + line_offset, end + line_offset, text, "", tags)
+            )
+        elif text.strip():
+            sections[-1].has_body = True
+            sections[-1].units.extend(
+                _split_block(text, start + 1 + line_offset, max_chars, "\n\n", tags)
+            )
+        i = j
+    return [s for s in sections if s.has_body]
+
+
+def _split_block(
+    text: str, first_line: int, max_chars: int, sep: str, tags: frozenset[str]
+) -> list[_Unit]:
+    """A block as one unit if it fits, else line groups, else word windows of a long line."""
+    if len(text) <= max_chars:
+        return [_Unit(first_line, first_line + text.count("\n"), text, sep, tags)]
+    units: list[_Unit] = []
+    for n, line in enumerate(text.split("\n")):
+        line_no = first_line + n
+        piece_sep = sep if not units else "\n"
+        if len(line) <= max_chars:
+            units.append(_Unit(line_no, line_no, line, piece_sep, tags))
+            continue
+        for piece in _word_windows(line, max_chars):
+            units.append(_Unit(line_no, line_no, piece, piece_sep, tags))
+            piece_sep = " "
+    return units
+
+
+def _word_windows(line: str, max_chars: int) -> list[str]:
+    pieces, current = [], ""
+    for word in line.split(" "):
+        while len(word) > max_chars:  # one enormous "word" (base64, minified text)
+            if current:
+                pieces.append(current)
+                current = ""
+            pieces.append(word[:max_chars])
+            word = word[max_chars:]
+        if current and len(current) + 1 + len(word) > max_chars:
+            pieces.append(current)
+            current = word
+        else:
+            current = f"{current} {word}" if current else word
+    if current:
+        pieces.append(current)
+    return pieces
+
+
+def _tail(text: str, n_chars: int) -> str:
+    """The last ~n_chars of text, starting at a word boundary."""
+    if n_chars <= 0:
+        return ""
+    if len(text) <= n_chars:
+        return text
+    cut = text[-n_chars:]
+    space = cut.find(" ")
+    return cut[space + 1 :] if 0 <= space < len(cut) // 2 else cut
+
+
+def _windows(units: list[_Unit], cfg: ChunkerConfig) -> list[tuple[list[_Unit], str]]:
+    """Pack units into windows of max_chars; each later window carries the previous tail."""
+    windows: list[tuple[list[_Unit], str]] = []
+    current: list[_Unit] = []
+    size, overlap = 0, ""
+    for unit in units:
+        added = len(unit.text) + (len(unit.sep) if current else 0)
+        if current and size + added > cfg.max_chars:
+            windows.append((current, overlap))
+            overlap = _tail(_join(current), cfg.overlap_chars)
+            current, size = [], len(overlap) + 1 if overlap else 0
+            added = len(unit.text)
+        current.append(unit)
+        size += added
+    if current:
+        windows.append((current, overlap))
+    return windows
+
+
+def _join(units: list[_Unit]) -> str:
+    return "".join((u.sep if i else "") + u.text for i, u in enumerate(units))
+
+
+def chunk_markdown(
+    text: str,
+    path: str,
+    config: ChunkerConfig | None = None,
+    fallback_date: str | None = None,
+) -> tuple[list[Chunk], list[str]]:
+    """Split one memory file into chunks. Returns the chunks and warnings (never raises)."""
+    cfg = config or ChunkerConfig()
+    meta, fm_lines, fm_error = split_front_matter(text)
+    body = "\n".join(text.split("\n")[fm_lines:])
+    fm_tags = _front_matter_tags(meta)
+    date = file_date(path, meta, fallback_date)
+    budget = max(cfg.max_chars - cfg.overlap_chars - 1, cfg.chars_per_token)
+    chunks: list[Chunk] = []
+    for section in _sections(body, fm_lines, budget):
+        for units, overlap in _windows(section.units, cfg):
+            own = _join(units)
+            chunk_text = f"{overlap}\n{own}" if overlap else own
+            heading = " > ".join(section.heading_path)
+            tags = tuple(sorted(set(fm_tags).union(*(u.tags for u in units))))
+            chunks.append(
+                Chunk(
+                    path=path,
+                    index=len(chunks),
+                    heading_path=section.heading_path,
+                    start_line=units[0].start,
+                    end_line=units[-1].end,
+                    text=chunk_text,
+                    content_hash=text_hash(f"{heading}\n{chunk_text}"),
+                    tags=tags,
+                    date=date,
+                    metadata=meta,
+                )
+            )
+    return chunks, [fm_error] if fm_error else []

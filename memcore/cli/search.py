@@ -1,0 +1,100 @@
+"""Commands that read memory: search and context."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import textwrap
+from typing import Annotated
+
+import typer
+
+from memcore.app import open_service
+from memcore.cli import app, fail, run, settings_of
+from memcore.models import SearchFilters, SearchResult
+from memcore.settings import FUSIONS
+
+
+def _iso_date(value: str | None, name: str) -> str | None:
+    if value is None:
+        return None
+    try:
+        return dt.date.fromisoformat(value).isoformat()
+    except ValueError:
+        raise fail(f"{name} must be a date like 2024-05-31, got {value!r}", 2) from None
+
+
+def _filters(
+    path: str | None, tag: str | None, since: str | None, until: str | None
+) -> SearchFilters:
+    return SearchFilters(
+        path_prefix=path,
+        tag=tag,
+        date_from=_iso_date(since, "--since"),
+        date_to=_iso_date(until, "--until"),
+    )
+
+
+LimitOpt = Annotated[int | None, typer.Option("--limit", "-n", min=1, max=1000, help="Results")]
+TagOpt = Annotated[str | None, typer.Option("--tag", help="Only chunks with this #tag")]
+PathOpt = Annotated[str | None, typer.Option("--path", help="Only files under this path prefix")]
+SinceOpt = Annotated[str | None, typer.Option("--since", help="Only memories dated on/after")]
+UntilOpt = Annotated[str | None, typer.Option("--until", help="Only memories dated on/before")]
+
+
+@app.command()
+def search(
+    ctx: typer.Context,
+    query: Annotated[str, typer.Argument(help="What to look for, in plain words")],
+    limit: LimitOpt = None,
+    tag: TagOpt = None,
+    path: PathOpt = None,
+    since: SinceOpt = None,
+    until: UntilOpt = None,
+    fusion: Annotated[
+        str | None, typer.Option("--fusion", help=f"One of: {', '.join(FUSIONS)}")
+    ] = None,
+    min_score: Annotated[float | None, typer.Option("--min-score", help="Drop weaker hits")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print results as JSON")] = False,
+) -> None:
+    """Search memory by meaning and by keyword."""
+    if fusion is not None and fusion not in FUSIONS:
+        raise fail(f"--fusion must be one of {', '.join(FUSIONS)}", 2)
+    filters = _filters(path, tag, since, until)
+
+    async def job() -> SearchResult:
+        async with open_service(settings_of(ctx)) as service:
+            return await service.search(query, limit, filters, fusion, min_score)
+
+    result = run(ctx, job)
+    for warning in result.warnings:
+        typer.echo(f"memcore: warning: {warning}", err=True)
+    if as_json:
+        typer.echo(json.dumps(result.to_dict(), ensure_ascii=False, indent=2))
+        return
+    if not result.hits:
+        typer.echo("no matches")
+        return
+    for n, hit in enumerate(result.hits, 1):
+        heading = f"  {hit.heading}" if hit.heading else ""
+        typer.echo(f"{n}. {hit.path}:{hit.start_line}-{hit.end_line}{heading}  ({hit.score:.3f})")
+        body = textwrap.shorten(" ".join(hit.text.split()), 300, placeholder=" ...")
+        typer.echo(textwrap.indent(textwrap.fill(body, 96), "   "))
+
+
+@app.command()
+def context(
+    ctx: typer.Context,
+    query: Annotated[str, typer.Argument(help="The task or question to find memories for")],
+    limit: Annotated[int, typer.Option("--limit", "-n", min=1, max=50)] = 3,
+    tag: TagOpt = None,
+    path: PathOpt = None,
+) -> None:
+    """Print a "## Relevant Memories" block to paste into a prompt."""
+    filters = _filters(path, tag, None, None)
+
+    async def job() -> str:
+        async with open_service(settings_of(ctx)) as service:
+            return await service.context(query, limit, filters)
+
+    typer.echo(run(ctx, job), nl=False)

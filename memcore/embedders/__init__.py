@@ -1,0 +1,1 @@
+"""Embedder port and adapters: text in, unit float32 vectors out."""

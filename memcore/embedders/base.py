@@ -1,0 +1,101 @@
+"""The Embedder protocol and EmbeddingRunner: batching, bounded concurrency and retries."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from memcore.errors import EmbedderUnavailable
+
+log = logging.getLogger(__name__)
+
+Matrix = npt.NDArray[np.float32]
+
+
+class Embedder(Protocol):
+    """Turns texts into L2-normalised float32 vectors, one row per text, in order.
+
+    ``model_id`` names the vector space ("local:minilm-l6-v2-int8"); vectors from two ids are
+    never compared. Raises EmbedderUnavailable for transient faults, EmbedderError otherwise.
+    """
+
+    @property
+    def model_id(self) -> str: ...
+
+    @property
+    def batch_size(self) -> int: ...
+
+    @property
+    def concurrency(self) -> int: ...
+
+    async def embed(self, texts: Sequence[str]) -> Matrix: ...
+
+    async def aclose(self) -> None: ...
+
+
+class EmbeddingRunner:
+    """Embeds any number of texts through an Embedder in batches, several batches in flight.
+
+    Transient failures (EmbedderUnavailable) are retried with exponential backoff; after
+    ``retries`` attempts the last one propagates.
+    """
+
+    def __init__(self, embedder: Embedder, retries: int = 3, backoff_s: float = 0.5) -> None:
+        self.embedder = embedder
+        self.retries = retries
+        self.backoff_s = backoff_s
+        self._sem = asyncio.Semaphore(max(1, embedder.concurrency))
+
+    @property
+    def model_id(self) -> str:
+        return self.embedder.model_id
+
+    async def embed(
+        self, texts: Sequence[str], progress: Callable[[int], None] | None = None
+    ) -> Matrix:
+        if not texts:
+            return np.zeros((0, 0), dtype=np.float32)
+        size = max(1, self.embedder.batch_size)
+        # Similar lengths in one batch waste less padding in transformer models.
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        batches = [order[i : i + size] for i in range(0, len(order), size)]
+
+        async def run(batch: list[int]) -> Matrix:
+            async with self._sem:
+                out = await self._with_retries([texts[i] for i in batch])
+            if progress is not None:
+                progress(len(batch))
+            return out
+
+        results = await asyncio.gather(*(run(b) for b in batches))
+        dim = results[0].shape[1]
+        out = np.zeros((len(texts), dim), dtype=np.float32)
+        for batch, vecs in zip(batches, results, strict=True):
+            out[batch] = vecs
+        return out
+
+    async def _with_retries(self, texts: list[str]) -> Matrix:
+        for attempt in range(self.retries + 1):
+            try:
+                vecs = await self.embedder.embed(texts)
+            except EmbedderUnavailable as exc:
+                if attempt >= self.retries:
+                    raise
+                delay = self.backoff_s * 2**attempt
+                log.debug("embedder unavailable (%s); retry in %.1fs", exc, delay)
+                await asyncio.sleep(delay)
+                continue
+            if vecs.shape[0] != len(texts):
+                raise EmbedderUnavailable(
+                    f"embedder returned {vecs.shape[0]} vectors for {len(texts)} texts"
+                )
+            return vecs
+        raise AssertionError("unreachable")
+
+    async def aclose(self) -> None:
+        await self.embedder.aclose()

@@ -1,0 +1,130 @@
+"""In-process embedders shipped with memcore: MiniLM-L6 int8 ONNX and its static distillation.
+
+Both load their artifact from memcore/assets on first use (no download, no PyTorch) and run
+in a worker thread so the event loop stays responsive.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+from tokenizers import Tokenizer
+
+from memcore.errors import EmbedderError
+from memcore.search.vectors import normalize_rows
+
+ASSETS = Path(__file__).resolve().parent.parent / "assets"
+Matrix = npt.NDArray[np.float32]
+
+
+def _asset(folder: str, name: str) -> Path:
+    path = ASSETS / folder / name
+    if not path.is_file():
+        raise EmbedderError(
+            f"model file {path} is missing from this installation; reinstall memcore"
+        )
+    return path
+
+
+class _InProcess:
+    """Shared lazy-loading and thread hand-off for the in-process models."""
+
+    model_id = ""
+    concurrency = 1  # one model, all cores: parallel batches would only contend
+
+    def __init__(self, batch_size: int = 32, threads: int = 0) -> None:
+        self.batch_size = batch_size
+        self.threads = threads or os.cpu_count() or 1
+        self._lock = threading.Lock()
+        self._loaded = False
+
+    def _load(self) -> None:
+        raise NotImplementedError
+
+    def _run(self, texts: Sequence[str]) -> Matrix:
+        raise NotImplementedError
+
+    def _ensure_loaded(self) -> None:
+        with self._lock:
+            if not self._loaded:
+                self._load()
+                self._loaded = True
+
+    def embed_sync(self, texts: Sequence[str]) -> Matrix:
+        self._ensure_loaded()
+        return normalize_rows(self._run(texts))
+
+    async def embed(self, texts: Sequence[str]) -> Matrix:
+        return await asyncio.to_thread(self.embed_sync, texts)
+
+    async def aclose(self) -> None:
+        return None
+
+
+class OnnxMiniLMEmbedder(_InProcess):
+    """all-MiniLM-L6-v2, int8 per-channel ONNX, mean pooling, 384 dimensions."""
+
+    model_id = "local:minilm-l6-v2-int8"
+    folder = "minilm-l6-v2-int8"
+    max_tokens = 256  # the length the model was trained with
+
+    def _load(self) -> None:
+        import onnxruntime as ort
+
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = self.threads
+        opts.inter_op_num_threads = 1
+        opts.log_severity_level = 3
+        try:
+            self._session: Any = ort.InferenceSession(
+                str(_asset(self.folder, "model.onnx")), opts, providers=["CPUExecutionProvider"]
+            )
+        except Exception as exc:  # onnxruntime raises its own untyped errors
+            raise EmbedderError(f"cannot load the local model: {exc}") from exc
+        tok = Tokenizer.from_file(str(_asset(self.folder, "tokenizer.json")))
+        tok.enable_truncation(self.max_tokens)
+        tok.enable_padding(pad_id=0, pad_token="[PAD]")
+        self._tokenizer = tok
+
+    def _run(self, texts: Sequence[str]) -> Matrix:
+        enc = self._tokenizer.encode_batch(list(texts))
+        ids = np.array([e.ids for e in enc], dtype=np.int64)
+        mask = np.array([e.attention_mask for e in enc], dtype=np.int64)
+        hidden = self._session.run(
+            None, {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
+        )[0]
+        weights = mask[..., None].astype(np.float32)
+        pooled: Matrix = (hidden * weights).sum(1) / np.maximum(weights.sum(1), 1e-9)
+        return pooled
+
+
+class StaticMiniLMEmbedder(_InProcess):
+    """model2vec distillation of all-MiniLM-L6-v2: the mean of static token vectors (numpy)."""
+
+    model_id = "static:minilm-l6-v2-m2v256"
+    folder = "minilm-l6-v2-static"
+    max_tokens = 512
+
+    def _load(self) -> None:
+        self._table = np.load(_asset(self.folder, "embeddings.npy")).astype(np.float32)
+        tok = Tokenizer.from_file(str(_asset(self.folder, "tokenizer.json")))
+        tok.no_padding()
+        tok.no_truncation()
+        self._tokenizer = tok
+        self._unk = tok.token_to_id("[UNK]")
+
+    def _run(self, texts: Sequence[str]) -> Matrix:
+        enc = self._tokenizer.encode_batch(list(texts), add_special_tokens=False)
+        out = np.zeros((len(texts), self._table.shape[1]), dtype=np.float32)
+        for row, e in enumerate(enc):
+            ids = [i for i in e.ids[: self.max_tokens] if i != self._unk]
+            if ids:
+                out[row] = self._table[ids].mean(axis=0)
+        return out

@@ -1,0 +1,29 @@
+"""The MemcoreError tree: every failure memcore reports on purpose is one of these."""
+
+
+class MemcoreError(Exception):
+    """Root of all memcore errors; str(err) is a one-line message for a person."""
+
+
+class ConfigError(MemcoreError):
+    """A configuration file, key, value or environment variable is wrong."""
+
+
+class VaultError(MemcoreError):
+    """The vault folder is missing or a path points outside it."""
+
+
+class StorageError(MemcoreError):
+    """The index database cannot be opened, migrated or written."""
+
+
+class EmbedderError(MemcoreError):
+    """The embedder failed in a way retrying will not fix (bad model, bad key)."""
+
+
+class EmbedderUnavailable(EmbedderError):
+    """The embedder is unreachable or overloaded right now; retrying later may work."""
+
+
+class DaemonError(MemcoreError):
+    """The watch daemon cannot start (for example, another one holds the vault)."""

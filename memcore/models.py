@@ -1,0 +1,176 @@
+"""Frozen value types shared by every layer: chunks, file states, hits and reports."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+SearchMode = Literal["hybrid", "vector", "keyword"]
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    """One indexed piece of a memory file.
+
+    Lines are 1-based and inclusive. ``text`` is the chunk's own Markdown (with the overlap
+    carried from the previous window prepended); ``content_hash`` identifies what gets embedded.
+    """
+
+    path: str
+    index: int
+    heading_path: tuple[str, ...]
+    start_line: int
+    end_line: int
+    text: str
+    content_hash: str
+    tags: tuple[str, ...] = ()
+    date: str | None = None
+    metadata: Mapping[str, object] = field(default_factory=dict)
+
+    @property
+    def heading(self) -> str:
+        return " > ".join(self.heading_path)
+
+    @property
+    def embed_text(self) -> str:
+        """What the embedder sees: the heading path gives a short paragraph its context."""
+        return f"{self.heading}\n{self.text}" if self.heading_path else self.text
+
+
+@dataclass(frozen=True, slots=True)
+class FileState:
+    """What the index knows about one memory file (size in bytes, mtime in ns)."""
+
+    path: str
+    content_hash: str
+    size: int
+    mtime_ns: int
+
+
+@dataclass(frozen=True, slots=True)
+class DiskFile:
+    """A memory file as seen on disk by a scan, before it is read."""
+
+    path: str
+    size: int
+    mtime_ns: int
+
+
+@dataclass(frozen=True, slots=True)
+class Hit:
+    """One search result: where it is, why it matched, and its text."""
+
+    chunk_id: int
+    path: str
+    start_line: int
+    end_line: int
+    heading: str
+    score: float
+    text: str
+    vector_score: float | None = None
+    keyword_score: float | None = None
+    date: str | None = None
+    tags: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "path": self.path,
+            "start_line": self.start_line,
+            "end_line": self.end_line,
+            "heading": self.heading,
+            "score": round(self.score, 6),
+            "text": self.text,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class SearchFilters:
+    """Restrictions on which chunks may match; dates are ISO ``YYYY-MM-DD`` strings."""
+
+    path_prefix: str | None = None
+    tag: str | None = None
+    date_from: str | None = None
+    date_to: str | None = None
+
+    @property
+    def active(self) -> bool:
+        return any((self.path_prefix, self.tag, self.date_from, self.date_to))
+
+
+@dataclass(frozen=True, slots=True)
+class SearchResult:
+    query: str
+    hits: tuple[Hit, ...]
+    mode: SearchMode
+    warnings: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, object]:
+        out: dict[str, object] = {
+            "query": self.query,
+            "mode": self.mode,
+            "results": [h.to_dict() for h in self.hits],
+        }
+        if self.warnings:
+            out["warnings"] = list(self.warnings)
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class FileFailure:
+    path: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class IndexReport:
+    """Outcome of one indexing pass. Failures are values here, not exceptions."""
+
+    indexed: tuple[str, ...] = ()
+    unchanged: int = 0
+    deleted: tuple[str, ...] = ()
+    failed: tuple[FileFailure, ...] = ()
+    chunks_embedded: int = 0
+    chunks_reused: int = 0
+    chunks_pending: int = 0
+    elapsed_ms: float = 0.0
+    warnings: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "files_indexed": len(self.indexed),
+            "files_unchanged": self.unchanged,
+            "files_deleted": len(self.deleted),
+            "files_failed": [{"path": f.path, "reason": f.reason} for f in self.failed],
+            "chunks_embedded": self.chunks_embedded,
+            "chunks_reused": self.chunks_reused,
+            "chunks_pending": self.chunks_pending,
+            "elapsed_ms": round(self.elapsed_ms, 1),
+            "indexed": list(self.indexed),
+            "deleted": list(self.deleted),
+            "warnings": list(self.warnings),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class IndexStatus:
+    files: int
+    chunks: int
+    vectors_pending: int
+    model_id: str
+    other_models: Mapping[str, int]
+    db_path: str
+    db_bytes: int
+    last_indexed: str | None
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "files": self.files,
+            "chunks": self.chunks,
+            "vectors_pending": self.vectors_pending,
+            "model_id": self.model_id,
+            "other_models": dict(self.other_models),
+            "db_path": self.db_path,
+            "db_bytes": self.db_bytes,
+            "last_indexed": self.last_indexed,
+        }

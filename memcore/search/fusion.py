@@ -1,0 +1,115 @@
+"""Score fusion of a vector list and a keyword list into one ranking. Pure."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """A chunk found by either retriever. Ranks are 1-based; None means not in that list."""
+
+    chunk_id: int
+    vector_score: float | None
+    keyword_score: float | None
+    vector_rank: int | None
+    keyword_rank: int | None
+
+
+def build_candidates(
+    vector: Sequence[tuple[int, float]],
+    keyword: Sequence[tuple[int, float]],
+    cosine: Mapping[int, float] | None = None,
+) -> list[Candidate]:
+    """Union of both lists. ``cosine`` adds vector scores for keyword-only candidates."""
+    vrank = {cid: i + 1 for i, (cid, _) in enumerate(vector)}
+    krank = {cid: i + 1 for i, (cid, _) in enumerate(keyword)}
+    vscore = dict(cosine or {}) | dict(vector)
+    kscore = dict(keyword)
+    ids = list(dict.fromkeys([cid for cid, _ in vector] + [cid for cid, _ in keyword]))
+    return [
+        Candidate(cid, vscore.get(cid), kscore.get(cid), vrank.get(cid), krank.get(cid))
+        for cid in ids
+    ]
+
+
+def rrf(
+    cands: Sequence[Candidate], k: int = 60, weights: tuple[float, float] = (1.0, 1.0)
+) -> dict[int, float]:
+    """Reciprocal Rank Fusion: sum of w / (k + rank) over the lists a chunk appears in."""
+    out: dict[int, float] = {}
+    for c in cands:
+        s = 0.0
+        if c.vector_rank is not None:
+            s += weights[0] / (k + c.vector_rank)
+        if c.keyword_rank is not None:
+            s += weights[1] / (k + c.keyword_rank)
+        out[c.chunk_id] = s
+    return out
+
+
+def _minmax(values: Mapping[int, float]) -> dict[int, float]:
+    if not values:
+        return {}
+    lo, hi = min(values.values()), max(values.values())
+    span = hi - lo
+    return {cid: (v - lo) / span if span > 0 else 1.0 for cid, v in values.items()}
+
+
+def linear(cands: Sequence[Candidate], vector_weight: float = 0.7) -> dict[int, float]:
+    """Normalised weighted sum: min-max scale each list over the candidates, then mix."""
+    v = _minmax({c.chunk_id: c.vector_score for c in cands if c.vector_score is not None})
+    t = _minmax({c.chunk_id: c.keyword_score for c in cands if c.keyword_score is not None})
+    return {
+        c.chunk_id: vector_weight * v.get(c.chunk_id, 0.0)
+        + (1 - vector_weight) * t.get(c.chunk_id, 0.0)
+        for c in cands
+    }
+
+
+def weighted(cands: Sequence[Candidate], keyword_weight: float = 0.3) -> dict[int, float]:
+    """The design card's keyword rerank: cosine plus keyword_weight x (BM25 / best BM25)."""
+    best = max((c.keyword_score or 0.0 for c in cands), default=0.0)
+    return {
+        c.chunk_id: (c.vector_score or 0.0)
+        + (keyword_weight * (c.keyword_score or 0.0) / best if best > 0 else 0.0)
+        for c in cands
+    }
+
+
+def ranked(scores: Mapping[int, float]) -> list[tuple[int, float]]:
+    """Scores as (chunk id, score), best first; ties keep insertion order."""
+    return sorted(scores.items(), key=lambda kv: -kv[1])
+
+
+def _dbsf(values: Mapping[int, float]) -> dict[int, float]:
+    """Scale scores to [0, 1] over mean +- 3 standard deviations of the list."""
+    if not values:
+        return {}
+    arr = list(values.values())
+    mean = sum(arr) / len(arr)
+    std = (sum((x - mean) ** 2 for x in arr) / len(arr)) ** 0.5
+    lo, hi = mean - 3 * std, mean + 3 * std
+    if hi - lo <= 0:
+        return dict.fromkeys(values, 0.5)
+    return {cid: min(1.0, max(0.0, (v - lo) / (hi - lo))) for cid, v in values.items()}
+
+
+def adaptive(cands: Sequence[Candidate], k: int = 60) -> dict[int, float]:
+    """Distribution-based fusion: each list scaled by its own spread, then summed."""
+    v = _dbsf(
+        {
+            c.chunk_id: c.vector_score
+            for c in cands
+            if c.vector_rank is not None and c.vector_score is not None
+        }
+    )
+    t = _dbsf(
+        {
+            c.chunk_id: c.keyword_score
+            for c in cands
+            if c.keyword_rank is not None and c.keyword_score is not None
+        }
+    )
+    return {c.chunk_id: v.get(c.chunk_id, 0.0) + t.get(c.chunk_id, 0.0) for c in cands}

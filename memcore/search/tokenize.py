@@ -1,0 +1,89 @@
+"""Full-text tokenisation: CJK word segmentation (jieba) and safe FTS5 MATCH queries. Pure."""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+from collections.abc import Iterator
+from functools import lru_cache
+from typing import Any
+
+# CJK Unified Ideographs (+ Extension A, compatibility) - the scripts FTS5 cannot split itself.
+_CJK_RUN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
+_WORD = re.compile(r"[^\W_]+(?:['\u2019][^\W_]+)?", re.UNICODE)
+_jieba_lock = threading.Lock()
+
+STOPWORDS = frozenset(
+    """a about above after again against all am an and any are as at be because been before
+    being below between both but by can could did do does doing down during each few for from
+    further had has have having he her here hers herself him himself his how i if in into is it
+    its itself just me more most my myself no nor not now of off on once only or other our ours
+    ourselves out over own same she should so some such than that the their theirs them
+    themselves then there these they this those through to too under until up very was we were
+    what when where which while who whom why will with would you your yours yourself
+    yourselves""".split()  # noqa: SIM905 - a word list reads better as prose
+)
+
+
+def has_cjk(text: str) -> bool:
+    return _CJK_RUN.search(text) is not None
+
+
+@lru_cache(maxsize=1)
+def _jieba() -> Any:
+    """Import and initialise jieba once (about a second); only called when CJK text appears."""
+    with _jieba_lock:
+        import jieba
+
+        jieba.setLogLevel(logging.WARNING)
+        jieba.initialize()
+        return jieba
+
+
+def _cjk_words(run: str, for_index: bool) -> Iterator[str]:
+    jb = _jieba()
+    words = list(jb.cut_for_search(run, HMM=True))
+    yield from words
+    if for_index:
+        # single characters too, so one-character queries find longer words that contain them
+        seen = {w for w in words if len(w) == 1}
+        yield from (ch for ch in run if ch not in seen)
+
+
+def segment(text: str, for_index: bool = True) -> str:
+    """Text with every CJK run replaced by space-separated words (other text unchanged)."""
+    if not has_cjk(text):
+        return text
+    out, pos = [], 0
+    for m in _CJK_RUN.finditer(text):
+        out.append(text[pos : m.start()])
+        out.append(" " + " ".join(_cjk_words(m.group(), for_index)) + " ")
+        pos = m.end()
+    out.append(text[pos:])
+    return "".join(out)
+
+
+def query_terms(text: str) -> list[str]:
+    """Distinct search terms of a user query, stopwords dropped unless nothing else is left."""
+    terms: list[str] = []
+    pos = 0
+    for m in _CJK_RUN.finditer(text):
+        terms.extend(w.lower() for w in _WORD.findall(text[pos : m.start()]))
+        terms.extend(w for w in _cjk_words(m.group(), for_index=False) if w.strip())
+        pos = m.end()
+    terms.extend(w.lower() for w in _WORD.findall(text[pos:]))
+    unique = list(dict.fromkeys(terms))
+    content = [t for t in unique if t not in STOPWORDS]
+    return content or unique
+
+
+def fts_match_expression(text: str) -> str | None:
+    """A MATCH expression that ORs every term as a quoted string, so no user input is syntax.
+
+    Returns None when the query has no searchable term (only punctuation, say).
+    """
+    terms = query_terms(text)
+    if not terms:
+        return None
+    return " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)

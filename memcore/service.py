@@ -1,0 +1,415 @@
+"""MemoryService: the one object that indexes the vault, searches it and reports status."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import logging
+import time
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Self
+
+import numpy as np
+import numpy.typing as npt
+
+from memcore.chunker import ChunkerConfig, chunk_markdown
+from memcore.embedders.base import EmbeddingRunner
+from memcore.errors import EmbedderError, VaultError
+from memcore.models import (
+    Chunk,
+    DiskFile,
+    FileFailure,
+    FileState,
+    Hit,
+    IndexReport,
+    IndexStatus,
+    SearchFilters,
+    SearchMode,
+    SearchResult,
+)
+from memcore.planner import plan_changes
+from memcore.search import fusion
+from memcore.search.tokenize import fts_match_expression, segment
+from memcore.search.vectors import VectorIndex
+from memcore.settings import Settings
+from memcore.storage.base import Store
+from memcore.vault import content_hash, is_memory_path, read_memory_file, scan_vault
+
+log = logging.getLogger(__name__)
+
+Progress = Callable[[str, int, int], None]  # (phase, done, total)
+FILES_PER_BATCH = 32  # files chunked and embedded together; each is still its own transaction
+PENDING_BATCH = 256
+
+
+def _no_progress(phase: str, done: int, total: int) -> None:
+    return None
+
+
+@dataclass(slots=True)
+class _Prepared:
+    state: FileState
+    chunks: list[Chunk]
+    fts: list[str]
+    vectors: list[npt.NDArray[np.float32] | None] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class _Tally:
+    indexed: list[str] = field(default_factory=list)
+    unchanged: int = 0
+    failed: list[FileFailure] = field(default_factory=list)
+    embedded: int = 0
+    reused: int = 0
+    warnings: list[str] = field(default_factory=list)
+    touched: list[FileState] = field(default_factory=list)
+    embedder_down: bool = False
+
+
+class MemoryService:
+    """Indexes Markdown into a Store and answers hybrid searches.
+
+    Use as ``async with MemoryService(settings, store, runner) as svc``. Safe to call from one
+    event loop; writes are serialised by an internal lock.
+    """
+
+    def __init__(self, settings: Settings, store: Store, embedder: EmbeddingRunner) -> None:
+        self.settings = settings
+        self.store = store
+        self.embedder = embedder
+        self.chunker = ChunkerConfig(
+            settings.index.chunk_tokens,
+            settings.index.overlap_tokens,
+            settings.index.chars_per_token,
+        )
+        self._vectors: VectorIndex | None = None
+        self._write_lock = asyncio.Lock()
+
+    async def __aenter__(self) -> Self:
+        await self.store.__aenter__()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        try:
+            await self.embedder.aclose()
+        finally:
+            await self.store.__aexit__(exc_type, exc, tb)
+
+    @property
+    def model_id(self) -> str:
+        return self.embedder.model_id
+
+    # ---- indexing -------------------------------------------------------------------------
+
+    async def index(
+        self,
+        paths: Collection[str] | None = None,
+        *,
+        full: bool = False,
+        progress: Progress = _no_progress,
+    ) -> IndexReport:
+        """Bring the index in line with the vault (or only with ``paths``, vault-relative).
+
+        Idempotent and resumable: each file is replaced in one transaction, so an interrupted
+        run leaves every file fully old or fully new and the next run picks up the rest.
+        """
+        started = time.perf_counter()
+        s = self.settings
+        async with self._write_lock:
+            disk = (
+                scan_vault(s.vault, s.index.include, s.index.exclude)
+                if paths is None
+                else self._stat_paths(paths)
+            )
+            states = await self.store.file_states()
+            plan = plan_changes(
+                disk, states, full=full, scope=None if paths is None else set(paths)
+            )
+            tally = _Tally(unchanged=len(plan.unchanged))
+            total = len(plan.to_read)
+            for start in range(0, total, FILES_PER_BATCH):
+                await self._index_batch(
+                    plan.to_read[start : start + FILES_PER_BATCH], states, tally
+                )
+                progress("files", min(start + FILES_PER_BATCH, total), total)
+            removed = await self.store.delete_files(plan.to_delete)
+            if self._vectors is not None:
+                self._vectors.remove(removed)
+            if not tally.embedder_down:
+                await self._fill_pending(tally, progress)
+            pending = await self.store.count_pending(self.model_id)
+        return IndexReport(
+            indexed=tuple(tally.indexed),
+            unchanged=tally.unchanged,
+            deleted=plan.to_delete,
+            failed=tuple(tally.failed),
+            chunks_embedded=tally.embedded,
+            chunks_reused=tally.reused,
+            chunks_pending=pending,
+            elapsed_ms=(time.perf_counter() - started) * 1000,
+            warnings=tuple(dict.fromkeys(tally.warnings)),
+        )
+
+    def _stat_paths(self, paths: Collection[str]) -> list[DiskFile]:
+        s = self.settings
+        out = []
+        for path in paths:
+            if not is_memory_path(path, s.index.include, s.index.exclude):
+                continue
+            full = s.vault / path
+            try:
+                if full.is_symlink() and not full.resolve().is_relative_to(s.vault.resolve()):
+                    continue
+                st = full.stat()
+            except OSError:
+                continue
+            if full.is_file():
+                out.append(DiskFile(path, st.st_size, st.st_mtime_ns))
+        return out
+
+    async def _index_batch(
+        self, files: Sequence[DiskFile], states: dict[str, FileState], tally: _Tally
+    ) -> None:
+        prepared: list[_Prepared] = []
+        for f in files:
+            item = await asyncio.to_thread(self._prepare, f, states.get(f.path), tally)
+            if item is not None:
+                prepared.append(item)
+        for state in tally.touched:
+            await self.store.touch_file(state)
+        tally.touched.clear()
+        if not prepared:
+            return
+        await self._attach_vectors(prepared, tally)
+        for item in prepared:
+            old = await self.store.chunk_ids_of([item.state.path]) if self._vectors else []
+            ids = await self.store.replace_file(
+                item.state, item.chunks, item.fts, item.vectors, self.model_id
+            )
+            if self._vectors is not None:
+                self._vectors.remove(old)
+                with_vec = [(i, v) for i, v in zip(ids, item.vectors, strict=True) if v is not None]
+                if with_vec:
+                    self._vectors.add([i for i, _ in with_vec], np.stack([v for _, v in with_vec]))
+            tally.indexed.append(item.state.path)
+
+    def _prepare(self, f: DiskFile, state: FileState | None, tally: _Tally) -> _Prepared | None:
+        """Read, hash and chunk one file (runs in a worker thread)."""
+        s = self.settings
+        try:
+            text, data = read_memory_file(s.vault, f.path, s.index.max_file_bytes)
+        except VaultError as exc:
+            tally.failed.append(FileFailure(f.path, str(exc)))
+            return None
+        new_state = FileState(f.path, content_hash(data), f.size, f.mtime_ns)
+        if state is not None and state.content_hash == new_state.content_hash:
+            tally.unchanged += 1
+            tally.touched.append(new_state)
+            return None
+        mdate = dt.datetime.fromtimestamp(f.mtime_ns / 1e9, dt.UTC).date().isoformat()
+        chunks, warnings = chunk_markdown(text, f.path, self.chunker, fallback_date=mdate)
+        tally.warnings.extend(f"{f.path}: {w}" for w in warnings)
+        fts = [segment(f"{c.heading}\n{c.text}") for c in chunks]
+        return _Prepared(new_state, chunks, fts)
+
+    async def _attach_vectors(self, prepared: list[_Prepared], tally: _Tally) -> None:
+        hashes = [c.content_hash for p in prepared for c in p.chunks]
+        cached = await self.store.cached_vectors(hashes, self.model_id)
+        missing: dict[str, str] = {}
+        for p in prepared:
+            for c in p.chunks:
+                if c.content_hash not in cached:
+                    missing.setdefault(c.content_hash, c.embed_text)
+        tally.reused += sum(1 for h in hashes if h in cached)
+        fresh: dict[str, npt.NDArray[np.float32]] = {}
+        if missing and not tally.embedder_down:
+            try:
+                vecs = await self.embedder.embed(list(missing.values()))
+            except EmbedderError as exc:
+                tally.embedder_down = True
+                tally.warnings.append(f"embedder unavailable, vectors pending: {exc}")
+            else:
+                fresh = dict(zip(missing, vecs, strict=True))
+                await self.store.cache_vectors(fresh, self.model_id)
+                tally.embedded += len(fresh)
+        for p in prepared:
+            p.vectors = [cached.get(c.content_hash, fresh.get(c.content_hash)) for c in p.chunks]
+
+    async def _fill_pending(self, tally: _Tally, progress: Progress) -> None:
+        """Embed chunks whose vector is missing or from another model (model change)."""
+        total = await self.store.count_pending(self.model_id)
+        done = 0
+        while done < total:
+            batch = await self.store.pending_chunks(self.model_id, PENDING_BATCH)
+            if not batch:
+                return
+            cached = await self.store.cached_vectors([p.content_hash for p in batch], self.model_id)
+            todo = {p.content_hash: p.embed_text for p in batch if p.content_hash not in cached}
+            if todo:
+                try:
+                    vecs = await self.embedder.embed(list(todo.values()))
+                except EmbedderError as exc:
+                    tally.embedder_down = True
+                    tally.warnings.append(f"embedder unavailable, vectors pending: {exc}")
+                    return
+                fresh = dict(zip(todo, vecs, strict=True))
+                await self.store.cache_vectors(fresh, self.model_id)
+                cached.update(fresh)
+                tally.embedded += len(fresh)
+            by_id = {p.chunk_id: cached[p.content_hash] for p in batch}
+            updated = await self.store.set_vectors(by_id, self.model_id)
+            if self._vectors is not None and updated:
+                self._vectors.add(updated, np.stack([by_id[i] for i in updated]))
+            done += len(batch)
+            progress("embed", min(done, total), total)
+
+    async def fill_pending(self) -> IndexReport:
+        """Retry embedding for chunks stored while the embedder was down."""
+        started = time.perf_counter()
+        tally = _Tally()
+        async with self._write_lock:
+            await self._fill_pending(tally, _no_progress)
+            pending = await self.store.count_pending(self.model_id)
+        return IndexReport(
+            chunks_embedded=tally.embedded,
+            chunks_pending=pending,
+            elapsed_ms=(time.perf_counter() - started) * 1000,
+            warnings=tuple(dict.fromkeys(tally.warnings)),
+        )
+
+    # ---- search ---------------------------------------------------------------------------
+
+    async def _vector_index(self) -> VectorIndex:
+        if self._vectors is None:
+            ids, mat = await self.store.load_vectors(self.model_id)
+            index = VectorIndex(mat.shape[1] if len(ids) else None)
+            index.add(ids.tolist(), mat)
+            self._vectors = index
+        return self._vectors
+
+    async def search(
+        self,
+        query: str,
+        limit: int | None = None,
+        filters: SearchFilters | None = None,
+        fusion_name: str | None = None,
+        min_score: float | None = None,
+    ) -> SearchResult:
+        """Hybrid search. Never raises for odd query text; degrades to keyword-only (and says
+        so in ``warnings``) when the embedder is unreachable or vectors are still pending."""
+        s = self.settings.search
+        limit = limit or s.limit
+        filters = filters or SearchFilters()
+        method = fusion_name or s.fusion
+        min_score = s.min_score if min_score is None else min_score
+        n_cand = limit * s.candidates
+        warnings: list[str] = []
+
+        keyword: list[tuple[int, float]] = []
+        match = fts_match_expression(query)
+        if match and method != "vector":
+            keyword = await self.store.keyword_search(match, n_cand, filters)
+
+        vector: list[tuple[int, float]] = []
+        cosine: dict[int, float] = {}
+        use_vectors = method != "keyword"
+        if use_vectors:
+            index = await self._vector_index()
+            allowed = await self.store.filtered_ids(filters) if filters.active else None
+            qvec = await self._embed_query(query, warnings) if query.strip() else None
+            if qvec is not None and len(index) == 0:
+                warnings.append("no vectors indexed yet; keyword results only")
+            if qvec is not None and len(index):
+                vector = index.search(qvec, n_cand, allowed)
+                cosine = index.similarity(qvec, [cid for cid, _ in keyword])
+            pending = await self.store.count_pending(self.model_id)
+            if pending:
+                warnings.append(f"{pending} chunks are waiting for vectors")
+        mode: SearchMode = (
+            "keyword" if not vector else ("vector" if method == "vector" else "hybrid")
+        )
+        cands = fusion.build_candidates(vector, keyword, cosine)
+        scores = self._fuse(cands, method if vector else "keyword")
+        top = [(cid, sc) for cid, sc in fusion.ranked(scores) if sc >= min_score][:limit]
+        rows = await self.store.chunk_rows([cid for cid, _ in top])
+        by_id = {c.chunk_id: c for c in cands}
+        hits = tuple(
+            Hit(
+                chunk_id=cid,
+                path=rows[cid].path,
+                start_line=rows[cid].start_line,
+                end_line=rows[cid].end_line,
+                heading=rows[cid].heading,
+                score=sc,
+                text=rows[cid].text,
+                vector_score=by_id[cid].vector_score,
+                keyword_score=by_id[cid].keyword_score,
+                date=rows[cid].date,
+                tags=rows[cid].tags,
+            )
+            for cid, sc in top
+            if cid in rows
+        )
+        return SearchResult(query, hits, mode, tuple(warnings))
+
+    async def _embed_query(self, query: str, warnings: list[str]) -> npt.NDArray[np.float32] | None:
+        try:
+            vecs = await self.embedder.embed([query])
+            query_vec: npt.NDArray[np.float32] = vecs[0]
+            return query_vec
+        except EmbedderError as exc:
+            warnings.append(f"embedder unavailable, keyword results only: {exc}")
+            return None
+
+    def _fuse(self, cands: list[fusion.Candidate], method: str) -> dict[int, float]:
+        s = self.settings.search
+        if method == "keyword":
+            return {c.chunk_id: c.keyword_score or 0.0 for c in cands if c.keyword_rank}
+        if method == "vector":
+            return {c.chunk_id: c.vector_score or 0.0 for c in cands if c.vector_rank}
+        if method == "rrf":
+            return fusion.rrf(cands, k=s.rrf_k)
+        if method == "linear":
+            return fusion.linear(cands, vector_weight=1 - s.keyword_weight)
+        if method == "adaptive":
+            return fusion.adaptive(cands, k=s.rrf_k)
+        return fusion.weighted(cands, keyword_weight=s.keyword_weight)
+
+    async def context(
+        self, query: str, limit: int = 3, filters: SearchFilters | None = None
+    ) -> str:
+        """A "## Relevant Memories" block for a prompt (empty string when nothing matches)."""
+        result = await self.search(query, limit=limit, filters=filters)
+        if not result.hits:
+            return ""
+        lines = ["## Relevant Memories"]
+        for n, hit in enumerate(result.hits, 1):
+            date = f"[{hit.date}] " if hit.date else ""
+            title = f"{hit.heading}: " if hit.heading else ""
+            body = " ".join(hit.text.split())
+            if len(body) > 600:
+                body = body[:600].rsplit(" ", 1)[0] + " ..."
+            lines.append(f"{n}. {date}{title}{body} ({hit.path}:{hit.start_line}-{hit.end_line})")
+        return "\n".join(lines) + "\n"
+
+    # ---- status ---------------------------------------------------------------------------
+
+    async def status(self) -> IndexStatus:
+        st = await self.store.stats(self.model_id)
+        return IndexStatus(
+            files=st.files,
+            chunks=st.chunks,
+            vectors_pending=st.vectors_pending,
+            model_id=self.model_id,
+            other_models=st.other_models,
+            db_path=str(self.settings.db_path),
+            db_bytes=st.db_bytes,
+            last_indexed=st.last_indexed,
+        )

@@ -1,0 +1,1 @@
+"""Storage port and adapters: the index database."""
