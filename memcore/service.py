@@ -66,6 +66,7 @@ class _Tally:
     warnings: list[str] = field(default_factory=list)
     touched: list[FileState] = field(default_factory=list)
     embedder_down: bool = False
+    rebuild: bool = False  # re-chunk and rewrite even files whose content hash is unchanged
 
 
 class MemoryService:
@@ -132,7 +133,7 @@ class MemoryService:
             plan = plan_changes(
                 disk, states, full=full, scope=None if paths is None else set(paths)
             )
-            tally = _Tally(unchanged=len(plan.unchanged))
+            tally = _Tally(unchanged=len(plan.unchanged), rebuild=full)
             total = len(plan.to_read)
             for start in range(0, total, FILES_PER_BATCH):
                 await self._index_batch(
@@ -209,7 +210,7 @@ class MemoryService:
             tally.failed.append(FileFailure(f.path, str(exc)))
             return None
         new_state = FileState(f.path, content_hash(data), f.size, f.mtime_ns)
-        if state is not None and state.content_hash == new_state.content_hash:
+        if not tally.rebuild and state is not None and state.content_hash == new_state.content_hash:
             tally.unchanged += 1
             tally.touched.append(new_state)
             return None

@@ -1,0 +1,58 @@
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from memcore.embedders.base import EmbeddingRunner
+from memcore.service import MemoryService
+from memcore.settings import Settings, load_settings
+from memcore.storage.sqlite import SqliteStore
+from tests.support import FakeEmbedder
+
+REPO = Path(__file__).resolve().parent.parent
+SAMPLE_VAULT = REPO / "sample_vault"
+
+
+@pytest.fixture(autouse=True)
+def isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """No test sees the developer's config, home or MEMCORE_* variables."""
+    for name in list(os.environ):
+        if name.startswith(("MEMCORE_", "OPENAI_", "OLLAMA_")):
+            monkeypatch.delenv(name)
+    home = tmp_path_factory.mktemp("home")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(home / ".config"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(home / ".cache"))
+
+
+@pytest.fixture
+def vault(tmp_path: Path) -> Path:
+    root = tmp_path / "vault"
+    (root / "memory").mkdir(parents=True)
+    return root
+
+
+@pytest.fixture
+def settings(vault: Path) -> Settings:
+    return load_settings(vault)
+
+
+@pytest.fixture
+def embedder() -> FakeEmbedder:
+    return FakeEmbedder()
+
+
+def make_service(settings: Settings, embedder: FakeEmbedder) -> MemoryService:
+    settings.state_dir.mkdir(exist_ok=True)
+    return MemoryService(
+        settings, SqliteStore(settings.db_path), EmbeddingRunner(embedder, retries=0)
+    )
+
+
+@pytest.fixture
+async def service(settings: Settings, embedder: FakeEmbedder) -> AsyncIterator[MemoryService]:
+    async with make_service(settings, embedder) as svc:
+        yield svc

@@ -1,0 +1,150 @@
+from __future__ import annotations
+
+from itertools import pairwise
+
+from memcore.chunker import ChunkerConfig, chunk_markdown, split_front_matter
+
+
+def chunks_of(text: str, path: str = "memory/note.md", **cfg: int):  # type: ignore[no-untyped-def]
+    chunks, _ = chunk_markdown(text, path, ChunkerConfig(**cfg) if cfg else None)
+    return chunks
+
+
+def test_hash_lines_in_code_fences_are_not_headings() -> None:
+    text = "# Setup\n\nRun this:\n\n```bash\n# install deps\npip install x\n## not a heading\n```\n"
+    chunks = chunks_of(text)
+    assert len(chunks) == 1
+    assert chunks[0].heading_path == ("Setup",)
+    assert "# install deps" in chunks[0].text
+    assert "## not a heading" in chunks[0].text
+
+
+def test_heading_path_nests_and_pops() -> None:
+    text = "# A\n\nx\n\n## B\n\ny\n\n### C\n\nz\n\n## D\n\nw\n"
+    paths = [c.heading_path for c in chunks_of(text)]
+    assert paths == [("A",), ("A", "B"), ("A", "B", "C"), ("A", "D")]
+
+
+def test_line_spans_are_one_based_and_inclusive() -> None:
+    text = "intro line\n\n# Title\n\nfirst para\nstill first\n\nsecond para\n"
+    chunks = chunks_of(text)
+    assert [(c.start_line, c.end_line) for c in chunks] == [(1, 1), (3, 8)]
+    lines = text.split("\n")
+    assert lines[chunks[1].start_line - 1] == "# Title"
+    assert lines[chunks[1].end_line - 1] == "second para"
+
+
+def test_empty_sections_produce_no_chunk() -> None:
+    text = "# Empty\n\n## Also empty\n\n## Full\n\ncontent\n"
+    chunks = chunks_of(text)
+    assert [c.heading_path for c in chunks] == [("Empty", "Full")]
+
+
+def test_five_thousand_word_section_is_windowed_with_overlap() -> None:
+    words = [f"w{i}" for i in range(5000)]
+    text = "# Long\n\n" + " ".join(words) + "\n"
+    cfg = ChunkerConfig()
+    chunks = chunks_of(text)
+    assert len(chunks) > 10
+    for c in chunks:
+        assert len(c.text) <= cfg.max_chars
+    for prev, cur in pairwise(chunks):
+        overlap = cur.text.split("\n", 1)[0]
+        assert overlap and prev.text.endswith(overlap)
+        assert 150 <= len(overlap) <= cfg.overlap_chars
+    seen = set(" ".join(c.text for c in chunks).split())
+    assert {f"w{i}" for i in range(5000)} <= seen  # nothing lost
+
+
+def test_many_paragraphs_pack_into_windows_and_carry_overlap() -> None:
+    paras = [f"Paragraph {i} " + "lorem ipsum dolor sit amet " * 8 for i in range(40)]
+    text = "# Notes\n\n" + "\n\n".join(paras) + "\n"
+    chunks = chunks_of(text)
+    assert len(chunks) > 3
+    assert all(c.heading_path == ("Notes",) for c in chunks)
+    assert all(len(c.text) <= 1600 for c in chunks)
+    for prev, cur in pairwise(chunks):
+        overlap = cur.text.split("\n", 1)[0]
+        assert prev.text.endswith(overlap)
+    starts = [c.start_line for c in chunks]
+    assert starts == sorted(starts)
+
+
+def test_tables_and_lists_stay_whole_when_they_fit() -> None:
+    table = "| a | b |\n|---|---|\n" + "".join(f"| {i} | {i * 2} |\n" for i in range(20))
+    items = "".join(f"- item {i}\n" for i in range(15))
+    filler = "x " * 700
+    text = f"# T\n\n{filler}\n\n{table}\n{items}"
+    chunks = chunks_of(text)
+    assert sum(1 for c in chunks if "| 19 | 38 |" in c.text and "| 0 | 0 |" in c.text) == 1
+    assert sum(1 for c in chunks if "- item 0" in c.text and "- item 14" in c.text) == 1
+
+
+def test_cjk_text_is_chunked_and_kept_intact() -> None:
+    text = (
+        "# 会议记录\n\n用户喜欢喝咖啡，下午不要安排会议。\n\n"
+        "## 决定\n\n记忆以 Markdown 文件保存。\n"
+    )
+    chunks = chunks_of(text)
+    assert [c.heading_path for c in chunks] == [("会议记录",), ("会议记录", "决定")]
+    assert "用户喜欢喝咖啡" in chunks[0].text
+
+
+def test_long_cjk_paragraph_without_spaces_is_split() -> None:
+    text = "# 长\n\n" + "记忆系统" * 1000 + "\n"
+    chunks = chunks_of(text)
+    assert len(chunks) >= 3
+    assert all(len(c.text) <= 1600 for c in chunks)
+
+
+def test_front_matter_keys_tags_and_date_become_metadata() -> None:
+    text = (
+        "---\ntitle: Plan\ntags: [arch, decision]\ndate: 2024-04-18\n---\n"
+        "# Plan\n\nUse SQLite. #storage\n"
+    )
+    chunks = chunks_of(text)
+    assert len(chunks) == 1
+    c = chunks[0]
+    assert c.metadata["title"] == "Plan"
+    assert c.tags == ("arch", "decision", "storage")
+    assert c.date == "2024-04-18"
+    assert c.start_line == 6  # line numbers count the front matter
+
+
+def test_date_comes_from_daily_note_file_name_then_fallback() -> None:
+    dated, _ = chunk_markdown("text\n", "memory/2024-05-02.md")
+    undated, _ = chunk_markdown("text\n", "memory/topic.md", fallback_date="2020-01-01")
+    assert dated[0].date == "2024-05-02"
+    assert undated[0].date == "2020-01-01"
+
+
+def test_hashtags_in_code_are_not_tags() -> None:
+    text = "# X\n\nreal #tag here and `#notatag` and issue #123\n\n```\n#nope\n```\n"
+    assert chunks_of(text)[0].tags == ("tag",)
+
+
+def test_broken_front_matter_is_reported_and_the_body_still_indexed() -> None:
+    text = "---\ntags: [unclosed\n---\n# Body\n\nstill here\n"
+    chunks, warnings = chunk_markdown(text, "memory/x.md")
+    assert warnings and warnings[0].startswith("front matter ignored")
+    assert "still here" in chunks[0].text
+
+
+def test_front_matter_split_handles_missing_end() -> None:
+    meta, lines, err = split_front_matter("---\nno end\n")
+    assert (meta, lines, err) == ({}, 0, None)
+
+
+def test_content_hash_changes_only_with_content() -> None:
+    a = chunks_of("# A\n\none\n\n# B\n\ntwo\n")
+    b = chunks_of("# A\n\none\n\n# B\n\ntwo changed\n")
+    assert a[0].content_hash == b[0].content_hash
+    assert a[1].content_hash != b[1].content_hash
+
+
+def test_window_size_is_configurable() -> None:
+    text = "# S\n\n" + " ".join(f"w{i}" for i in range(1000)) + "\n"
+    small = chunks_of(text, chunk_tokens=100, overlap_tokens=10)
+    large = chunks_of(text, chunk_tokens=400, overlap_tokens=50)
+    assert len(small) > len(large)
+    assert all(len(c.text) <= 400 for c in small)

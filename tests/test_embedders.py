@@ -1,0 +1,194 @@
+"""Embedders: the shipped local models for real; Ollama and OpenAI over a loopback HTTP server."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+
+import numpy as np
+import pytest
+
+from memcore.embedders.base import EmbeddingRunner
+from memcore.embedders.local import OnnxMiniLMEmbedder, StaticMiniLMEmbedder
+from memcore.embedders.ollama import OllamaEmbedder
+from memcore.embedders.openai import OpenAIEmbedder
+from memcore.errors import EmbedderError, EmbedderUnavailable
+from tests.support import FakeEmbedder, WireBehaviour, WireServer, hash_vector
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.parametrize("cls", [OnnxMiniLMEmbedder, StaticMiniLMEmbedder])
+async def test_local_models_rank_a_paraphrase_above_an_unrelated_text(
+    cls: type[OnnxMiniLMEmbedder],
+) -> None:
+    emb = cls()
+    vecs = await emb.embed(
+        [
+            "The user likes coffee.",
+            "She drinks espresso every morning.",
+            "The build server runs Ubuntu.",
+        ]
+    )
+    assert vecs.dtype == np.float32
+    assert np.allclose(np.linalg.norm(vecs, axis=1), 1.0, atol=1e-5)
+    assert vecs[0] @ vecs[1] > vecs[0] @ vecs[2]
+
+
+async def test_onnx_model_is_deterministic_and_batch_independent() -> None:
+    emb = OnnxMiniLMEmbedder()
+    texts = ["short", "a much longer sentence that needs padding in a batch " * 3]
+    together = await emb.embed(texts)
+    alone = await emb.embed([texts[0]])
+    assert together.shape == (2, 384)
+    assert float(together[0] @ alone[0]) > 0.99999
+
+
+async def test_runner_batches_and_keeps_order() -> None:
+    fake = FakeEmbedder(batch_size=3)
+    texts = [f"text number {i} " + "x" * (i % 5) for i in range(10)]
+    out = await EmbeddingRunner(fake).embed(texts)
+    assert fake.calls == 4
+    for i, t in enumerate(texts):
+        assert np.allclose(out[i], hash_vector(t))
+
+
+async def test_runner_retries_transient_failures_then_gives_up() -> None:
+    class Flaky(FakeEmbedder):
+        failures = 2
+
+        async def embed(self, texts):  # type: ignore[no-untyped-def]
+            if self.failures:
+                self.failures -= 1
+                raise EmbedderUnavailable("busy")
+            return await super().embed(texts)
+
+    flaky = Flaky()
+    out = await EmbeddingRunner(flaky, retries=3, backoff_s=0.01).embed(["a"])
+    assert out.shape == (1, 64)
+    always_down = FakeEmbedder(down=True)
+    with pytest.raises(EmbedderUnavailable):
+        await EmbeddingRunner(always_down, retries=2, backoff_s=0.01).embed(["a"])
+
+
+async def test_ollama_embeds_in_batches_with_bounded_concurrency() -> None:
+    with WireServer(WireBehaviour(delay_s=0.05)) as srv:
+        emb = OllamaEmbedder(srv.url, "nomic-embed-text", timeout=5, concurrency=3, batch_size=4)
+        runner = EmbeddingRunner(emb)
+        texts = [f"memory {i}" for i in range(40)]
+        out = await runner.embed(texts)
+        await runner.aclose()
+        b = srv.behaviour
+    assert out.shape == (40, 16)
+    assert np.allclose(out[7], hash_vector("memory 7", 16))
+    assert len(b.requests) == 10
+    assert all(r["path"] == "/api/embed" and len(r["body"]["input"]) == 4 for r in b.requests)
+    assert b.max_in_flight == 3
+
+
+async def test_ollama_retries_503_then_succeeds() -> None:
+    with WireServer(WireBehaviour(fail_first=2, fail_status=503)) as srv:
+        runner = EmbeddingRunner(
+            OllamaEmbedder(srv.url, "nomic-embed-text"), retries=3, backoff_s=0.01
+        )
+        out = await runner.embed(["x"])
+        await runner.aclose()
+    assert out.shape == (1, 16)
+    assert len(srv.behaviour.requests) == 3
+
+
+async def test_ollama_missing_model_says_how_to_fix_it() -> None:
+    with WireServer() as srv:
+        emb = OllamaEmbedder(srv.url, "bge-m3")
+        with pytest.raises(EmbedderError, match="ollama pull bge-m3") as info:
+            await emb.embed(["x"])
+        await emb.aclose()
+    assert not isinstance(info.value, EmbedderUnavailable)
+
+
+async def test_ollama_unreachable_is_transient() -> None:
+    emb = OllamaEmbedder(f"http://127.0.0.1:{free_port()}", "nomic-embed-text", timeout=2)
+    with pytest.raises(EmbedderUnavailable, match="unreachable"):
+        await emb.embed(["x"])
+    await emb.aclose()
+
+
+async def test_ollama_timeout_is_transient() -> None:
+    with WireServer(WireBehaviour(delay_s=1.0)) as srv:
+        emb = OllamaEmbedder(srv.url, "nomic-embed-text", timeout=0.2)
+        with pytest.raises(EmbedderUnavailable):
+            await emb.embed(["x"])
+        await emb.aclose()
+
+
+async def test_openai_embeds_and_reorders_by_index() -> None:
+    with WireServer(WireBehaviour(delay_s=0.03)) as srv:
+        emb = OpenAIEmbedder(
+            "text-embedding-3-small",
+            "sk-test",
+            base_url=srv.url + "/v1",
+            concurrency=2,
+            batch_size=5,
+        )
+        runner = EmbeddingRunner(emb)
+        texts = [f"fact {i}" for i in range(20)]
+        out = await runner.embed(texts)
+        await runner.aclose()
+        b = srv.behaviour
+    assert np.allclose(out[3], hash_vector("fact 3", 16))
+    assert len(b.requests) == 4 and b.max_in_flight == 2
+    assert b.requests[0]["body"]["encoding_format"] == "float"
+    assert "dimensions" not in b.requests[0]["body"]
+
+
+async def test_openai_sends_dimensions_and_names_them_in_the_model_id() -> None:
+    with WireServer() as srv:
+        emb = OpenAIEmbedder(
+            "text-embedding-3-small", "sk-test", base_url=srv.url + "/v1", dimensions=16
+        )
+        await emb.embed(["x"])
+        await emb.aclose()
+    assert srv.behaviour.requests[0]["body"]["dimensions"] == 16
+    assert emb.model_id == "openai:text-embedding-3-small@16"
+
+
+async def test_openai_bad_key_is_permanent_and_429_is_transient() -> None:
+    with WireServer() as srv:
+        bad = OpenAIEmbedder("text-embedding-3-small", "sk-wrong", base_url=srv.url + "/v1")
+        with pytest.raises(EmbedderError, match="rejected the API key") as info:
+            await bad.embed(["x"])
+        assert not isinstance(info.value, EmbedderUnavailable)
+        await bad.aclose()
+    with WireServer(WireBehaviour(fail_first=1, fail_status=429)) as srv:
+        emb = OpenAIEmbedder("text-embedding-3-small", "sk-test", base_url=srv.url + "/v1")
+        with pytest.raises(EmbedderUnavailable):
+            await emb.embed(["x"])
+        out = await emb.embed(["x"])  # the next call goes through
+        await emb.aclose()
+    assert out.shape == (1, 16)
+
+
+async def test_openai_unreachable_is_transient() -> None:
+    emb = OpenAIEmbedder("m", None, base_url=f"http://127.0.0.1:{free_port()}/v1", timeout=2)
+    with pytest.raises(EmbedderUnavailable):
+        await emb.embed(["x"])
+    await emb.aclose()
+
+
+def test_openai_without_key_or_server_is_a_clear_error() -> None:
+    with pytest.raises(EmbedderError, match="needs an API key"):
+        OpenAIEmbedder("text-embedding-3-small", None)
+
+
+async def test_concurrent_callers_share_one_semaphore() -> None:
+    with WireServer(WireBehaviour(delay_s=0.05)) as srv:
+        runner = EmbeddingRunner(
+            OllamaEmbedder(srv.url, "nomic-embed-text", concurrency=2, batch_size=1)
+        )
+        await asyncio.gather(*(runner.embed([f"t{i}", f"u{i}"]) for i in range(4)))
+        await runner.aclose()
+    assert srv.behaviour.max_in_flight == 2

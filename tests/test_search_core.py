@@ -1,0 +1,122 @@
+"""Pure search maths: vectors, fusion and tokenisation on small hand-made inputs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from memcore.search import fusion
+from memcore.search.fusion import Candidate, build_candidates
+from memcore.search.tokenize import fts_match_expression, query_terms, segment
+from memcore.search.vectors import VectorIndex, decode_vector, encode_vector, top_k
+
+
+def test_vector_blob_round_trip_is_little_endian_float32() -> None:
+    v = np.array([1.0, -2.5, 3.25], dtype=np.float32)
+    blob = encode_vector(v)
+    assert blob == np.array([1.0, -2.5, 3.25], dtype="<f4").tobytes()
+    assert np.array_equal(decode_vector(blob), v)
+
+
+def test_top_k_orders_best_first() -> None:
+    scores = np.array([0.1, 0.9, 0.5, 0.7], dtype=np.float32)
+    assert top_k(scores, 2).tolist() == [1, 3]
+    assert top_k(scores, 10).tolist() == [1, 3, 2, 0]
+
+
+def test_vector_index_adds_replaces_and_removes_incrementally() -> None:
+    idx = VectorIndex()
+    idx.add([1, 2, 3], np.eye(3, dtype=np.float32))
+    assert idx.search(np.array([0, 1, 0], dtype=np.float32), 1) == [(2, pytest.approx(1.0))]
+    idx.remove([2])
+    assert 2 not in idx and len(idx) == 2
+    assert [cid for cid, _ in idx.search(np.array([0, 1, 0.1], dtype=np.float32), 3)] == [3, 1]
+    idx.add([1], np.array([[0, 1, 0]], dtype=np.float32))  # replace
+    assert idx.search(np.array([0, 1, 0], dtype=np.float32), 1)[0][0] == 1
+    assert len(idx) == 2
+
+
+def test_vector_index_grows_past_its_capacity() -> None:
+    rng = np.random.default_rng(0)
+    idx = VectorIndex()
+    mats = rng.normal(size=(1000, 8)).astype(np.float32)
+    for start in range(0, 1000, 100):
+        idx.add(list(range(start, start + 100)), mats[start : start + 100])
+    assert len(idx) == 1000
+    best = idx.search(mats[637], 1)
+    assert best[0][0] == 637
+
+
+def test_vector_index_filters_by_allowed_ids() -> None:
+    idx = VectorIndex()
+    idx.add([1, 2], np.array([[1, 0], [0.9, 0.1]], dtype=np.float32))
+    assert [c for c, _ in idx.search(np.array([1, 0], dtype=np.float32), 2, allowed={2})] == [2]
+
+
+def test_vector_index_rejects_other_dimensions() -> None:
+    idx = VectorIndex()
+    idx.add([1], np.ones((1, 4), dtype=np.float32))
+    with pytest.raises(ValueError, match="dimensions"):
+        idx.add([2], np.ones((1, 5), dtype=np.float32))
+
+
+def _cands() -> list[Candidate]:
+    vector = [(1, 0.9), (2, 0.8), (3, 0.1)]
+    keyword = [(3, 12.0), (4, 6.0)]
+    return build_candidates(vector, keyword, cosine={3: 0.1, 4: 0.05})
+
+
+def test_candidates_union_keeps_ranks_and_cosines() -> None:
+    by_id = {c.chunk_id: c for c in _cands()}
+    assert by_id[3] == Candidate(3, 0.1, 12.0, 3, 1)
+    assert by_id[4] == Candidate(4, 0.05, 6.0, None, 2)
+    assert by_id[1].keyword_rank is None
+
+
+def test_rrf_sums_reciprocal_ranks() -> None:
+    scores = fusion.rrf(_cands(), k=60)
+    assert scores[3] == pytest.approx(1 / 63 + 1 / 61)
+    assert scores[1] == pytest.approx(1 / 61)
+    assert fusion.ranked(scores)[0][0] == 3
+
+
+def test_weighted_adds_scaled_bm25_to_cosine() -> None:
+    scores = fusion.weighted(_cands(), keyword_weight=0.3)
+    assert scores[1] == pytest.approx(0.9)
+    assert scores[3] == pytest.approx(0.1 + 0.3)
+    assert scores[4] == pytest.approx(0.05 + 0.15)
+
+
+def test_linear_min_max_normalises_each_list() -> None:
+    scores = fusion.linear(_cands(), vector_weight=0.7)
+    assert scores[1] == pytest.approx(0.7)  # best vector, no keyword
+    assert scores[3] == pytest.approx(0.7 * (0.1 - 0.05) / 0.85 + 0.3)
+    assert scores[4] == pytest.approx(0.0)
+
+
+def test_segment_splits_chinese_runs_and_keeps_english() -> None:
+    seg = segment("用户喜欢喝咖啡 and tea")
+    words = seg.split()
+    assert {"用户", "喜欢", "咖啡", "and", "tea"} <= set(words)
+    assert "咖" in words  # single characters too, for one-character queries
+
+
+def test_query_terms_drop_stopwords_and_segment_chinese() -> None:
+    assert query_terms("What did Caroline research?") == ["caroline", "research"]
+    assert query_terms("the") == ["the"]  # nothing else left: keep it
+    assert set(query_terms("喜欢喝咖啡")) >= {"喜欢", "咖啡"}
+    assert set(query_terms("DX12 渲染引擎")) >= {"dx12", "渲染", "引擎"}
+
+
+@pytest.mark.parametrize(
+    "raw", ['"unbalanced', "AND(", "a* -b", "NEAR(x y)", "col:term", "^start", "+++", "it's"]
+)
+def test_fts_expression_quotes_every_term(raw: str) -> None:
+    expr = fts_match_expression(raw)
+    assert expr is None or all(
+        part.startswith('"') and part.endswith('"') for part in expr.split(" OR ")
+    )
+
+
+def test_fts_expression_is_none_without_terms() -> None:
+    assert fts_match_expression("?!* -- ()") is None
