@@ -1,20 +1,242 @@
-"""The watch daemon's lock and status file (one daemon per vault)."""
+"""The watch daemon: one per vault (a lock file), reconcile at start, then index every change.
+
+Runs as one asyncio TaskGroup: a flusher that indexes debounced paths, a retry loop that fills
+in vectors after the embedder comes back, and a wait on the stop event that SIGINT/SIGTERM set.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import datetime as dt
+import fcntl
 import json
+import logging
 import os
+import signal
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import IO
 
+from memcore.debounce import Debouncer
+from memcore.errors import DaemonError
+from memcore.models import IndexReport
+from memcore.service import MemoryService
 from memcore.settings import Settings
+from memcore.watcher import ObserverFactory, VaultWatcher
+
+log = logging.getLogger("memcore.daemon")
+
+LOCK_NAME = "daemon.lock"
+STATUS_NAME = "daemon.json"
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+
+
+@contextlib.contextmanager
+def vault_lock(settings: Settings) -> Iterator[IO[str]]:
+    """Hold the vault's daemon lock; raises DaemonError naming the process that has it."""
+    settings.state_dir.mkdir(exist_ok=True)
+    path = settings.state_dir / LOCK_NAME
+    fh = path.open("a+", encoding="utf-8")
+    try:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        fh.seek(0)
+        holder = fh.read().strip() or "another process"
+        fh.close()
+        raise DaemonError(
+            f"another memcore watch (pid {holder}) is already watching {settings.vault}"
+        ) from None
+    fh.seek(0)
+    fh.truncate()
+    fh.write(str(os.getpid()))
+    fh.flush()
+    try:
+        yield fh
+    finally:
+        with contextlib.suppress(OSError):
+            (settings.state_dir / STATUS_NAME).unlink()
+        fcntl.flock(fh, fcntl.LOCK_UN)
+        fh.close()
 
 
 def daemon_status(settings: Settings) -> dict[str, object] | None:
     """What the running daemon last reported, or None when no daemon holds the vault."""
-    path = settings.state_dir / "daemon.json"
-    try:
-        info = json.loads(path.read_text(encoding="utf-8"))
-        pid = int(info["pid"])
-        os.kill(pid, 0)
-    except (OSError, ValueError, KeyError, TypeError):
+    lock = settings.state_dir / LOCK_NAME
+    if not lock.exists():
         return None
-    return dict(info)
+    with lock.open("r", encoding="utf-8") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            pass  # held: a daemon is running
+        else:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+            return None
+        pid = fh.read().strip()
+    try:
+        info = json.loads((settings.state_dir / STATUS_NAME).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        info = {}
+    return {"running": True, "pid": int(pid) if pid.isdigit() else None, **info}
+
+
+def _write_status(settings: Settings, info: dict[str, object]) -> None:
+    target = settings.state_dir / STATUS_NAME
+    tmp = target.with_suffix(".tmp")
+    tmp.write_text(json.dumps(info), encoding="utf-8")
+    os.replace(tmp, target)
+
+
+def describe(report: IndexReport) -> str:
+    parts = [f"{len(report.indexed)} indexed"]
+    if report.deleted:
+        parts.append(f"{len(report.deleted)} deleted")
+    if report.failed:
+        parts.append(f"{len(report.failed)} failed")
+    parts.append(f"{report.chunks_embedded} chunks embedded")
+    if report.chunks_pending:
+        parts.append(f"{report.chunks_pending} waiting for vectors")
+    return ", ".join(parts) + f" in {report.elapsed_ms:.0f} ms"
+
+
+@dataclass
+class Daemon:
+    """Keeps one vault's index current until ``stop`` is set."""
+
+    settings: Settings
+    service: MemoryService
+    stop: asyncio.Event = field(default_factory=asyncio.Event)
+    force_polling: bool = False
+    native_observer: ObserverFactory | None = None  # tests inject OS failures here
+    on_batch: Callable[[IndexReport], None] | None = None
+    debouncer: Debouncer = field(init=False)
+    started_at: str = field(default_factory=_now)
+    last_update: str | None = None
+    batches: int = 0
+    _wake: asyncio.Event = field(default_factory=asyncio.Event)
+    _watcher: VaultWatcher | None = None
+
+    def __post_init__(self) -> None:
+        w = self.settings.watch
+        self.debouncer = Debouncer(w.debounce_ms / 1000, w.max_delay_ms / 1000)
+
+    # ---- events (on the loop) ----------------------------------------------------------------
+
+    def _on_path(self, path: str) -> None:
+        self.debouncer.add(path, time.monotonic())
+        self._wake.set()
+
+    def _on_rescan(self) -> None:
+        self.debouncer.add_rescan(time.monotonic())
+        self._wake.set()
+
+    # ---- main ------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Reconcile, watch, and index until stopped. Holds the vault lock throughout."""
+        with vault_lock(self.settings):
+            self._publish()
+            report = await self.service.index(stop=self.stop)
+            log.info("caught up with the vault: %s", describe(report))
+            self._after_batch(report)
+            if self.stop.is_set():
+                return
+            loop = asyncio.get_running_loop()
+            s = self.settings
+            self._watcher = VaultWatcher(
+                s.vault, s.index.include, s.index.exclude, loop, self._on_path,
+                self._on_rescan, self.force_polling, s.watch.poll_interval_s, self.native_observer,
+            )  # fmt: skip
+            await asyncio.to_thread(self._watcher.start)
+            mode = "polling" if self._watcher.polling else "native events"
+            log.info("watching %s (%d folders, %s)", s.vault, self._watcher.watch_count, mode)
+            self._publish()
+            try:
+                async with asyncio.TaskGroup() as tg:
+                    flusher = tg.create_task(self._flush_loop())
+                    retry = tg.create_task(self._retry_pending_loop())
+                    await self.stop.wait()
+                    retry.cancel()
+                    self._wake.set()
+                    await flusher
+            finally:
+                await asyncio.to_thread(self._watcher.stop)
+        log.info("stopped")
+
+    async def _flush_loop(self) -> None:
+        while not self.stop.is_set():
+            deadline = self.debouncer.next_deadline()
+            timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+            self._wake.clear()
+            if timeout is None or timeout > 0:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), timeout)
+                continue
+            paths, rescan = self.debouncer.take_due(time.monotonic())
+            await self._index(None if rescan else paths)
+
+    async def _index(self, paths: set[str] | None) -> None:
+        # Shielded: a stop request lets the current batch finish (each file is one
+        # transaction anyway, so even a hard kill leaves no half-indexed file).
+        try:
+            report = await asyncio.shield(self.service.index(paths, stop=self.stop))
+        except Exception:
+            log.exception("indexing %s failed; the daemon goes on", sorted(paths or ["<vault>"]))
+            return
+        self.batches += 1
+        if report.indexed or report.deleted or report.failed or report.chunks_embedded:
+            log.info("batch %d: %s", self.batches, describe(report))
+        for failure in report.failed:
+            log.warning("skipped %s: %s", failure.path, failure.reason)
+        self._after_batch(report)
+
+    def _after_batch(self, report: IndexReport) -> None:
+        self.last_update = _now()
+        self._publish()
+        if self.on_batch is not None:
+            self.on_batch(report)
+
+    async def _retry_pending_loop(self) -> None:
+        """While vectors are pending (embedder down), retry with exponential backoff."""
+        base = self.settings.watch.retry_pending_s
+        delay = base
+        while True:
+            await asyncio.sleep(delay)
+            if (await self.service.store.count_pending(self.service.model_id)) == 0:
+                delay = base
+                continue
+            report = await self.service.fill_pending()
+            if report.chunks_pending:
+                delay = min(delay * 2, 600.0)
+                log.info(
+                    "embedder still unavailable; %d chunks wait for vectors", report.chunks_pending
+                )
+            else:
+                delay = base
+                log.info("embedder is back: %d chunks embedded", report.chunks_embedded)
+                self._after_batch(report)
+
+    def _publish(self) -> None:
+        _write_status(
+            self.settings,
+            {
+                "pid": os.getpid(),
+                "vault": str(self.settings.vault),
+                "started_at": self.started_at,
+                "last_update": self.last_update,
+                "queue": len(self.debouncer),
+                "batches": self.batches,
+                "polling": bool(self._watcher and self._watcher.polling),
+            },
+        )
+
+
+def install_signal_handlers(stop: asyncio.Event) -> None:
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)

@@ -42,6 +42,7 @@ log = logging.getLogger(__name__)
 Progress = Callable[[str, int, int], None]  # (phase, done, total)
 FILES_PER_BATCH = 32  # files chunked and embedded together; each is still its own transaction
 PENDING_BATCH = 256
+EMBEDDER_RETRY_S = 30.0  # how long indexing skips a failed embedder before trying it again
 
 
 def _no_progress(phase: str, done: int, total: int) -> None:
@@ -86,6 +87,10 @@ class MemoryService:
             settings.index.chars_per_token,
         )
         self._vectors: VectorIndex | None = None
+        self._pending: int | None = None  # chunks without a current vector; None = unknown
+        # After a failure, indexing stops calling the embedder until this monotonic time, so
+        # full text goes in at once; fill_pending() always tries and closes it again.
+        self._embedder_down_until = 0.0
         self._write_lock = asyncio.Lock()
 
     async def __aenter__(self) -> Self:
@@ -115,11 +120,13 @@ class MemoryService:
         *,
         full: bool = False,
         progress: Progress = _no_progress,
+        stop: asyncio.Event | None = None,
     ) -> IndexReport:
         """Bring the index in line with the vault (or only with ``paths``, vault-relative).
 
         Idempotent and resumable: each file is replaced in one transaction, so an interrupted
         run leaves every file fully old or fully new and the next run picks up the rest.
+        ``stop`` is checked between batches of files; a stopped run reports what it did.
         """
         started = time.perf_counter()
         s = self.settings
@@ -133,19 +140,25 @@ class MemoryService:
             plan = plan_changes(
                 disk, states, full=full, scope=None if paths is None else set(paths)
             )
-            tally = _Tally(unchanged=len(plan.unchanged), rebuild=full)
+            tally = _Tally(
+                unchanged=len(plan.unchanged),
+                rebuild=full,
+                embedder_down=time.monotonic() < self._embedder_down_until,
+            )
             total = len(plan.to_read)
+            stopped = stop.is_set if stop is not None else lambda: False
             for start in range(0, total, FILES_PER_BATCH):
-                await self._index_batch(
-                    plan.to_read[start : start + FILES_PER_BATCH], states, tally
-                )
+                if stopped():
+                    break
+                batch = plan.to_read[start : start + FILES_PER_BATCH]
+                await self._index_batch(batch, states, tally)
                 progress("files", min(start + FILES_PER_BATCH, total), total)
             removed = await self.store.delete_files(plan.to_delete)
             if self._vectors is not None:
                 self._vectors.remove(removed)
-            if not tally.embedder_down:
-                await self._fill_pending(tally, progress)
-            pending = await self.store.count_pending(self.model_id)
+            if not tally.embedder_down and not stopped():
+                await self._fill_pending(tally, progress, stop)
+            pending = self._pending = await self.store.count_pending(self.model_id)
         return IndexReport(
             indexed=tuple(tally.indexed),
             unchanged=tally.unchanged,
@@ -234,8 +247,7 @@ class MemoryService:
             try:
                 vecs = await self.embedder.embed(list(missing.values()))
             except EmbedderError as exc:
-                tally.embedder_down = True
-                tally.warnings.append(f"embedder unavailable, vectors pending: {exc}")
+                self._embedder_failed(tally, exc)
             else:
                 fresh = dict(zip(missing, vecs, strict=True))
                 await self.store.cache_vectors(fresh, self.model_id)
@@ -243,11 +255,13 @@ class MemoryService:
         for p in prepared:
             p.vectors = [cached.get(c.content_hash, fresh.get(c.content_hash)) for c in p.chunks]
 
-    async def _fill_pending(self, tally: _Tally, progress: Progress) -> None:
+    async def _fill_pending(
+        self, tally: _Tally, progress: Progress, stop: asyncio.Event | None = None
+    ) -> None:
         """Embed chunks whose vector is missing or from another model (model change)."""
         total = await self.store.count_pending(self.model_id)
         done = 0
-        while done < total:
+        while done < total and not (stop is not None and stop.is_set()):
             batch = await self.store.pending_chunks(self.model_id, PENDING_BATCH)
             if not batch:
                 return
@@ -257,8 +271,7 @@ class MemoryService:
                 try:
                     vecs = await self.embedder.embed(list(todo.values()))
                 except EmbedderError as exc:
-                    tally.embedder_down = True
-                    tally.warnings.append(f"embedder unavailable, vectors pending: {exc}")
+                    self._embedder_failed(tally, exc)
                     return
                 fresh = dict(zip(todo, vecs, strict=True))
                 await self.store.cache_vectors(fresh, self.model_id)
@@ -271,13 +284,19 @@ class MemoryService:
             done += len(batch)
             progress("embed", min(done, total), total)
 
+    def _embedder_failed(self, tally: _Tally, exc: EmbedderError) -> None:
+        tally.embedder_down = True
+        tally.warnings.append(f"embedder unavailable, vectors pending: {exc}")
+        self._embedder_down_until = time.monotonic() + EMBEDDER_RETRY_S
+
     async def fill_pending(self) -> IndexReport:
         """Retry embedding for chunks stored while the embedder was down."""
         started = time.perf_counter()
         tally = _Tally()
+        self._embedder_down_until = 0.0
         async with self._write_lock:
             await self._fill_pending(tally, _no_progress)
-            pending = await self.store.count_pending(self.model_id)
+            pending = self._pending = await self.store.count_pending(self.model_id)
         return IndexReport(
             chunks_embedded=tally.embedded,
             chunks_pending=pending,
@@ -302,9 +321,12 @@ class MemoryService:
         filters: SearchFilters | None = None,
         fusion_name: str | None = None,
         min_score: float | None = None,
+        query_vector: npt.NDArray[np.float32] | None = None,
     ) -> SearchResult:
         """Hybrid search. Never raises for odd query text; degrades to keyword-only (and says
-        so in ``warnings``) when the embedder is unreachable or vectors are still pending."""
+        so in ``warnings``) when the embedder is unreachable or vectors are still pending.
+
+        ``query_vector`` skips embedding the query (it must come from the same model)."""
         s = self.settings.search
         limit = limit or s.limit
         filters = filters or SearchFilters()
@@ -324,15 +346,18 @@ class MemoryService:
         if use_vectors:
             index = await self._vector_index()
             allowed = await self.store.filtered_ids(filters) if filters.active else None
-            qvec = await self._embed_query(query, warnings) if query.strip() else None
+            qvec = query_vector
+            if qvec is None and query.strip():
+                qvec = await self._embed_query(query, warnings)
             if qvec is not None and len(index) == 0:
                 warnings.append("no vectors indexed yet; keyword results only")
             if qvec is not None and len(index):
                 vector = index.search(qvec, n_cand, allowed)
                 cosine = index.similarity(qvec, [cid for cid, _ in keyword])
-            pending = await self.store.count_pending(self.model_id)
-            if pending:
-                warnings.append(f"{pending} chunks are waiting for vectors")
+            if self._pending is None:
+                self._pending = await self.store.count_pending(self.model_id)
+            if self._pending:
+                warnings.append(f"{self._pending} chunks are waiting for vectors")
         mode: SearchMode = (
             "keyword" if not vector else ("vector" if method == "vector" else "hybrid")
         )
@@ -361,12 +386,18 @@ class MemoryService:
         return SearchResult(query, hits, mode, tuple(warnings))
 
     async def _embed_query(self, query: str, warnings: list[str]) -> npt.NDArray[np.float32] | None:
+        if time.monotonic() < self._embedder_down_until:
+            warnings.append(
+                "embedder unavailable, keyword results only (retrying in the background)"
+            )
+            return None
         try:
             vecs = await self.embedder.embed([query])
             query_vec: npt.NDArray[np.float32] = vecs[0]
             return query_vec
         except EmbedderError as exc:
             warnings.append(f"embedder unavailable, keyword results only: {exc}")
+            self._embedder_down_until = time.monotonic() + EMBEDDER_RETRY_S
             return None
 
     def _fuse(self, cands: list[fusion.Candidate], method: str) -> dict[int, float]:

@@ -118,11 +118,18 @@ ENV_ALIASES = {"MEMCORE_DB": "storage.db", "MEMCORE_EMBEDDER": "embedder.provide
 ENV_SPECIAL = frozenset({"MEMCORE_VAULT", "MEMCORE_CONFIG"})
 
 
+def user_config_dir(env: Mapping[str, str] | None = None) -> Path:
+    """$XDG_CONFIG_HOME, else ~/.config (where user config and service units live)."""
+    env = os.environ if env is None else env
+    if env.get("XDG_CONFIG_HOME"):
+        return Path(env["XDG_CONFIG_HOME"]).expanduser()
+    return Path(env.get("HOME") or Path.home()).expanduser() / ".config"
+
+
 def user_config_path(env: Mapping[str, str]) -> Path:
     if env.get("MEMCORE_CONFIG"):
         return Path(env["MEMCORE_CONFIG"]).expanduser()
-    base = env.get("XDG_CONFIG_HOME") or str(Path(env.get("HOME", "~")).expanduser() / ".config")
-    return Path(base) / "memcore" / "config.toml"
+    return user_config_dir(env) / "memcore" / "config.toml"
 
 
 def resolve_vault(flag: str | Path | None, env: Mapping[str, str]) -> Path:

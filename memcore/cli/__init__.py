@@ -93,6 +93,6 @@ def run(ctx: typer.Context, job: Callable[[], Coroutine[Any, Any, T]]) -> T:
 
 
 def main() -> None:
-    from memcore.cli import index, search  # noqa: F401 - registers the commands
+    from memcore.cli import index, search, watch  # noqa: F401 - registers the commands
 
     app()

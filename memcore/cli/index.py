@@ -21,6 +21,7 @@ from rich.table import Table
 
 from memcore.app import ensure_state_dir, open_service
 from memcore.cli import app, run, settings_of
+from memcore.daemon import daemon_status
 from memcore.models import IndexReport
 from memcore.settings import VAULT_CONFIG, load_settings
 
@@ -136,8 +137,6 @@ def status(
     """Show what is indexed: files, chunks, pending vectors, model, size, daemon."""
 
     async def job() -> dict[str, object]:
-        from memcore.daemon import daemon_status
-
         settings = settings_of(ctx)
         async with open_service(settings) as service:
             info = (await service.status()).to_dict()

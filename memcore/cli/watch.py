@@ -1,0 +1,140 @@
+"""Commands for the daemon: watch, and service install (systemd user unit / launchd agent)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import shutil
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from memcore.app import open_service
+from memcore.cli import app, run, settings_of
+from memcore.daemon import Daemon, install_signal_handlers
+from memcore.settings import user_config_dir
+
+
+class _JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        out = {
+            "ts": self.formatTime(record, "%Y-%m-%dT%H:%M:%S%z"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        if record.exc_info:
+            out["exc"] = self.formatException(record.exc_info)
+        return json.dumps(out, ensure_ascii=False)
+
+
+def _configure_logging(verbose: bool, json_logs: bool) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(
+        _JsonFormatter()
+        if json_logs
+        else logging.Formatter("%(asctime)s %(levelname)s %(message)s")
+    )
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(logging.WARNING)
+    logging.getLogger("memcore").setLevel(logging.DEBUG if verbose else logging.INFO)
+
+
+@app.command()
+def watch(
+    ctx: typer.Context,
+    poll: Annotated[
+        bool, typer.Option("--poll", help="Poll instead of native file events")
+    ] = False,
+    json_logs: Annotated[
+        bool, typer.Option("--json-logs", help="One JSON object per log line")
+    ] = False,
+) -> None:
+    """Keep the index current: catch up with the vault, then index every change as it happens."""
+    _configure_logging(ctx.obj.verbose, json_logs)
+
+    async def job() -> None:
+        settings = settings_of(ctx)
+        async with open_service(settings) as service:
+            daemon = Daemon(settings, service, asyncio.Event(), force_polling=poll)
+            install_signal_handlers(daemon.stop)
+            await daemon.run()
+
+    run(ctx, job)
+
+
+service_app = typer.Typer(help="Run `memcore watch` as a background service.", no_args_is_help=True)
+app.add_typer(service_app, name="service")
+
+SYSTEMD_UNIT = """[Unit]
+Description=memcore: keep the memory index of {vault} current
+After=default.target
+
+[Service]
+Type=simple
+ExecStart={exe} --vault {vault} watch
+Restart=on-failure
+RestartSec=5
+
+[Install]
+WantedBy=default.target
+"""
+
+LAUNCHD_PLIST = """<?xml version="1.0" encoding="UTF-8"?>
+<!DOCTYPE plist PUBLIC "-//Apple//DTD PLIST 1.0//EN" "http://www.apple.com/DTDs/PropertyList-1.0.dtd">
+<plist version="1.0">
+<dict>
+  <key>Label</key><string>{label}</string>
+  <key>ProgramArguments</key>
+  <array><string>{exe}</string><string>--vault</string><string>{vault}</string><string>watch</string></array>
+  <key>RunAtLoad</key><true/>
+  <key>KeepAlive</key><true/>
+  <key>StandardErrorPath</key><string>{vault}/.memcore/daemon.log</string>
+</dict>
+</plist>
+"""
+
+
+def _unit_name(vault: Path) -> str:
+    safe = "".join(ch if ch.isalnum() or ch in "-_" else "-" for ch in vault.name) or "vault"
+    return f"memcore-{safe}"
+
+
+@service_app.command("install")
+def service_install(
+    ctx: typer.Context,
+    launchd: Annotated[bool, typer.Option("--launchd", help="Write a macOS launchd agent")] = (
+        sys.platform == "darwin"
+    ),
+    print_only: Annotated[
+        bool, typer.Option("--print", help="Print the file, write nothing")
+    ] = False,
+) -> None:
+    """Write a systemd user unit (or launchd agent on macOS) that runs `memcore watch`."""
+
+    async def job() -> tuple[Path, str, str]:
+        settings = settings_of(ctx)
+        exe = shutil.which("memcore") or f"{sys.executable} -m memcore"
+        name = _unit_name(settings.vault)
+        if launchd:
+            label = f"dev.memcore.{name}"
+            target = Path.home() / "Library" / "LaunchAgents" / f"{label}.plist"
+            text = LAUNCHD_PLIST.format(label=label, exe=exe, vault=settings.vault)
+            hint = f"launchctl load -w {target}"
+        else:
+            target = user_config_dir() / "systemd" / "user" / f"{name}.service"
+            text = SYSTEMD_UNIT.format(exe=exe, vault=settings.vault)
+            hint = f"systemctl --user daemon-reload && systemctl --user enable --now {name}.service"
+        return target, text, hint
+
+    target, text, hint = run(ctx, job)
+    if print_only:
+        typer.echo(text, nl=False)
+        return
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(text, encoding="utf-8")
+    typer.echo(f"wrote {target}\nstart it with: {hint}")
