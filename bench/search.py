@@ -32,11 +32,14 @@ def pct(values: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
 
 
-async def measure(size: int, embedder: str, n_queries: int, workdir: Path) -> dict[str, object]:
+async def measure(
+    size: int, embedder: str, n_queries: int, workdir: Path, reuse: bool
+) -> dict[str, object]:
     vault = workdir / f"vault-{size}"
     if not vault.exists():
         build_vault(vault, size)
-    shutil.rmtree(vault / ".memcore", ignore_errors=True)
+    if not reuse:
+        shutil.rmtree(vault / ".memcore", ignore_errors=True)
     settings = load_settings(vault, {"embedder.provider": embedder})
     qs = questions(n_queries)
     async with open_service(settings) as svc:
@@ -85,11 +88,13 @@ def main() -> None:
     ap.add_argument("--embedder", default="local")
     ap.add_argument("--queries", type=int, default=200)
     ap.add_argument("--workdir", type=Path, default=Path("/tmp/memcore-bench"))
+    ap.add_argument("--reuse", action="store_true", help="keep an existing index (search only)")
     ap.add_argument("--one", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
     args.workdir.mkdir(parents=True, exist_ok=True)
     if args.one:
-        print(json.dumps(asyncio.run(measure(args.one, args.embedder, args.queries, args.workdir))))
+        row = asyncio.run(measure(args.one, args.embedder, args.queries, args.workdir, args.reuse))
+        print(json.dumps(row))
         return
     cols = [
         "size", "chunks", "embedder", "index_s", "chunks_per_s", "matrix_load_ms",
@@ -99,7 +104,8 @@ def main() -> None:
     print(" | ".join(cols))
     for size in (int(s) for s in args.sizes.split(",")):
         cmd = [sys.executable, __file__, "--one", str(size), "--embedder", args.embedder,
-               "--queries", str(args.queries), "--workdir", str(args.workdir)]  # fmt: skip
+               "--queries", str(args.queries), "--workdir", str(args.workdir),
+               *(["--reuse"] if args.reuse else [])]  # fmt: skip
         out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
         row = json.loads(out.strip().splitlines()[-1])
         print(" | ".join(str(row[c]) for c in cols), flush=True)

@@ -232,6 +232,7 @@ class Daemon:
                 "queue": len(self.debouncer),
                 "batches": self.batches,
                 "polling": bool(self._watcher and self._watcher.polling),
+                "watching": self._watcher is not None,
             },
         )
 

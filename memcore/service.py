@@ -31,7 +31,7 @@ from memcore.models import (
 )
 from memcore.planner import plan_changes
 from memcore.search import fusion
-from memcore.search.tokenize import fts_match_expression, segment
+from memcore.search.tokenize import fts_match_expression, has_cjk, segment
 from memcore.search.vectors import VectorIndex
 from memcore.settings import Settings
 from memcore.storage.base import Store
@@ -47,6 +47,16 @@ EMBEDDER_RETRY_S = 30.0  # how long indexing skips a failed embedder before tryi
 
 def _no_progress(phase: str, done: int, total: int) -> None:
     return None
+
+
+@dataclass(frozen=True, slots=True)
+class Found:
+    """What the retrievers found for a query, before fusion."""
+
+    candidates: list[fusion.Candidate]
+    has_vectors: bool
+    warnings: tuple[str, ...]
+    query_has_cjk: bool
 
 
 @dataclass(slots=True)
@@ -329,20 +339,42 @@ class MemoryService:
         ``query_vector`` skips embedding the query (it must come from the same model)."""
         s = self.settings.search
         limit = limit or s.limit
-        filters = filters or SearchFilters()
         method = fusion_name or s.fusion
         min_score = s.min_score if min_score is None else min_score
-        n_cand = limit * s.candidates
-        warnings: list[str] = []
+        found = await self.candidates(
+            query,
+            limit * s.candidates,
+            filters,
+            query_vector,
+            method != "keyword",
+            method != "vector",
+        )
+        mode: SearchMode = (
+            "keyword" if not found.has_vectors else ("vector" if method == "vector" else "hybrid")
+        )
+        scores = self.fuse(found.candidates, method if found.has_vectors else "keyword")
+        top = [(cid, sc) for cid, sc in fusion.ranked(scores) if sc >= min_score][:limit]
+        hits = await self.hits(found.candidates, top)
+        return SearchResult(query, hits, mode, found.warnings)
 
+    async def candidates(
+        self,
+        query: str,
+        n: int,
+        filters: SearchFilters | None = None,
+        query_vector: npt.NDArray[np.float32] | None = None,
+        use_vectors: bool = True,
+        use_keywords: bool = True,
+    ) -> Found:
+        """The top ``n`` of each retriever (cosine and BM25), before fusion."""
+        filters = filters or SearchFilters()
+        warnings: list[str] = []
         keyword: list[tuple[int, float]] = []
         match = fts_match_expression(query)
-        if match and method != "vector":
-            keyword = await self.store.keyword_search(match, n_cand, filters)
-
+        if match and use_keywords:
+            keyword = await self.store.keyword_search(match, n, filters)
         vector: list[tuple[int, float]] = []
         cosine: dict[int, float] = {}
-        use_vectors = method != "keyword"
         if use_vectors:
             index = await self._vector_index()
             allowed = await self.store.filtered_ids(filters) if filters.active else None
@@ -352,21 +384,22 @@ class MemoryService:
             if qvec is not None and len(index) == 0:
                 warnings.append("no vectors indexed yet; keyword results only")
             if qvec is not None and len(index):
-                vector = index.search(qvec, n_cand, allowed)
+                vector = index.search(qvec, n, allowed)
                 cosine = index.similarity(qvec, [cid for cid, _ in keyword])
             if self._pending is None:
                 self._pending = await self.store.count_pending(self.model_id)
             if self._pending:
                 warnings.append(f"{self._pending} chunks are waiting for vectors")
-        mode: SearchMode = (
-            "keyword" if not vector else ("vector" if method == "vector" else "hybrid")
-        )
         cands = fusion.build_candidates(vector, keyword, cosine)
-        scores = self._fuse(cands, method if vector else "keyword")
-        top = [(cid, sc) for cid, sc in fusion.ranked(scores) if sc >= min_score][:limit]
+        return Found(cands, bool(vector), tuple(warnings), has_cjk(query))
+
+    async def hits(
+        self, cands: Sequence[fusion.Candidate], top: Sequence[tuple[int, float]]
+    ) -> tuple[Hit, ...]:
+        """Hit values for fused (chunk id, score) pairs, in that order."""
         rows = await self.store.chunk_rows([cid for cid, _ in top])
         by_id = {c.chunk_id: c for c in cands}
-        hits = tuple(
+        return tuple(
             Hit(
                 chunk_id=cid,
                 path=rows[cid].path,
@@ -383,7 +416,6 @@ class MemoryService:
             for cid, sc in top
             if cid in rows
         )
-        return SearchResult(query, hits, mode, tuple(warnings))
 
     async def _embed_query(self, query: str, warnings: list[str]) -> npt.NDArray[np.float32] | None:
         if time.monotonic() < self._embedder_down_until:
@@ -400,7 +432,8 @@ class MemoryService:
             self._embedder_down_until = time.monotonic() + EMBEDDER_RETRY_S
             return None
 
-    def _fuse(self, cands: list[fusion.Candidate], method: str) -> dict[int, float]:
+    def fuse(self, cands: Sequence[fusion.Candidate], method: str) -> dict[int, float]:
+        """Combine both lists with a fusion method (see settings.FUSIONS)."""
         s = self.settings.search
         if method == "keyword":
             return {c.chunk_id: c.keyword_score or 0.0 for c in cands if c.keyword_rank}

@@ -5,17 +5,22 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import shutil
+import signal
+import subprocess
 import sys
+import time
+from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
-from memcore.app import open_service
-from memcore.cli import app, run, settings_of
-from memcore.daemon import Daemon, install_signal_handlers
-from memcore.settings import user_config_dir
+from memcore.app import ensure_state_dir, open_service
+from memcore.cli import app, fail, run, settings_of
+from memcore.daemon import Daemon, daemon_status, install_signal_handlers
+from memcore.settings import Settings, user_config_dir
 
 
 class _JsonFormatter(logging.Formatter):
@@ -53,8 +58,14 @@ def watch(
     json_logs: Annotated[
         bool, typer.Option("--json-logs", help="One JSON object per log line")
     ] = False,
+    detach: Annotated[
+        bool, typer.Option("--detach", help="Run in the background; return once it is watching")
+    ] = False,
 ) -> None:
     """Keep the index current: catch up with the vault, then index every change as it happens."""
+    if detach:
+        _detach(ctx, poll, json_logs)
+        return
     _configure_logging(ctx.obj.verbose, json_logs)
 
     async def job() -> None:
@@ -65,6 +76,61 @@ def watch(
             await daemon.run()
 
     run(ctx, job)
+
+
+def _detach(ctx: typer.Context, poll: bool, json_logs: bool) -> None:
+    """Start `memcore watch` as a background process and wait until it is watching."""
+    settings = run(ctx, _settings_job(ctx))
+    running = daemon_status(settings)
+    if running:
+        raise fail(
+            f"another memcore watch (pid {running['pid']}) is already watching {settings.vault}"
+        )
+    ensure_state_dir(settings)
+    log_path = settings.state_dir / "daemon.log"
+    cmd = [sys.executable, "-m", "memcore", "--vault", str(settings.vault)]
+    for key, flag in (("storage.db", "--db"), ("embedder.provider", "--embedder")):
+        if ctx.obj.overrides.get(key):
+            cmd += [flag, str(ctx.obj.overrides[key])]
+    cmd += ["watch", *(["--poll"] if poll else []), *(["--json-logs"] if json_logs else [])]
+    with log_path.open("ab") as log_file:
+        proc = subprocess.Popen(
+            cmd, stdin=subprocess.DEVNULL, stdout=log_file, stderr=log_file, start_new_session=True
+        )
+    while True:
+        info = daemon_status(settings)
+        if info and info.get("watching"):
+            typer.echo(f"memcore watch is running (pid {proc.pid}); log: {log_path}")
+            return
+        if proc.poll() is not None:
+            lines = log_path.read_text(encoding="utf-8", errors="replace").strip().splitlines()
+            raise fail(lines[-1].removeprefix("memcore: ") if lines else "memcore watch exited")
+        time.sleep(0.1)
+
+
+def _settings_job(ctx: typer.Context) -> Callable[[], Coroutine[Any, Any, Settings]]:
+    async def job() -> Settings:
+        return settings_of(ctx)
+
+    return job
+
+
+@app.command()
+def stop(ctx: typer.Context) -> None:
+    """Stop the vault's `memcore watch` (sends SIGTERM and waits for it to finish its batch)."""
+    settings = run(ctx, _settings_job(ctx))
+    info = daemon_status(settings)
+    if not info or not isinstance(info.get("pid"), int):
+        typer.echo("no memcore watch is running for this vault")
+        return
+    pid = int(str(info["pid"]))
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 60
+    while daemon_status(settings) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if daemon_status(settings):
+        raise fail(f"memcore watch (pid {pid}) did not stop within 60 s")
+    typer.echo(f"stopped memcore watch (pid {pid})")
 
 
 service_app = typer.Typer(help="Run `memcore watch` as a background service.", no_args_is_help=True)

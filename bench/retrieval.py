@@ -1,0 +1,221 @@
+"""Retrieval quality on a set in the layout of ../shared/eval (queries.jsonl + vault/).
+
+    python bench/retrieval.py --set ../shared/eval/locomo [--json]
+        [--embedder local] [--fusion adaptive] [--limit 100]
+        [--chunk-tokens 400] [--overlap-tokens 50]
+
+Indexes through the real pipeline (chunker, embedder, SQLite, FTS5) and asks every query
+through MemoryService.search. Index databases are cached under ~/.cache/memcore-eval keyed by
+set, vault and settings; the vault's own content hashes decide what is re-read, and embeddings
+are cached by text hash, so reruns and other fusion methods cost only the queries.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import json
+import math
+import os
+import re
+import statistics
+import sys
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from memcore.app import build_service
+from memcore.models import Hit
+from memcore.search import fusion
+from memcore.settings import FUSIONS, load_settings
+
+TURN_ID = re.compile(r"^\[([^\]\s]+)\]", re.MULTILINE)
+CACHE = Path(os.environ.get("MEMCORE_EVAL_CACHE", Path.home() / ".cache" / "memcore-eval"))
+
+
+@dataclass
+class Scores:
+    """Sums of per-query metrics; divided by counts at the end."""
+
+    sums: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    counts: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    latencies: list[float] = field(default_factory=list)
+
+    def add(self, name: str, value: float) -> None:
+        self.sums[name] += value
+        self.counts[name] += 1
+
+    def means(self) -> dict[str, float]:
+        return {k: round(self.sums[k] / self.counts[k], 4) for k in self.sums}
+
+
+def ranked_files(hits: list[Hit]) -> list[str]:
+    """Files in the order of their best chunk."""
+    return list(dict.fromkeys(h.path for h in hits))
+
+
+def ndcg(files: list[str], gold: dict[str, float], k: int) -> float:
+    dcg = sum(gold.get(f, 0.0) / math.log2(i + 2) for i, f in enumerate(files[:k]))
+    ideal = sorted(gold.values(), reverse=True)[:k]
+    idcg = sum(g / math.log2(i + 2) for i, g in enumerate(ideal))
+    return dcg / idcg if idcg else 0.0
+
+
+def evidence_in(text: str) -> set[str]:
+    return set(TURN_ID.findall(text))
+
+
+def within_budget(hits: list[Hit], tokens: int) -> str:
+    """The first `tokens` (chars/4) of the ranked chunks' text."""
+    budget, parts = tokens * 4, []
+    for h in hits:
+        if budget <= 0:
+            break
+        parts.append(h.text[:budget])
+        budget -= len(h.text) + 1
+    return "\n".join(parts)
+
+
+def score_query(q: dict[str, object], hits: list[Hit], scores: Scores) -> None:
+    gold_files = list(q["gold_files"])  # type: ignore[call-overload]
+    relevance = q.get("relevance")
+    gold = dict.fromkeys(gold_files, 1.0)
+    if isinstance(relevance, dict) and "gold_ids" in q:
+        by_id = dict(zip(q["gold_ids"], gold_files, strict=False))  # type: ignore[call-overload]
+        gold = {by_id[i]: float(r) for i, r in relevance.items() if i in by_id and float(r) > 0}
+    files = ranked_files(hits)
+    scores.add("hit@1", float(bool(set(files[:1]) & set(gold))))
+    scores.add("hit@5", float(bool(set(files[:5]) & set(gold))))
+    for k in (5, 10):
+        scores.add(f"recall@{k}", len(set(files[:k]) & set(gold)) / len(gold))
+    rr = next((1 / (i + 1) for i, f in enumerate(files[:10]) if f in gold), 0.0)
+    scores.add("mrr@10", rr)
+    scores.add("ndcg@10", ndcg(files, gold, 10))
+    evidence = set(q.get("evidence") or [])  # type: ignore[call-overload]
+    if evidence:
+        for k in (5, 10):
+            found = set().union(*(evidence_in(h.text) for h in hits[:k]))
+            scores.add(f"evidence_recall@{k}", len(evidence & found) / len(evidence))
+        for budget in (1000, 2000):
+            found = evidence_in(within_budget(hits, budget))
+            scores.add(f"evidence_recall@{budget}tok", len(evidence & found) / len(evidence))
+
+
+def cache_db(set_dir: Path, vault: Path, args: argparse.Namespace) -> Path:
+    parts = (
+        set_dir.resolve(),
+        vault.resolve(),
+        args.embedder,
+        args.chunk_tokens,
+        args.overlap_tokens,
+    )
+    digest = hashlib.sha256("|".join(map(str, parts)).encode()).hexdigest()[:12]
+    return CACHE / f"{set_dir.name}-{vault.name}-{digest}.db"
+
+
+async def run_vault(
+    set_dir: Path,
+    vault: Path,
+    queries: list[dict[str, object]],
+    args: argparse.Namespace,
+    scores: dict[str, Scores],
+) -> float:
+    overrides = {
+        "index.include": ("**/*.md",),
+        "index.chunk_tokens": args.chunk_tokens,
+        "index.overlap_tokens": args.overlap_tokens,
+        "embedder.provider": args.embedder,
+        "storage.db": str(cache_db(set_dir, vault, args)),
+    }
+    settings = load_settings(vault, overrides, env={})
+    CACHE.mkdir(parents=True, exist_ok=True)  # noqa: ASYNC240 - once, before any work
+    async with build_service(settings) as svc:
+        t0 = time.perf_counter()
+        report = await svc.index()
+        index_s = time.perf_counter() - t0
+        if report.failed:
+            print(f"warning: {len(report.failed)} files failed in {vault}", file=sys.stderr)
+        for q in queries:
+            if len(scores) == 1:
+                (method,) = scores
+                t0 = time.perf_counter()
+                result = await svc.search(str(q["question"]), limit=args.limit, fusion_name=method)
+                scores[method].latencies.append((time.perf_counter() - t0) * 1000)
+                score_query(q, list(result.hits), scores[method])
+                continue
+            # every method ranks the same candidates: retrieve once, fuse many times
+            t0 = time.perf_counter()
+            found = await svc.candidates(
+                str(q["question"]), args.limit * settings.search.candidates
+            )
+            elapsed = (time.perf_counter() - t0) * 1000
+            for method, sc in scores.items():
+                t1 = time.perf_counter()
+                fused = svc.fuse(found.candidates, method)
+                top = fusion.ranked(fused)[: args.limit]
+                sc.latencies.append(elapsed + (time.perf_counter() - t1) * 1000)
+                score_query(q, list(await svc.hits(found.candidates, top)), sc)
+    return index_s
+
+
+def load_queries(set_dir: Path) -> list[dict[str, object]]:
+    with (set_dir / "queries.jsonl").open(encoding="utf-8") as fh:
+        return [q for q in map(json.loads, fh) if q.get("gold_files")]
+
+
+async def evaluate(args: argparse.Namespace) -> list[dict[str, object]]:
+    set_dir: Path = args.set
+    queries = load_queries(set_dir)
+    groups: dict[str, list[dict[str, object]]] = defaultdict(list)
+    for q in queries:
+        groups[str(q.get("vault_dir") or "")].append(q)
+    default = load_settings(set_dir, env={}).search.fusion
+    methods = list(FUSIONS) if args.fusion == "all" else [args.fusion or default]
+    scores = {m: Scores() for m in methods}
+    index_s = 0.0
+    for vault_dir, qs in sorted(groups.items()):
+        vault = set_dir / "vault" / vault_dir if vault_dir else set_dir / "vault"
+        index_s += await run_vault(set_dir, vault, qs, args, scores)
+    rows = []
+    for method, sc in scores.items():
+        out: dict[str, object] = {"set": set_dir.name, "queries": len(queries)}
+        out.update(sc.means())
+        lat = sorted(sc.latencies)
+        out["index_s"] = round(index_s, 1)
+        out["query_ms_p50"] = round(statistics.median(lat), 2)
+        out["query_ms_p95"] = round(lat[min(len(lat) - 1, round(0.95 * (len(lat) - 1)))], 2)
+        out.update({"embedder": args.embedder, "fusion": method})
+        rows.append(out)
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--set", type=Path, required=True, help="folder with queries.jsonl and vault/")
+    ap.add_argument("--json", action="store_true", help="print one JSON object")
+    ap.add_argument("--embedder", default="local")
+    ap.add_argument(
+        "--fusion", default=None, help="a method, or 'all' to compare (default: configured)"
+    )
+    ap.add_argument("--limit", type=int, default=100, help="chunks retrieved per query")
+    ap.add_argument("--chunk-tokens", type=int, default=400)
+    ap.add_argument("--overlap-tokens", type=int, default=50)
+    args = ap.parse_args()
+    rows = asyncio.run(evaluate(args))
+    if args.json:
+        for row in rows:
+            print(json.dumps(row))
+        return
+    keys = [k for k in rows[0] if k not in ("set", "embedder")]
+    print(f"{rows[0]['set']} ({rows[0]['embedder']} embedder, {rows[0]['queries']} queries)")
+    print("  ".join(f"{k:>9}" for k in keys))
+    for row in rows:
+        print("  ".join(f"{row.get(k, ''):>9}" for k in keys))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,65 @@
+"""The daemon's command line: watch --detach, stop, service install."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from memcore.daemon import daemon_status
+from memcore.settings import load_settings
+from tests.support import wait_until, write
+
+
+def memcore(*args: str, vault: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "MEMCORE_EMBEDDER_PROVIDER": "static"}
+    return subprocess.run(
+        [sys.executable, "-m", "memcore", "--vault", str(vault), *args],
+        env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+
+
+def test_detach_returns_once_watching_then_stop_ends_it(vault: Path) -> None:
+    write(vault, "MEMORY.md", "# M\n\nDiveAdstra uses DX12 by default.\n")
+    started = memcore("watch", "--detach", vault=vault)
+    assert started.returncode == 0, started.stderr
+    assert started.stdout.startswith("memcore watch is running (pid ")
+    settings = load_settings(vault)
+    try:
+        assert (daemon_status(settings) or {}).get("watching") is True
+        found = memcore("search", "DX12", "--json", vault=vault)
+        assert json.loads(found.stdout)["results"][0]["path"] == "MEMORY.md"
+        write(vault, "memory/new.md", "# N\n\nadded while detached\n")
+        assert wait_until(
+            lambda: bool(
+                json.loads(memcore("search", "detached", "--json", vault=vault).stdout)["results"]
+            ),
+            timeout=20,
+        )
+        again = memcore("watch", "--detach", vault=vault)
+        assert again.returncode == 1 and "already watching" in again.stderr
+    finally:
+        stopped = memcore("stop", vault=vault)
+    assert stopped.returncode == 0 and stopped.stdout.startswith("stopped memcore watch")
+    assert daemon_status(settings) is None
+    assert "caught up with the vault" in (vault / ".memcore" / "daemon.log").read_text()
+    assert (
+        memcore("stop", vault=vault).stdout.strip() == "no memcore watch is running for this vault"
+    )
+
+
+def test_service_install_writes_a_systemd_user_unit(vault: Path, tmp_path: Path) -> None:
+    result = memcore("service", "install", vault=vault)
+    assert result.returncode == 0, result.stderr
+    unit = Path(os.environ["XDG_CONFIG_HOME"]) / "systemd" / "user" / "memcore-vault.service"
+    text = unit.read_text()
+    assert f"--vault {vault.resolve()} watch" in text and "Restart=on-failure" in text
+    assert "systemctl --user enable --now memcore-vault.service" in result.stdout
+
+
+def test_service_install_can_print_a_launchd_agent(vault: Path) -> None:
+    result = memcore("service", "install", "--launchd", "--print", vault=vault)
+    assert result.returncode == 0
+    assert "<key>ProgramArguments</key>" in result.stdout and str(vault.resolve()) in result.stdout

@@ -1,0 +1,110 @@
+"""bench/retrieval.py runs on any folder in the eval layout and reports the named metrics."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import REPO
+from tests.support import write
+
+KEYS = {
+    "hit@1", "hit@5", "recall@5", "recall@10", "mrr@10", "ndcg@10", "evidence_recall@5",
+    "evidence_recall@10", "evidence_recall@1000tok", "evidence_recall@2000tok", "queries",
+    "index_s", "query_ms_p50", "query_ms_p95",
+}  # fmt: skip
+
+
+def make_set(root: Path) -> Path:
+    conv = root / "tiny" / "vault" / "c1" / "memory"
+    write(
+        conv,
+        "session_1.md",
+        "# Session 1\n\n[D1:1] **Ann:** I adopted a beagle named Max.\n\n[D1:2] **Bob:** Cute!\n",
+    )
+    write(
+        conv,
+        "session_2.md",
+        "# Session 2\n\n[D2:1] **Ann:** We moved to Lisbon in May.\n\n[D2:2] **Bob:** Nice city.\n",
+    )
+    queries = [
+        {
+            "id": "q1",
+            "vault_dir": "c1",
+            "question": "What dog did Ann adopt?",
+            "evidence": ["D1:1"],
+            "gold_files": ["memory/session_1.md"],
+        },
+        {
+            "id": "q2",
+            "vault_dir": "c1",
+            "question": "Which city did Ann move to?",
+            "evidence": ["D2:1"],
+            "gold_files": ["memory/session_2.md"],
+        },
+    ]
+    (root / "tiny" / "queries.jsonl").write_text("\n".join(json.dumps(q) for q in queries) + "\n")
+    return root / "tiny"
+
+
+def test_harness_json_has_the_named_metrics(tmp_path: Path) -> None:
+    set_dir = make_set(tmp_path)
+    env_cache = {
+        "MEMCORE_EVAL_CACHE": str(tmp_path / "cache"),
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(tmp_path),
+    }
+    cmd = [
+        sys.executable,
+        str(REPO / "bench" / "retrieval.py"),
+        "--set",
+        str(set_dir),
+        "--json",
+        "--embedder",
+        "static",
+        "--fusion",
+        "keyword",
+    ]
+    out = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=120, env=env_cache, check=True
+    ).stdout
+    row = json.loads(out.strip().splitlines()[-1])
+    assert set(row) >= KEYS
+    assert row["queries"] == 2
+    assert row["hit@1"] == 1.0 and row["evidence_recall@10"] == 1.0
+    # a rerun reuses the cached index
+    again = json.loads(
+        subprocess.run(
+            cmd, capture_output=True, text=True, timeout=120, env=env_cache, check=True
+        ).stdout
+    )
+    assert again["hit@1"] == 1.0 and again["index_s"] < 5
+
+
+def test_harness_compares_every_fusion_in_one_run(tmp_path: Path) -> None:
+    set_dir = make_set(tmp_path)
+    env = {
+        "MEMCORE_EVAL_CACHE": str(tmp_path / "cache"),
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(tmp_path),
+    }
+    cmd = [
+        sys.executable,
+        str(REPO / "bench" / "retrieval.py"),
+        "--set",
+        str(set_dir),
+        "--json",
+        "--embedder",
+        "static",
+        "--fusion",
+        "all",
+    ]
+    lines = (
+        subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env, check=True)
+        .stdout.strip()
+        .splitlines()
+    )
+    fusions = [json.loads(line)["fusion"] for line in lines]
+    assert fusions == ["adaptive", "weighted", "rrf", "linear", "vector", "keyword"]
