@@ -155,7 +155,7 @@ async def run_vault(
             elapsed = (time.perf_counter() - t0) * 1000
             for method, sc in scores.items():
                 t1 = time.perf_counter()
-                fused = svc.fuse(found.candidates, method)
+                fused = svc.fuse(found.candidates, method, found.query_has_cjk)
                 top = fusion.ranked(fused)[: args.limit]
                 sc.latencies.append(elapsed + (time.perf_counter() - t1) * 1000)
                 score_query(q, list(await svc.hits(found.candidates, top)), sc)

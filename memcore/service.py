@@ -352,7 +352,9 @@ class MemoryService:
         mode: SearchMode = (
             "keyword" if not found.has_vectors else ("vector" if method == "vector" else "hybrid")
         )
-        scores = self.fuse(found.candidates, method if found.has_vectors else "keyword")
+        scores = self.fuse(
+            found.candidates, method if found.has_vectors else "keyword", found.query_has_cjk
+        )
         top = [(cid, sc) for cid, sc in fusion.ranked(scores) if sc >= min_score][:limit]
         hits = await self.hits(found.candidates, top)
         return SearchResult(query, hits, mode, found.warnings)
@@ -432,7 +434,9 @@ class MemoryService:
             self._embedder_down_until = time.monotonic() + EMBEDDER_RETRY_S
             return None
 
-    def fuse(self, cands: Sequence[fusion.Candidate], method: str) -> dict[int, float]:
+    def fuse(
+        self, cands: Sequence[fusion.Candidate], method: str, query_has_cjk: bool = False
+    ) -> dict[int, float]:
         """Combine both lists with a fusion method (see settings.FUSIONS)."""
         s = self.settings.search
         if method == "keyword":
@@ -444,7 +448,8 @@ class MemoryService:
         if method == "linear":
             return fusion.linear(cands, vector_weight=1 - s.keyword_weight)
         if method == "adaptive":
-            return fusion.adaptive(cands, k=s.rrf_k)
+            reads = self.embedder.reads_cjk or not query_has_cjk
+            return fusion.adaptive(cands, model_reads_query=reads)
         return fusion.weighted(cands, keyword_weight=s.keyword_weight)
 
     async def context(

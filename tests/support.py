@@ -39,6 +39,7 @@ class FakeEmbedder:
     """Deterministic in-process embedder that counts what it embeds and can fail on demand."""
 
     model_id: str = "test:hash64"
+    reads_cjk: bool = True
     batch_size: int = 16
     concurrency: int = 1
     down: bool = False

@@ -120,3 +120,34 @@ def test_fts_expression_quotes_every_term(raw: str) -> None:
 
 def test_fts_expression_is_none_without_terms() -> None:
     assert fts_match_expression("?!* -- ()") is None
+
+
+def _lists(vector_cos: list[float], bm25: list[float]) -> list[Candidate]:
+    vector = [(i, c) for i, c in enumerate(vector_cos)]
+    keyword = [(100 + i, b) for i, b in enumerate(bm25)]
+    return build_candidates(vector, keyword, cosine={100 + i: 0.0 for i in range(len(bm25))})
+
+
+def test_adaptive_trusts_keywords_more_when_vectors_are_flat() -> None:
+    informative = _lists([0.8 - 0.02 * i for i in range(20)], [10.0, 5.0])
+    flat = _lists([0.50 - 0.001 * i for i in range(20)], [10.0, 5.0])
+    assert fusion.vector_spread(informative) == pytest.approx(0.38)
+    assert fusion.adaptive_keyword_weight(informative) == pytest.approx(0.5 * 0.5)  # clamped
+    assert fusion.adaptive_keyword_weight(flat) == pytest.approx(0.5 * 4)  # clamped
+    # with flat vectors the strongest keyword hit wins; with informative ones the best vector
+    assert fusion.ranked(fusion.adaptive(flat))[0][0] == 100
+    assert fusion.ranked(fusion.adaptive(informative))[0][0] == 0
+
+
+def test_adaptive_trusts_keywords_when_the_model_cannot_read_the_query() -> None:
+    cands = _lists([0.6 - 0.015 * i for i in range(20)], [10.0])
+    reads = fusion.adaptive_keyword_weight(cands, model_reads_query=True)
+    assert fusion.adaptive_keyword_weight(cands, model_reads_query=False) == pytest.approx(
+        4 * reads
+    )
+
+
+def test_unknown_chinese_names_also_match_by_character() -> None:
+    terms = query_terms("杨昊现效力于哪里？")
+    assert {"杨", "昊", "现"} <= set(terms)  # jieba glued the name to the next character
+    assert "效" not in terms  # known words are not split

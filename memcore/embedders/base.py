@@ -33,6 +33,11 @@ class Embedder(Protocol):
     @property
     def concurrency(self) -> int: ...
 
+    @property
+    def reads_cjk(self) -> bool:
+        """False for models that cannot read Chinese/Japanese (search trusts keywords more)."""
+        ...
+
     async def embed(self, texts: Sequence[str]) -> Matrix: ...
 
     async def aclose(self) -> None: ...
@@ -54,6 +59,10 @@ class EmbeddingRunner:
     @property
     def model_id(self) -> str:
         return self.embedder.model_id
+
+    @property
+    def reads_cjk(self) -> bool:
+        return self.embedder.reads_cjk
 
     async def embed(
         self, texts: Sequence[str], progress: Callable[[int], None] | None = None

@@ -38,6 +38,7 @@ class _InProcess:
 
     model_id = ""
     concurrency = 1  # one model, all cores: parallel batches would only contend
+    reads_cjk = False  # all-MiniLM-L6-v2 was trained on English
 
     def __init__(self, batch_size: int = 32, threads: int = 0) -> None:
         self.batch_size = batch_size

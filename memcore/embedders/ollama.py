@@ -35,6 +35,8 @@ class OllamaEmbedder:
         self.keep_alive = keep_alive
         self._client: ollama.AsyncClient | None = None
 
+    reads_cjk = True  # unknown in general; bge-m3 and OpenAI models read Chinese
+
     @property
     def model_id(self) -> str:
         return f"ollama:{self.model}"

@@ -38,6 +38,8 @@ class OpenAIEmbedder:
         self._api_key = api_key or "not-needed"  # local OpenAI-compatible servers ignore it
         self._client: openai.AsyncOpenAI | None = None
 
+    reads_cjk = True  # unknown in general; bge-m3 and OpenAI models read Chinese
+
     @property
     def model_id(self) -> str:
         suffix = f"@{self.dimensions}" if self.dimensions else ""

@@ -83,33 +83,36 @@ def ranked(scores: Mapping[int, float]) -> list[tuple[int, float]]:
     return sorted(scores.items(), key=lambda kv: -kv[1])
 
 
-def _dbsf(values: Mapping[int, float]) -> dict[int, float]:
-    """Scale scores to [0, 1] over mean +- 3 standard deviations of the list."""
-    if not values:
-        return {}
-    arr = list(values.values())
-    mean = sum(arr) / len(arr)
-    std = (sum((x - mean) ** 2 for x in arr) / len(arr)) ** 0.5
-    lo, hi = mean - 3 * std, mean + 3 * std
-    if hi - lo <= 0:
-        return dict.fromkeys(values, 0.5)
-    return {cid: min(1.0, max(0.0, (v - lo) / (hi - lo))) for cid, v in values.items()}
+def vector_spread(cands: Sequence[Candidate], depth: int = 20) -> float | None:
+    """Cosine of the best vector hit minus that of the ``depth``-th: how much the list knows."""
+    scores = sorted(
+        (c.vector_score for c in cands if c.vector_rank is not None and c.vector_score is not None),
+        reverse=True,
+    )
+    if len(scores) < 2:
+        return None
+    return scores[0] - scores[min(depth, len(scores)) - 1]
 
 
-def adaptive(cands: Sequence[Candidate], k: int = 60) -> dict[int, float]:
-    """Distribution-based fusion: each list scaled by its own spread, then summed."""
-    v = _dbsf(
-        {
-            c.chunk_id: c.vector_score
-            for c in cands
-            if c.vector_rank is not None and c.vector_score is not None
-        }
-    )
-    t = _dbsf(
-        {
-            c.chunk_id: c.keyword_score
-            for c in cands
-            if c.keyword_rank is not None and c.keyword_score is not None
-        }
-    )
-    return {c.chunk_id: v.get(c.chunk_id, 0.0) + t.get(c.chunk_id, 0.0) for c in cands}
+def adaptive_keyword_weight(
+    cands: Sequence[Candidate],
+    model_reads_query: bool = True,
+    base: float = 0.5,
+    reference_spread: float = 0.15,
+) -> float:
+    """How much to trust keywords over vectors for this query.
+
+    A vector list whose top cosines are nearly flat carries little information, so the keyword
+    weight grows as the spread falls below ``reference_spread`` (clamped to 0.5x-4x). A query
+    in a script the embedder cannot read (Chinese for an English model) multiplies it by 4.
+    """
+    spread = vector_spread(cands)
+    factor = 1.0 if spread is None else min(4.0, max(0.5, reference_spread / max(spread, 1e-3)))
+    return base * factor * (1.0 if model_reads_query else 4.0)
+
+
+def adaptive(
+    cands: Sequence[Candidate], model_reads_query: bool = True, base: float = 0.5
+) -> dict[int, float]:
+    """The card's keyword rerank with a per-query keyword weight (see adaptive_keyword_weight)."""
+    return weighted(cands, adaptive_keyword_weight(cands, model_reads_query, base))

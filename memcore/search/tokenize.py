@@ -49,6 +49,12 @@ def _cjk_words(run: str, for_index: bool) -> Iterator[str]:
         # single characters too, so one-character queries find longer words that contain them
         seen = {w for w in words if len(w) == 1}
         yield from (ch for ch in run if ch not in seen)
+        return
+    # A word jieba does not know (a name, often glued to the next character: "杨昊现") may be
+    # cut differently in the text; its characters still match the indexed single characters.
+    for word in words:
+        if len(word) > 1 and word not in jb.dt.FREQ:
+            yield from word
 
 
 def segment(text: str, for_index: bool = True) -> str:
