@@ -128,6 +128,7 @@ async def run_vault(
         "index.include": ("**/*.md",),
         "index.chunk_tokens": args.chunk_tokens,
         "index.overlap_tokens": args.overlap_tokens,
+        "index.split": args.split,
         "embedder.provider": args.embedder,
         "storage.db": str(cache_db(set_dir, vault, args)),
     }
@@ -204,6 +205,7 @@ def main() -> None:
     ap.add_argument("--limit", type=int, default=100, help="chunks retrieved per query")
     ap.add_argument("--chunk-tokens", type=int, default=400)
     ap.add_argument("--overlap-tokens", type=int, default=50)
+    ap.add_argument("--split", default="window", help="window or paragraph")
     args = ap.parse_args()
     rows = asyncio.run(evaluate(args))
     if args.json:

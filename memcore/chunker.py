@@ -25,6 +25,7 @@ class ChunkerConfig:
     chunk_tokens: int = 400
     overlap_tokens: int = 50
     chars_per_token: int = 4
+    split: str = "window"  # "window": pack paragraphs up to chunk_tokens; "paragraph": one each
 
     @property
     def max_chars(self) -> int:
@@ -217,9 +218,13 @@ def _windows(units: list[_Unit], cfg: ChunkerConfig) -> list[tuple[list[_Unit], 
     size, overlap = 0, ""
     for unit in units:
         added = len(unit.text) + (len(unit.sep) if current else 0)
-        if current and size + added > cfg.max_chars:
+        new_block = cfg.split == "paragraph" and unit.sep == "\n\n"
+        only_heading = (
+            len(current) == 1 and current[0].sep == "" and current[0].text.startswith("#")
+        )
+        if current and (size + added > cfg.max_chars or (new_block and not only_heading)):
             windows.append((current, overlap))
-            overlap = _tail(_join(current), cfg.overlap_chars)
+            overlap = "" if new_block else _tail(_join(current), cfg.overlap_chars)
             current, size = [], len(overlap) + 1 if overlap else 0
             added = len(unit.text)
         current.append(unit)

@@ -91,10 +91,9 @@ class MemoryService:
         self.settings = settings
         self.store = store
         self.embedder = embedder
+        ix = settings.index
         self.chunker = ChunkerConfig(
-            settings.index.chunk_tokens,
-            settings.index.overlap_tokens,
-            settings.index.chars_per_token,
+            ix.chunk_tokens, ix.overlap_tokens, ix.chars_per_token, ix.split
         )
         self._vectors: VectorIndex | None = None
         self._pending: int | None = None  # chunks without a current vector; None = unknown

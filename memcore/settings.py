@@ -17,6 +17,7 @@ from memcore.errors import ConfigError
 
 VAULT_CONFIG = "memcore.toml"
 PROVIDERS = ("local", "static", "ollama", "openai")
+SPLITS = ("window", "paragraph")
 FUSIONS = ("adaptive", "weighted", "rrf", "linear", "vector", "keyword")
 
 
@@ -28,6 +29,7 @@ class IndexSettings:
     chunk_tokens: int = 400
     overlap_tokens: int = 50
     chars_per_token: int = 4
+    split: str = "window"
 
 
 @dataclass(frozen=True, slots=True)
@@ -298,6 +300,8 @@ def _validate(s: Settings) -> None:
         raise ConfigError(
             f"embedder.provider: {s.embedder.provider!r} is not one of {', '.join(PROVIDERS)}"
         )
+    if s.index.split not in SPLITS:
+        raise ConfigError(f"index.split: {s.index.split!r} is not one of {', '.join(SPLITS)}")
     if s.search.fusion not in FUSIONS:
         raise ConfigError(f"search.fusion: {s.search.fusion!r} is not one of {', '.join(FUSIONS)}")
     positive = {

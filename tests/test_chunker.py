@@ -148,3 +148,12 @@ def test_window_size_is_configurable() -> None:
     large = chunks_of(text, chunk_tokens=400, overlap_tokens=50)
     assert len(small) > len(large)
     assert all(len(c.text) <= 400 for c in small)
+
+
+def test_paragraph_split_gives_each_dialog_turn_its_own_chunk() -> None:
+    turns = "".join(f"[D1:{i}] **{'Ann' if i % 2 else 'Bob'}:** turn number {i}\n\n" for i in range(1, 6))
+    chunks, _ = chunk_markdown("# Session 1\n\n" + turns, "memory/s.md", ChunkerConfig(split="paragraph"))
+    assert len(chunks) == 5
+    assert chunks[0].text.startswith("# Session 1\n\n[D1:1]")  # the heading stays with the first
+    assert [c.start_line for c in chunks[1:]] == [5, 7, 9, 11]
+    assert all(c.heading_path == ("Session 1",) for c in chunks)
