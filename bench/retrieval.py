@@ -113,6 +113,8 @@ def cache_db(set_dir: Path, vault: Path, args: argparse.Namespace) -> Path:
         args.chunk_tokens,
         args.overlap_tokens,
     )
+    if getattr(args, "split", "window") != "window":  # older caches stay valid for windows
+        parts = (*parts, args.split)
     digest = hashlib.sha256("|".join(map(str, parts)).encode()).hexdigest()[:12]
     return CACHE / f"{set_dir.name}-{vault.name}-{digest}.db"
 
@@ -203,8 +205,9 @@ def main() -> None:
         "--fusion", default=None, help="a method, or 'all' to compare (default: configured)"
     )
     ap.add_argument("--limit", type=int, default=100, help="chunks retrieved per query")
-    ap.add_argument("--chunk-tokens", type=int, default=400)
-    ap.add_argument("--overlap-tokens", type=int, default=50)
+    defaults = load_settings(Path("."), env={}).index
+    ap.add_argument("--chunk-tokens", type=int, default=defaults.chunk_tokens)
+    ap.add_argument("--overlap-tokens", type=int, default=defaults.overlap_tokens)
     ap.add_argument("--split", default="window", help="window or paragraph")
     args = ap.parse_args()
     rows = asyncio.run(evaluate(args))

@@ -22,8 +22,8 @@ _FRONT_MATTER_END = ("---", "...")
 
 @dataclass(frozen=True, slots=True)
 class ChunkerConfig:
-    chunk_tokens: int = 400
-    overlap_tokens: int = 50
+    chunk_tokens: int = 200
+    overlap_tokens: int = 25
     chars_per_token: int = 4
     split: str = "window"  # "window": pack paragraphs up to chunk_tokens; "paragraph": one each
 

@@ -43,8 +43,8 @@ def test_empty_sections_produce_no_chunk() -> None:
 def test_five_thousand_word_section_is_windowed_with_overlap() -> None:
     words = [f"w{i}" for i in range(5000)]
     text = "# Long\n\n" + " ".join(words) + "\n"
-    cfg = ChunkerConfig()
-    chunks = chunks_of(text)
+    cfg = ChunkerConfig(chunk_tokens=400, overlap_tokens=50)  # the design's windows
+    chunks = chunks_of(text, chunk_tokens=400, overlap_tokens=50)
     assert len(chunks) > 10
     for c in chunks:
         assert len(c.text) <= cfg.max_chars
@@ -62,7 +62,7 @@ def test_many_paragraphs_pack_into_windows_and_carry_overlap() -> None:
     chunks = chunks_of(text)
     assert len(chunks) > 3
     assert all(c.heading_path == ("Notes",) for c in chunks)
-    assert all(len(c.text) <= 1600 for c in chunks)
+    assert all(len(c.text) <= ChunkerConfig().max_chars for c in chunks)
     for prev, cur in pairwise(chunks):
         overlap = cur.text.split("\n", 1)[0]
         assert prev.text.endswith(overlap)
@@ -75,7 +75,7 @@ def test_tables_and_lists_stay_whole_when_they_fit() -> None:
     items = "".join(f"- item {i}\n" for i in range(15))
     filler = "x " * 700
     text = f"# T\n\n{filler}\n\n{table}\n{items}"
-    chunks = chunks_of(text)
+    chunks = chunks_of(text, chunk_tokens=400, overlap_tokens=50)
     assert sum(1 for c in chunks if "| 19 | 38 |" in c.text and "| 0 | 0 |" in c.text) == 1
     assert sum(1 for c in chunks if "- item 0" in c.text and "- item 14" in c.text) == 1
 
@@ -94,7 +94,7 @@ def test_long_cjk_paragraph_without_spaces_is_split() -> None:
     text = "# 长\n\n" + "记忆系统" * 1000 + "\n"
     chunks = chunks_of(text)
     assert len(chunks) >= 3
-    assert all(len(c.text) <= 1600 for c in chunks)
+    assert all(len(c.text) <= ChunkerConfig().max_chars for c in chunks)
 
 
 def test_front_matter_keys_tags_and_date_become_metadata() -> None:
@@ -151,8 +151,12 @@ def test_window_size_is_configurable() -> None:
 
 
 def test_paragraph_split_gives_each_dialog_turn_its_own_chunk() -> None:
-    turns = "".join(f"[D1:{i}] **{'Ann' if i % 2 else 'Bob'}:** turn number {i}\n\n" for i in range(1, 6))
-    chunks, _ = chunk_markdown("# Session 1\n\n" + turns, "memory/s.md", ChunkerConfig(split="paragraph"))
+    turns = "".join(
+        f"[D1:{i}] **{'Ann' if i % 2 else 'Bob'}:** turn number {i}\n\n" for i in range(1, 6)
+    )
+    chunks, _ = chunk_markdown(
+        "# Session 1\n\n" + turns, "memory/s.md", ChunkerConfig(split="paragraph")
+    )
     assert len(chunks) == 5
     assert chunks[0].text.startswith("# Session 1\n\n[D1:1]")  # the heading stays with the first
     assert [c.start_line for c in chunks[1:]] == [5, 7, 9, 11]

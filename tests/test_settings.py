@@ -11,8 +11,8 @@ from memcore.settings import load_settings
 def test_defaults(vault: Path) -> None:
     s = load_settings(vault, env={})
     assert s.embedder.provider == "local"
-    assert s.index.chunk_tokens == 400
-    assert s.index.overlap_tokens == 50
+    assert s.index.chunk_tokens == 200
+    assert s.index.overlap_tokens == 25
     assert s.db_path == vault.resolve() / ".memcore" / "index.db"
 
 

@@ -43,8 +43,9 @@ CONFIG_TEMPLATE = """# memcore settings for this vault. Every key is optional; d
 [index]
 # include = ["MEMORY.md", "memory.md", "memory/**/*.md"]
 # exclude = []
-# chunk_tokens = 400
-# overlap_tokens = 50
+# chunk_tokens = 200
+# overlap_tokens = 25
+# split = "window"     # window: pack paragraphs up to chunk_tokens; paragraph: one chunk each
 
 [embedder]
 # provider = "local"   # local (MiniLM int8 ONNX), static (model2vec), ollama
