@@ -49,42 +49,9 @@ def make_set(root: Path) -> Path:
     return root / "tiny"
 
 
-def test_harness_json_has_the_named_metrics(tmp_path: Path) -> None:
-    set_dir = make_set(tmp_path)
-    env_cache = {
-        "MEMCORE_EVAL_CACHE": str(tmp_path / "cache"),
-        "PATH": "/usr/bin:/bin",
-        "HOME": str(tmp_path),
-    }
-    cmd = [
-        sys.executable,
-        str(REPO / "bench" / "retrieval.py"),
-        "--set",
-        str(set_dir),
-        "--json",
-        "--embedder",
-        "static",
-        "--fusion",
-        "keyword",
-    ]
-    out = subprocess.run(
-        cmd, capture_output=True, text=True, timeout=120, env=env_cache, check=True
-    ).stdout
-    row = json.loads(out.strip().splitlines()[-1])
-    assert set(row) >= KEYS
-    assert row["queries"] == 2
-    assert row["hit@1"] == 1.0 and row["evidence_recall@10"] == 1.0
-    # a rerun reuses the cached index
-    again = json.loads(
-        subprocess.run(
-            cmd, capture_output=True, text=True, timeout=120, env=env_cache, check=True
-        ).stdout
-    )
-    assert again["hit@1"] == 1.0 and again["index_s"] < 5
-
-
-def test_harness_compares_every_fusion_in_one_run(tmp_path: Path) -> None:
-    set_dir = make_set(tmp_path)
+def run_harness(tmp_path: Path, *extra: str) -> list[dict[str, object]]:
+    """Run bench/retrieval.py on the tiny set with the static model; one dict per JSON line."""
+    set_dir = make_set(tmp_path) if not (tmp_path / "tiny").exists() else tmp_path / "tiny"
     env = {
         "MEMCORE_EVAL_CACHE": str(tmp_path / "cache"),
         "PATH": "/usr/bin:/bin",
@@ -98,13 +65,30 @@ def test_harness_compares_every_fusion_in_one_run(tmp_path: Path) -> None:
         "--json",
         "--embedder",
         "static",
-        "--fusion",
-        "all",
+        *extra,
     ]
-    lines = (
-        subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env, check=True)
-        .stdout.strip()
-        .splitlines()
-    )
-    fusions = [json.loads(line)["fusion"] for line in lines]
-    assert fusions == ["adaptive", "weighted", "rrf", "linear", "vector", "keyword"]
+    out = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=120, env=env, check=True
+    ).stdout
+    return [json.loads(line) for line in out.strip().splitlines()]
+
+
+def test_harness_json_has_the_named_metrics(tmp_path: Path) -> None:
+    (row,) = run_harness(tmp_path, "--fusion", "keyword")
+    assert set(row) >= KEYS
+    assert row["queries"] == 2
+    assert row["hit@1"] == 1.0 and row["evidence_recall@10"] == 1.0
+    (again,) = run_harness(tmp_path, "--fusion", "keyword")  # a rerun reuses the cached index
+    assert again["hit@1"] == 1.0 and float(again["index_s"]) < 5  # type: ignore[arg-type]
+
+
+def test_harness_compares_every_fusion_in_one_run(tmp_path: Path) -> None:
+    rows = run_harness(tmp_path, "--fusion", "all")
+    assert [r["fusion"] for r in rows] == [
+        "adaptive",
+        "weighted",
+        "rrf",
+        "linear",
+        "vector",
+        "keyword",
+    ]
