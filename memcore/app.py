@@ -60,12 +60,20 @@ def ensure_state_dir(settings: Settings) -> None:
     """Create <vault>/.memcore, which ignores itself in git."""
     if not settings.vault.is_dir():
         raise VaultError(f"vault folder {settings.vault} does not exist")
-    settings.state_dir.mkdir(exist_ok=True)
-    ignore = settings.state_dir / ".gitignore"
-    if not ignore.exists():
-        ignore.write_text(
-            "# memcore's index: rebuilt from the Markdown with `memcore reindex`\n*\n"
-        )
+    if settings.storage.db and not settings.state_dir.exists():
+        return  # the index lives elsewhere; leave a read-only vault untouched
+    try:
+        settings.state_dir.mkdir(exist_ok=True)
+        ignore = settings.state_dir / ".gitignore"
+        if not ignore.exists():
+            ignore.write_text(
+                "# memcore's index: rebuilt from the Markdown with `memcore reindex`\n*\n"
+            )
+    except OSError as exc:
+        raise VaultError(
+            f"cannot create {settings.state_dir} ({exc.strerror}); "
+            "use --db to keep the index elsewhere"
+        ) from exc
 
 
 @asynccontextmanager

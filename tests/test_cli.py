@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -136,3 +137,24 @@ def test_unreachable_ollama_degrades_to_keyword_search(
     data = json.loads(out)
     assert data["mode"] == "keyword" and data["results"][0]["path"] == "MEMORY.md"
     assert "keyword results only" in err
+
+
+def test_searching_an_unindexed_vault_says_how_to_fix_it(static_vault: Path) -> None:
+    code, out, err = cli("--vault", str(static_vault), "search", "DX12")
+    assert code == 0 and out.strip() == "no matches"
+    assert "the index is empty; run `memcore index`" in err
+
+
+def test_read_only_vault_needs_db_elsewhere(static_vault: Path, tmp_path: Path) -> None:
+    static_vault.chmod(0o555)
+    try:
+        code, _, err = cli("--vault", str(static_vault), "index")
+        if os.geteuid() != 0:  # root may write anyway
+            assert code == 1 and "use --db to keep the index elsewhere" in err
+        code, out, err = cli(
+            "--vault", str(static_vault), "--db", str(tmp_path / "i.db"), "index", "--json"
+        )
+        assert code == 0, err
+        assert json.loads(out)["files_indexed"] == 2
+    finally:
+        static_vault.chmod(0o755)

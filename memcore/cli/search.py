@@ -5,7 +5,8 @@ from __future__ import annotations
 import datetime as dt
 import json
 import textwrap
-from typing import Annotated
+from collections.abc import Callable, Coroutine
+from typing import Annotated, Any
 
 import typer
 
@@ -74,12 +75,23 @@ def search(
         return
     if not result.hits:
         typer.echo("no matches")
+        if not run(ctx, _index_is_empty(ctx)):
+            return
+        typer.echo("memcore: the index is empty; run `memcore index` or `memcore watch`", err=True)
         return
     for n, hit in enumerate(result.hits, 1):
         heading = f"  {hit.heading}" if hit.heading else ""
         typer.echo(f"{n}. {hit.path}:{hit.start_line}-{hit.end_line}{heading}  ({hit.score:.3f})")
         body = textwrap.shorten(" ".join(hit.text.split()), 300, placeholder=" ...")
         typer.echo(textwrap.indent(textwrap.fill(body, 96), "   "))
+
+
+def _index_is_empty(ctx: typer.Context) -> Callable[[], Coroutine[Any, Any, bool]]:
+    async def job() -> bool:
+        async with open_service(settings_of(ctx)) as service:
+            return (await service.status()).files == 0
+
+    return job
 
 
 @app.command()
