@@ -83,6 +83,9 @@ class OnnxMiniLMEmbedder(_InProcess):
         opts.intra_op_num_threads = self.threads
         opts.inter_op_num_threads = 1
         opts.log_severity_level = 3
+        # Idle worker threads would spin for a while after each run and take the cores from
+        # the vector and full-text search that follow the query embedding.
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
         try:
             self._session: Any = ort.InferenceSession(
                 str(_asset(self.folder, "model.onnx")), opts, providers=["CPUExecutionProvider"]
