@@ -79,8 +79,8 @@ def main() -> None:
         env=env, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     try:
-        wait(lambda: (vault / ".memcore" / "daemon.json").exists() and db.exists(), 60)
-        time.sleep(1.0)
+        status = vault / ".memcore" / "daemon.json"
+        wait(lambda: status.exists() and '"watching": true' in status.read_text(), 60)
         files = sorted(p for p in vault.rglob("*.md") if ".memcore" not in p.parts)
         rng = random.Random(1)
         lat: list[float] = []

@@ -138,34 +138,37 @@ class Daemon:
     # ---- main ------------------------------------------------------------------------------
 
     async def run(self) -> None:
-        """Reconcile, watch, and index until stopped. Holds the vault lock throughout."""
+        """Watch, catch up, and index until stopped. Holds the vault lock throughout.
+
+        The watcher starts before the catch-up scan, so a save made during the scan is queued
+        rather than lost; files the scan already indexed are skipped by content hash.
+        """
         with vault_lock(self.settings):
             self._publish()
-            report = await self.service.index(stop=self.stop)
-            log.info("caught up with the vault: %s", describe(report))
-            self._after_batch(report)
-            if self.stop.is_set():
-                return
             loop = asyncio.get_running_loop()
             s = self.settings
-            self._watcher = VaultWatcher(
+            watcher = VaultWatcher(
                 s.vault, s.index.include, s.index.exclude, loop, self._on_path,
                 self._on_rescan, self.force_polling, s.watch.poll_interval_s, self.native_observer,
             )  # fmt: skip
-            await asyncio.to_thread(self._watcher.start)
-            mode = "polling" if self._watcher.polling else "native events"
-            log.info("watching %s (%d folders, %s)", s.vault, self._watcher.watch_count, mode)
-            self._publish()
+            await asyncio.to_thread(watcher.start)
             try:
-                async with asyncio.TaskGroup() as tg:
-                    flusher = tg.create_task(self._flush_loop())
-                    retry = tg.create_task(self._retry_pending_loop())
-                    await self.stop.wait()
-                    retry.cancel()
-                    self._wake.set()
-                    await flusher
+                report = await self.service.index(stop=self.stop)
+                log.info("caught up with the vault: %s", describe(report))
+                self._watcher = watcher
+                self._after_batch(report)
+                mode = "polling" if watcher.polling else "native events"
+                log.info("watching %s (%d folders, %s)", s.vault, watcher.watch_count, mode)
+                if not self.stop.is_set():
+                    async with asyncio.TaskGroup() as tg:
+                        flusher = tg.create_task(self._flush_loop())
+                        retry = tg.create_task(self._retry_pending_loop())
+                        await self.stop.wait()
+                        retry.cancel()
+                        self._wake.set()
+                        await flusher
             finally:
-                await asyncio.to_thread(self._watcher.stop)
+                await asyncio.to_thread(watcher.stop)
         log.info("stopped")
 
     async def _flush_loop(self) -> None:

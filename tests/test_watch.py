@@ -332,3 +332,31 @@ def test_second_watch_process_is_refused_with_one_line(vault: Path) -> None:
         first.send_signal(signal.SIGINT)
         first.communicate(timeout=30)
     assert first.returncode == 0
+
+
+async def test_a_save_during_the_start_up_catch_up_is_not_lost(
+    vault: Path, settings: Settings
+) -> None:
+    s = fast(settings)
+    write(vault, "memory/old.md", "# Old\n\nindexed by the catch-up\n")
+    gate, entered = asyncio.Event(), asyncio.Event()
+
+    class Gated(FakeEmbedder):
+        async def embed(self, texts):  # type: ignore[no-untyped-def]
+            entered.set()
+            await gate.wait()  # the catch-up is in progress until the test opens the gate
+            return await super().embed(texts)
+
+    async with make_service(s, Gated()) as svc:
+        daemon = Daemon(s, svc, asyncio.Event())
+        task = asyncio.create_task(daemon.run())
+        await asyncio.wait_for(entered.wait(), 10)
+        await asyncio.sleep(0.2)  # the watcher is live before the catch-up starts
+        write(vault, "memory/during.md", "# During\n\nsaved while the daemon was catching up\n")
+        await asyncio.sleep(0.2)
+        gate.set()
+        try:
+            await until(lambda: set(indexed(s)) == {"memory/old.md", "memory/during.md"})
+        finally:
+            daemon.stop.set()
+            await asyncio.wait_for(task, 10)
