@@ -212,7 +212,8 @@ class MemoryService:
             return
         await self._attach_vectors(prepared, tally)
         for item in prepared:
-            old = await self.store.chunk_ids_of([item.state.path]) if self._vectors else []
+            loaded = self._vectors is not None
+            old = await self.store.chunk_ids_of([item.state.path]) if loaded else []
             ids = await self.store.replace_file(
                 item.state, item.chunks, item.fts, item.vectors, self.model_id
             )
