@@ -30,12 +30,13 @@ from memcore.models import (
     SearchResult,
 )
 from memcore.planner import plan_changes
+from memcore.prompt import relevant_memories
 from memcore.search import fusion
 from memcore.search.tokenize import fts_match_expression, has_cjk, segment
 from memcore.search.vectors import VectorIndex
 from memcore.settings import Settings
 from memcore.storage.base import Store
-from memcore.vault import content_hash, is_memory_path, read_memory_file, scan_vault
+from memcore.vault import content_hash, read_memory_file, scan_vault, stat_memory_files
 
 log = logging.getLogger(__name__)
 
@@ -143,7 +144,7 @@ class MemoryService:
             disk = (
                 scan_vault(s.vault, s.index.include, s.index.exclude)
                 if paths is None
-                else self._stat_paths(paths)
+                else stat_memory_files(s.vault, paths, s.index.include, s.index.exclude)
             )
             states = await self.store.file_states()
             plan = plan_changes(
@@ -179,23 +180,6 @@ class MemoryService:
             elapsed_ms=(time.perf_counter() - started) * 1000,
             warnings=tuple(dict.fromkeys(tally.warnings)),
         )
-
-    def _stat_paths(self, paths: Collection[str]) -> list[DiskFile]:
-        s = self.settings
-        out = []
-        for path in paths:
-            if not is_memory_path(path, s.index.include, s.index.exclude):
-                continue
-            full = s.vault / path
-            try:
-                if full.is_symlink() and not full.resolve().is_relative_to(s.vault.resolve()):
-                    continue
-                st = full.stat()
-            except OSError:
-                continue
-            if full.is_file():
-                out.append(DiskFile(path, st.st_size, st.st_mtime_ns))
-        return out
 
     async def _index_batch(
         self, files: Sequence[DiskFile], states: dict[str, FileState], tally: _Tally
@@ -439,35 +423,15 @@ class MemoryService:
     ) -> dict[int, float]:
         """Combine both lists with a fusion method (see settings.FUSIONS)."""
         s = self.settings.search
-        if method == "keyword":
-            return {c.chunk_id: c.keyword_score or 0.0 for c in cands if c.keyword_rank}
-        if method == "vector":
-            return {c.chunk_id: c.vector_score or 0.0 for c in cands if c.vector_rank}
-        if method == "rrf":
-            return fusion.rrf(cands, k=s.rrf_k)
-        if method == "linear":
-            return fusion.linear(cands, vector_weight=1 - s.keyword_weight)
-        if method == "adaptive":
-            reads = self.embedder.reads_cjk or not query_has_cjk
-            return fusion.adaptive(cands, model_reads_query=reads)
-        return fusion.weighted(cands, keyword_weight=s.keyword_weight)
+        reads = self.embedder.reads_cjk or not query_has_cjk
+        return fusion.fuse(cands, method, s.keyword_weight, s.rrf_k, model_reads_query=reads)
 
     async def context(
         self, query: str, limit: int = 3, filters: SearchFilters | None = None
     ) -> str:
         """A "## Relevant Memories" block for a prompt (empty string when nothing matches)."""
         result = await self.search(query, limit=limit, filters=filters)
-        if not result.hits:
-            return ""
-        lines = ["## Relevant Memories"]
-        for n, hit in enumerate(result.hits, 1):
-            date = f"[{hit.date}] " if hit.date else ""
-            title = f"{hit.heading}: " if hit.heading else ""
-            body = " ".join(hit.text.split())
-            if len(body) > 600:
-                body = body[:600].rsplit(" ", 1)[0] + " ..."
-            lines.append(f"{n}. {date}{title}{body} ({hit.path}:{hit.start_line}-{hit.end_line})")
-        return "\n".join(lines) + "\n"
+        return relevant_memories(result.hits)
 
     # ---- status ---------------------------------------------------------------------------
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import stat
 from collections.abc import Iterable, Iterator
 from functools import lru_cache
 from pathlib import Path
@@ -97,8 +98,28 @@ def scan_vault(root: Path, include: Iterable[str], exclude: Iterable[str]) -> li
     return sorted(_walk(root, include, exclude), key=lambda f: f.path)
 
 
+def _disk_file(root: Path, rel: str) -> DiskFile | None:
+    """Stat one vault file; None if it is gone, not a file, or a link out of the vault."""
+    full = root / rel
+    try:
+        if full.is_symlink() and not full.resolve().is_relative_to(root.resolve()):
+            return None
+        st = full.stat()
+    except OSError:
+        return None  # vanished between listing and stat
+    return DiskFile(rel, st.st_size, st.st_mtime_ns) if stat.S_ISREG(st.st_mode) else None
+
+
+def stat_memory_files(
+    root: Path, paths: Iterable[str], include: Iterable[str], exclude: Iterable[str]
+) -> list[DiskFile]:
+    """The named vault-relative paths that are memory files on disk now (for watch events)."""
+    include, exclude = tuple(include), tuple(exclude)
+    found = (_disk_file(root, p) for p in paths if is_memory_path(p, include, exclude))
+    return [f for f in found if f is not None]
+
+
 def _walk(root: Path, include: tuple[str, ...], exclude: tuple[str, ...]) -> Iterator[DiskFile]:
-    real_root = root.resolve()
     for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
         rel_dir = Path(dirpath).relative_to(root).as_posix()
         rel_dir = "" if rel_dir == "." else rel_dir
@@ -112,14 +133,9 @@ def _walk(root: Path, include: tuple[str, ...], exclude: tuple[str, ...]) -> Ite
             rel = f"{rel_dir}/{name}".lstrip("/")
             if not is_memory_path(rel, include, exclude):
                 continue
-            full = Path(dirpath, name)
-            try:
-                if full.is_symlink() and not full.resolve().is_relative_to(real_root):
-                    continue
-                st = full.stat()
-            except OSError:
-                continue  # vanished between listing and stat
-            yield DiskFile(rel, st.st_size, st.st_mtime_ns)
+            found = _disk_file(root, rel)
+            if found is not None:
+                yield found
 
 
 def content_hash(data: bytes) -> str:

@@ -151,3 +151,23 @@ def test_unknown_chinese_names_also_match_by_character() -> None:
     terms = query_terms("杨昊现效力于哪里？")
     assert {"杨", "昊", "现"} <= set(terms)  # jieba glued the name to the next character
     assert "效" not in terms  # known words are not split
+
+
+def test_relevant_memories_block_shortens_long_text_and_cites_lines() -> None:
+    from memcore.models import Hit
+    from memcore.prompt import relevant_memories
+
+    long = "word " * 300
+    hits = [
+        Hit(1, "memory/a.md", 3, 9, "Fixes > DX12", 0.9, long, date="2024-10-01"),
+        Hit(2, "MEMORY.md", 1, 2, "", 0.5, "short"),
+    ]
+    block = relevant_memories(hits)
+    lines = block.splitlines()
+    assert lines[0] == "## Relevant Memories"
+    assert lines[1].startswith("1. [2024-10-01] Fixes > DX12: word word") and lines[1].endswith(
+        " ... (memory/a.md:3-9)"
+    )
+    assert len(lines[1]) < 700
+    assert lines[2] == "2. short (MEMORY.md:1-2)"
+    assert relevant_memories([]) == ""

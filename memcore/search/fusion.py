@@ -116,3 +116,24 @@ def adaptive(
 ) -> dict[int, float]:
     """The card's keyword rerank with a per-query keyword weight (see adaptive_keyword_weight)."""
     return weighted(cands, adaptive_keyword_weight(cands, model_reads_query, base))
+
+
+def fuse(
+    cands: Sequence[Candidate],
+    method: str,
+    keyword_weight: float = 0.3,
+    rrf_k: int = 60,
+    model_reads_query: bool = True,
+) -> dict[int, float]:
+    """Scores by a named method: adaptive, weighted, rrf, linear, vector or keyword."""
+    if method == "keyword":
+        return {c.chunk_id: c.keyword_score or 0.0 for c in cands if c.keyword_rank}
+    if method == "vector":
+        return {c.chunk_id: c.vector_score or 0.0 for c in cands if c.vector_rank}
+    if method == "rrf":
+        return rrf(cands, k=rrf_k)
+    if method == "linear":
+        return linear(cands, vector_weight=1 - keyword_weight)
+    if method == "adaptive":
+        return adaptive(cands, model_reads_query=model_reads_query)
+    return weighted(cands, keyword_weight=keyword_weight)
