@@ -26,6 +26,8 @@ CONFINED = {
 PURE = {
     "chunker.py",
     "planner.py",
+    "prompt.py",
+    "debounce.py",
     "search/vectors.py",
     "search/fusion.py",
     "search/tokenize.py",
