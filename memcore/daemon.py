@@ -210,10 +210,10 @@ class Daemon:
         delay = base
         while True:
             await asyncio.sleep(delay)
-            if (await self.service.store.count_pending(self.service.model_id)) == 0:
+            report = await self.service.fill_pending()  # a count, when nothing is pending
+            if not report.chunks_pending and not report.chunks_embedded:
                 delay = base
                 continue
-            report = await self.service.fill_pending()
             if report.chunks_pending:
                 delay = min(delay * 2, 600.0)
                 log.info(

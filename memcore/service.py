@@ -362,14 +362,14 @@ class MemoryService:
         vector: list[tuple[int, float]] = []
         cosine: dict[int, float] = {}
         if use_vectors:
-            index = await self._vector_index()
-            allowed = await self.store.filtered_ids(filters) if filters.active else None
             qvec = query_vector
             if qvec is None and query.strip():
                 qvec = await self._embed_query(query, warnings)
-            if qvec is not None and len(index) == 0:
+            index = await self._vector_index() if qvec is not None else None
+            if index is not None and len(index) == 0:
                 warnings.append("no vectors indexed yet; keyword results only")
-            if qvec is not None and len(index):
+            elif index is not None and qvec is not None:
+                allowed = await self.store.filtered_ids(filters) if filters.active else None
                 vector = index.search(qvec, n, allowed)
                 cosine = index.similarity(qvec, [cid for cid, _ in keyword])
             if self._pending is None:

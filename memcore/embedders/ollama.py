@@ -35,7 +35,7 @@ class OllamaEmbedder:
         self.keep_alive = keep_alive
         self._client: ollama.AsyncClient | None = None
 
-    reads_cjk = True  # unknown in general; bge-m3 and OpenAI models read Chinese
+    reads_cjk = True  # depends on the model (bge-m3 does); assume it reads the query
 
     @property
     def model_id(self) -> str:

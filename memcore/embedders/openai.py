@@ -38,7 +38,7 @@ class OpenAIEmbedder:
         self._api_key = api_key or "not-needed"  # local OpenAI-compatible servers ignore it
         self._client: openai.AsyncOpenAI | None = None
 
-    reads_cjk = True  # unknown in general; bge-m3 and OpenAI models read Chinese
+    reads_cjk = True  # OpenAI's embedding models are multilingual
 
     @property
     def model_id(self) -> str:
