@@ -17,6 +17,22 @@ from memcore.vault import text_hash
 
 _HASHTAG = re.compile(r"(?<![\w/#&])#([^\W\d_][\w\-/]*)")
 _DATE_IN_NAME = re.compile(r"(\d{4}-\d{2}-\d{2})")
+# "Date: 2023/05/21 (Sun) 19:50", "**Date:** 8 May, 2023" near the top of a file
+_DATE_LINE = re.compile(r"^\s*(?:[*_]{1,2})?date(?:[*_]{1,2})?\s*:\s*(?:[*_]{1,2})?(.+)$", re.I)
+_ISO_DAY = re.compile(r"\b(\d{4})[-/.](\d{1,2})[-/.](\d{1,2})\b")
+_DAY_MONTH_YEAR = re.compile(r"\b(\d{1,2})(?:st|nd|rd|th)?\s+([A-Za-z]{3,9})\.?,?\s+(\d{4})\b")
+_MONTH_DAY_YEAR = re.compile(r"\b([A-Za-z]{3,9})\.?\s+(\d{1,2})(?:st|nd|rd|th)?,?\s+(\d{4})\b")
+_MONTHS = {
+    m: i
+    for i, m in enumerate(
+        ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"),
+        start=1,
+    )
+}
+DATE_LINE_SCAN = 6  # non-blank body lines searched for a "Date:" line
+
+# Bump when a change here alters the chunks of unchanged files: indexes re-chunk on next run.
+CHUNKER_VERSION = 2
 _FRONT_MATTER_END = ("---", "...")
 
 
@@ -100,8 +116,45 @@ def _front_matter_tags(meta: dict[str, Any]) -> tuple[str, ...]:
     return tuple(str(t).lstrip("#") for t in raw if str(t).strip())
 
 
-def file_date(path: str, meta: dict[str, Any], fallback: str | None) -> str | None:
-    """The date a memory file is about: front matter, then a YYYY-MM-DD file name, then mtime."""
+def parse_day(text: str) -> str | None:
+    """The calendar day in a free-form date ("2023/05/21 (Sun)", "8 May, 2023", "May 8th 2023")
+    as YYYY-MM-DD, or None."""
+    m = _ISO_DAY.search(text)
+    if m:
+        y, mo, d = int(m[1]), int(m[2]), int(m[3])
+    else:
+        m = _DAY_MONTH_YEAR.search(text)
+        if m:
+            d, mo, y = int(m[1]), _MONTHS.get(m[2][:3].lower(), 0), int(m[3])
+        else:
+            m = _MONTH_DAY_YEAR.search(text)
+            if not m:
+                return None
+            mo, d, y = _MONTHS.get(m[1][:3].lower(), 0), int(m[2]), int(m[3])
+    try:
+        return dt.date(y, mo, d).isoformat()
+    except ValueError:
+        return None
+
+
+def _date_line(body: str) -> str | None:
+    """The day of a "Date: ..." line among the first few non-blank lines of the body."""
+    seen = 0
+    for line in body.split("\n"):
+        if not line.strip():
+            continue
+        m = _DATE_LINE.match(line)
+        if m:
+            return parse_day(m.group(1))
+        seen += 1
+        if seen >= DATE_LINE_SCAN:
+            return None
+    return None
+
+
+def file_date(path: str, meta: dict[str, Any], fallback: str | None, body: str = "") -> str | None:
+    """The date a memory file is about: front matter, then a YYYY-MM-DD file name, then a
+    "Date:" line at the top of the body, then ``fallback`` (the file's mtime)."""
     for key in ("date", "created", "created_at"):
         value = meta.get(key)
         if isinstance(value, str) and re.match(r"\d{4}-\d{2}-\d{2}", value):
@@ -109,7 +162,7 @@ def file_date(path: str, meta: dict[str, Any], fallback: str | None) -> str | No
     m = _DATE_IN_NAME.search(path.rsplit("/", 1)[-1])
     if m:
         return m.group(1)
-    return fallback
+    return _date_line(body) or fallback
 
 
 def _inline_tags(tokens: list[Token], start: int, end: int) -> frozenset[str]:
@@ -249,7 +302,7 @@ def chunk_markdown(
     meta, fm_lines, fm_error = split_front_matter(text)
     body = "\n".join(text.split("\n")[fm_lines:])
     fm_tags = _front_matter_tags(meta)
-    date = file_date(path, meta, fallback_date)
+    date = file_date(path, meta, fallback_date, body)
     budget = max(cfg.max_chars - cfg.overlap_chars - 1, cfg.chars_per_token)
     chunks: list[Chunk] = []
     for section in _sections(body, fm_lines, budget):

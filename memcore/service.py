@@ -14,7 +14,7 @@ from typing import Self
 import numpy as np
 import numpy.typing as npt
 
-from memcore.chunker import ChunkerConfig, chunk_markdown
+from memcore.chunker import CHUNKER_VERSION, ChunkerConfig, chunk_markdown
 from memcore.embedders.base import EmbeddingRunner
 from memcore.errors import EmbedderError, VaultError
 from memcore.models import (
@@ -43,6 +43,7 @@ log = logging.getLogger(__name__)
 Progress = Callable[[str, int, int], None]  # (phase, done, total)
 FILES_PER_BATCH = 32  # files chunked and embedded together; each is still its own transaction
 PENDING_BATCH = 256
+CHUNKING_KEY = "chunking"  # meta key: the chunker version and settings the index was built with
 EMBEDDER_RETRY_S = 30.0  # how long indexing skips a failed embedder before trying it again
 
 
@@ -96,6 +97,10 @@ class MemoryService:
         self.chunker = ChunkerConfig(
             ix.chunk_tokens, ix.overlap_tokens, ix.chars_per_token, ix.split
         )
+        self._chunking = (
+            f"v{CHUNKER_VERSION} {ix.chunk_tokens}/{ix.overlap_tokens} x{ix.chars_per_token} "
+            f"{ix.split}"
+        )
         self._vectors: VectorIndex | None = None
         self._pending: int | None = None  # chunks without a current vector; None = unknown
         # After a failure, indexing stops calling the embedder until this monotonic time, so
@@ -147,6 +152,17 @@ class MemoryService:
                 else stat_memory_files(s.vault, paths, s.index.include, s.index.exclude)
             )
             states = await self.store.file_states()
+            # Chunk settings or the chunker itself changed since the last full run: re-chunk
+            # everything (chunk texts that come out the same keep their cached vectors).
+            rechunk = (
+                not full
+                and paths is None
+                and bool(states)
+                and await self.store.get_meta(CHUNKING_KEY) != self._chunking
+            )
+            full = full or rechunk
+            if not states:  # a new index is built with the current chunking from its first file
+                await self.store.set_meta(CHUNKING_KEY, self._chunking)
             plan = plan_changes(
                 disk, states, full=full, scope=None if paths is None else set(paths)
             )
@@ -155,6 +171,10 @@ class MemoryService:
                 rebuild=full,
                 embedder_down=time.monotonic() < self._embedder_down_until,
             )
+            if rechunk:
+                tally.warnings.append(
+                    f"chunking changed ({self._chunking}): re-chunking all {len(disk)} files"
+                )
             total = len(plan.to_read)
             stopped = stop.is_set if stop is not None else lambda: False
             for start in range(0, total, FILES_PER_BATCH):
@@ -169,6 +189,8 @@ class MemoryService:
             if not tally.embedder_down and not stopped():
                 await self._fill_pending(tally, progress, stop)
             pending = self._pending = await self.store.count_pending(self.model_id)
+            if paths is None and not stopped():
+                await self.store.set_meta(CHUNKING_KEY, self._chunking)
         return IndexReport(
             indexed=tuple(tally.indexed),
             unchanged=tally.unchanged,

@@ -2,7 +2,9 @@ from __future__ import annotations
 
 from itertools import pairwise
 
-from memcore.chunker import ChunkerConfig, chunk_markdown, split_front_matter
+import pytest
+
+from memcore.chunker import ChunkerConfig, chunk_markdown, parse_day, split_front_matter
 
 
 def chunks_of(text: str, path: str = "memory/note.md", **cfg: int):  # type: ignore[no-untyped-def]
@@ -116,6 +118,39 @@ def test_date_comes_from_daily_note_file_name_then_fallback() -> None:
     undated, _ = chunk_markdown("text\n", "memory/topic.md", fallback_date="2020-01-01")
     assert dated[0].date == "2024-05-02"
     assert undated[0].date == "2020-01-01"
+
+
+@pytest.mark.parametrize(
+    ("text", "day"),
+    [
+        ("2023/05/21 (Sun) 19:50", "2023-05-21"),
+        ("2023-5-1", "2023-05-01"),
+        ("1:56 pm on 8 May, 2023", "2023-05-08"),
+        ("May 8th, 2023", "2023-05-08"),
+        ("Sept. 3 2021", "2021-09-03"),
+        ("2023-02-30", None),  # no such day
+        ("someday soon", None),
+        ("32 May 2023", None),
+    ],
+)
+def test_parse_day_reads_common_free_form_dates(text: str, day: str | None) -> None:
+    assert parse_day(text) == day
+
+
+def test_date_line_at_the_top_dates_a_file_without_other_date() -> None:
+    session = "# Session 3\n\n**Date:** 1:56 pm on 8 May, 2023\n\nUser: hi\n"
+    chunks, _ = chunk_markdown(session, "memory/session-3.md", fallback_date="2020-01-01")
+    assert {c.date for c in chunks} == {"2023-05-08"}
+    # front matter and a dated file name still win over the line
+    fm = "---\ndate: 2024-01-02\n---\nDate: 2023/05/21\n\ntext\n"
+    assert chunk_markdown(fm, "memory/x.md")[0][0].date == "2024-01-02"
+    named, _ = chunk_markdown("Date: 2023/05/21\n\ntext\n", "memory/2024-05-02.md")
+    assert named[0].date == "2024-05-02"
+    # a "Date:" line deep in the body is content, not the file's date
+    deep = "".join(f"para {i}\n\n" for i in range(8)) + "Date: 2023/05/21\n"
+    assert chunk_markdown(deep, "memory/x.md", fallback_date="2020-01-01")[0][0].date == (
+        "2020-01-01"
+    )
 
 
 def test_hashtags_in_code_are_not_tags() -> None:

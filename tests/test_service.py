@@ -186,6 +186,50 @@ async def test_model_change_reembeds_instead_of_mixing_vector_spaces(
     assert back.calls == 0 and report.chunks_pending == 0
 
 
+async def test_chunk_setting_change_rechunks_and_reuses_unchanged_vectors(
+    vault: Path, settings: Settings
+) -> None:
+    write(vault, "MEMORY.md", "# Short\n\nA small note.\n")
+    long_para = " ".join(f"word{i}" for i in range(500))  # ~4k chars: several windows at any size
+    write(vault, "memory/long.md", f"# Long\n\n{long_para}\n")
+    first = FakeEmbedder()
+    async with make_service(settings, first) as svc:
+        await svc.index()
+    before = db_rows(settings, "SELECT count(*) FROM memory_chunks")[0][0]
+    smaller = load_settings(
+        vault, overrides={"index.chunk_tokens": 100, "index.overlap_tokens": 10}
+    )
+    second = FakeEmbedder()
+    async with make_service(smaller, second) as svc:
+        report = await svc.index()
+        assert any("chunking changed" in w for w in report.warnings)
+        assert sorted(report.indexed) == ["MEMORY.md", "memory/long.md"]
+        # the short note's chunk text is unchanged: its cached vector is reused
+        assert "# Short\n\nA small note." not in "\n".join(second.texts)
+        assert second.texts and all("word" in t for t in second.texts)
+        assert report.chunks_pending == 0
+        again = await svc.index()  # settled: nothing re-chunked the second time
+        assert again.indexed == () and not again.warnings
+    after = db_rows(settings, "SELECT count(*) FROM memory_chunks")[0][0]
+    assert after > before  # type: ignore[operator]
+
+
+async def test_index_built_before_chunking_was_recorded_rechunks_once(
+    vault: Path, settings: Settings
+) -> None:
+    write(vault, "memory/s.md", "# S\n\nDate: 2023/05/21 (Sun) 19:50\n\nUser: hello\n")
+    async with make_service(settings, FakeEmbedder()) as svc:
+        await svc.index()
+    with sqlite3.connect(settings.db_path) as conn:  # as an older memcore left it
+        conn.execute("DELETE FROM meta WHERE key = 'chunking'")
+        conn.execute("UPDATE memory_chunks SET date = NULL")
+    async with make_service(settings, FakeEmbedder()) as svc:
+        report = await svc.index()
+        assert report.indexed == ("memory/s.md",)
+        hits = (await svc.search("hello", filters=SearchFilters(date_from="2023-05-21"))).hits
+        assert hits and hits[0].path == "memory/s.md"
+
+
 async def test_crash_midway_leaves_whole_files_and_rerun_finishes(
     vault: Path, settings: Settings
 ) -> None:
