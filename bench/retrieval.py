@@ -3,6 +3,7 @@
     python bench/retrieval.py --set ../shared/eval/locomo [--json]
         [--embedder local] [--fusion adaptive] [--limit 100]
         [--chunk-tokens 400] [--overlap-tokens 50]
+        [--recency-weight 0.1 --half-life 30 --as-of question|newest|today]
 
 Indexes through the real pipeline (chunker, embedder, SQLite, FTS5) and asks every query
 through MemoryService.search. Index databases are cached under ~/.cache/memcore-eval keyed by
@@ -14,11 +15,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import datetime as dt
 import hashlib
 import json
 import math
 import os
 import re
+import sqlite3
 import statistics
 import sys
 import time
@@ -29,6 +32,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from memcore.app import build_service
+from memcore.chunker import parse_day
 from memcore.models import Hit
 from memcore.search import fusion
 from memcore.settings import FUSIONS, load_settings
@@ -133,6 +137,8 @@ async def run_vault(
         "index.split": args.split,
         "embedder.provider": args.embedder,
         "storage.db": str(cache_db(set_dir, vault, args)),
+        "search.recency_weight": args.recency_weight,
+        "search.recency_half_life_days": args.half_life,
     }
     settings = load_settings(vault, overrides, env={})
     CACHE.mkdir(parents=True, exist_ok=True)  # noqa: ASYNC240 - once, before any work
@@ -142,11 +148,15 @@ async def run_vault(
         index_s = time.perf_counter() - t0
         if report.failed:
             print(f"warning: {len(report.failed)} files failed in {vault}", file=sys.stderr)
+        newest = newest_day(settings.db_path)
         for q in queries:
+            as_of = reference_day(q, newest, args)
             if len(scores) == 1:
                 (method,) = scores
                 t0 = time.perf_counter()
-                result = await svc.search(str(q["question"]), limit=args.limit, fusion_name=method)
+                result = await svc.search(
+                    str(q["question"]), limit=args.limit, fusion_name=method, as_of=as_of
+                )
                 scores[method].latencies.append((time.perf_counter() - t0) * 1000)
                 score_query(q, list(result.hits), scores[method])
                 continue
@@ -158,11 +168,33 @@ async def run_vault(
             elapsed = (time.perf_counter() - t0) * 1000
             for method, sc in scores.items():
                 t1 = time.perf_counter()
-                fused = svc.fuse(found.candidates, method, found.query_has_cjk)
+                fused = await svc.boost_recent(
+                    svc.fuse(found.candidates, method, found.query_has_cjk), as_of
+                )
                 top = fusion.ranked(fused)[: args.limit]
                 sc.latencies.append(elapsed + (time.perf_counter() - t1) * 1000)
                 score_query(q, list(await svc.hits(found.candidates, top)), sc)
     return index_s
+
+
+def reference_day(
+    q: dict[str, object], newest: dt.date | None, args: argparse.Namespace
+) -> dt.date | None:
+    """The day recency counts from: the question's own date when asked for and known (the
+    day the user asked), else the newest dated chunk in the vault, or today."""
+    if args.as_of == "today":
+        return None
+    if args.as_of == "question" and q.get("question_date"):
+        day = parse_day(str(q["question_date"]))
+        if day:
+            return dt.date.fromisoformat(day)
+    return newest
+
+
+def newest_day(db: Path) -> dt.date | None:
+    with sqlite3.connect(db) as conn:
+        (day,) = conn.execute("SELECT max(date) FROM memory_chunks").fetchone()
+    return dt.date.fromisoformat(day[:10]) if day else None
 
 
 def load_queries(set_dir: Path) -> list[dict[str, object]]:
@@ -209,6 +241,14 @@ def main() -> None:
     ap.add_argument("--chunk-tokens", type=int, default=defaults.chunk_tokens)
     ap.add_argument("--overlap-tokens", type=int, default=defaults.overlap_tokens)
     ap.add_argument("--split", default="window", help="window or paragraph")
+    ap.add_argument("--recency-weight", type=float, default=0.0, help="date boost (0 = off)")
+    ap.add_argument("--half-life", type=float, default=30.0, help="recency half-life in days")
+    ap.add_argument(
+        "--as-of",
+        choices=("question", "newest", "today"),
+        default="question",
+        help="day recency counts from: the question's date (else newest), newest chunk, today",
+    )
     args = ap.parse_args()
     rows = asyncio.run(evaluate(args))
     if args.json:

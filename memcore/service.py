@@ -338,11 +338,13 @@ class MemoryService:
         fusion_name: str | None = None,
         min_score: float | None = None,
         query_vector: npt.NDArray[np.float32] | None = None,
+        as_of: dt.date | None = None,
     ) -> SearchResult:
         """Hybrid search. Never raises for odd query text; degrades to keyword-only (and says
         so in ``warnings``) when the embedder is unreachable or vectors are still pending.
 
-        ``query_vector`` skips embedding the query (it must come from the same model)."""
+        ``query_vector`` skips embedding the query (it must come from the same model);
+        ``as_of`` is the day the recency boost counts ages from (default today)."""
         s = self.settings.search
         limit = limit or s.limit
         method = fusion_name or s.fusion
@@ -361,6 +363,7 @@ class MemoryService:
         scores = self.fuse(
             found.candidates, method if found.has_vectors else "keyword", found.query_has_cjk
         )
+        scores = await self.boost_recent(scores, as_of)
         top = [(cid, sc) for cid, sc in fusion.ranked(scores) if sc >= min_score][:limit]
         hits = await self.hits(found.candidates, top)
         return SearchResult(query, hits, mode, found.warnings)
@@ -447,6 +450,22 @@ class MemoryService:
         s = self.settings.search
         reads = self.embedder.reads_cjk or not query_has_cjk
         return fusion.fuse(cands, method, s.keyword_weight, s.rrf_k, model_reads_query=reads)
+
+    async def boost_recent(
+        self, scores: dict[int, float], as_of: dt.date | None = None
+    ) -> dict[int, float]:
+        """Apply the configured recency boost (``search.recency_weight``; 0 = unchanged)."""
+        s = self.settings.search
+        if s.recency_weight <= 0 or not scores:
+            return scores
+        ref = as_of or dt.date.today()
+        ages: dict[int, float] = {}
+        for cid, row in (await self.store.chunk_rows(list(scores))).items():
+            try:
+                ages[cid] = (ref - dt.date.fromisoformat((row.date or "")[:10])).days
+            except ValueError:  # undated chunk: no boost
+                continue
+        return fusion.recency(scores, ages, s.recency_weight, s.recency_half_life_days)
 
     async def context(
         self, query: str, limit: int = 3, filters: SearchFilters | None = None

@@ -72,6 +72,8 @@ class SearchSettings:
     min_score: float = 0.0
     keyword_weight: float = 0.3
     rrf_k: int = 60
+    recency_weight: float = 0.0  # date boost; 0 = off (measured: no gain on the eval sets)
+    recency_half_life_days: float = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -316,9 +318,12 @@ def _validate(s: Settings) -> None:
         "openai.concurrency": s.openai.concurrency,
         "search.limit": s.search.limit,
         "search.candidates": s.search.candidates,
+        "search.recency_half_life_days": s.search.recency_half_life_days,
     }
     for name, value in positive.items():
         if value <= 0:
             raise ConfigError(f"{name}: must be positive, got {value}")
+    if s.search.recency_weight < 0:
+        raise ConfigError(f"search.recency_weight: must be >= 0, got {s.search.recency_weight}")
     if not 0 <= s.index.overlap_tokens < s.index.chunk_tokens:
         raise ConfigError("index.overlap_tokens: must be >= 0 and below index.chunk_tokens")

@@ -87,6 +87,27 @@ def test_weighted_adds_scaled_bm25_to_cosine() -> None:
     assert scores[4] == pytest.approx(0.05 + 0.15)
 
 
+def test_recency_boost_halves_every_half_life_and_is_proportional() -> None:
+    scores = {1: 0.8, 2: 0.8, 3: 0.8, 4: 0.8, 5: -0.2}
+    ages = {1: 0.0, 2: 30.0, 3: 60.0, 5: 0.0, 6: 1.0}  # 4 undated; 6 not a candidate
+    out = fusion.recency(scores, ages, weight=0.5, half_life_days=30)
+    assert out[1] == pytest.approx(0.8 * 1.5)
+    assert out[2] == pytest.approx(0.8 * 1.25)
+    assert out[3] == pytest.approx(0.8 * 1.125)
+    assert out[4] == pytest.approx(0.8)  # undated: unchanged
+    assert out[5] == pytest.approx(-0.1)  # a negative score also moves up, by its magnitude
+    assert set(out) == set(scores)
+    assert fusion.recency(scores, {1: -5.0}, 0.5)[1] == pytest.approx(1.2)  # future = today
+    assert fusion.recency(scores, ages, weight=0.0) == scores
+
+
+def test_recency_reorders_near_ties_but_not_clear_winners() -> None:
+    scores = {1: 1.0, 2: 0.98, 3: 0.5}
+    ages = {1: 365.0, 2: 1.0, 3: 0.0}
+    order = [cid for cid, _ in fusion.ranked(fusion.recency(scores, ages, 0.1, 30))]
+    assert order == [2, 1, 3]
+
+
 def test_linear_min_max_normalises_each_list() -> None:
     scores = fusion.linear(_cands(), vector_weight=0.7)
     assert scores[1] == pytest.approx(0.7)  # best vector, no keyword

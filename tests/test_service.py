@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import datetime as dt
 import sqlite3
 from pathlib import Path
 
@@ -285,6 +287,33 @@ async def test_chinese_keyword_search_through_the_service(
     for query in ("咖啡", "喜欢喝咖啡", "咖", "会议 coffee"):
         hits = (await service.search(query, fusion_name="keyword")).hits
         assert hits and hits[0].heading == "偏好", query
+
+
+async def test_recency_boost_prefers_the_newer_of_equal_memories(
+    vault: Path, settings: Settings
+) -> None:
+    today = dt.date.today()
+    old, new = f"memory/{today - dt.timedelta(days=90)}.md", f"memory/{today}.md"
+    note = "# Editor\n\nThe user's editor of choice is Helix.\n"
+    write(vault, old, note)
+    write(vault, new, note)
+    write(vault, "memory/undated.md", "# Misc\n\nUnrelated grocery list.\n")
+    async with make_service(settings, FakeEmbedder()) as svc:
+        await svc.index()
+        plain = (await svc.search("editor Helix")).hits
+        assert {h.path for h in plain[:2]} == {old, new}
+        assert plain[0].score == pytest.approx(plain[1].score)
+    boosted = dataclasses.replace(
+        settings, search=dataclasses.replace(settings.search, recency_weight=0.2)
+    )
+    async with make_service(boosted, FakeEmbedder()) as svc:
+        hits = (await svc.search("editor Helix")).hits  # ages counted from today
+        assert [h.path for h in hits[:2]] == [new, old]
+        assert hits[0].score == pytest.approx(plain[0].score * 1.2)
+        assert hits[1].score == pytest.approx(plain[0].score * (1 + 0.2 / 8))  # 3 half-lives
+        # counted from a day before both, both are "future" (age 0): equal again
+        early = (await svc.search("editor Helix", as_of=today - dt.timedelta(days=365))).hits
+        assert early[0].score == pytest.approx(early[1].score)
 
 
 async def test_limit_and_min_score(vault: Path, service: MemoryService) -> None:

@@ -85,6 +85,10 @@ def test_invalid_values_are_rejected(vault: Path) -> None:
         load_settings(vault, {"index.overlap_tokens": 500}, env={})
     with pytest.raises(ConfigError, match=r"search\.fusion"):
         load_settings(vault, {"search.fusion": "magic"}, env={})
+    with pytest.raises(ConfigError, match=r"search\.recency_weight"):
+        load_settings(vault, {"search.recency_weight": -1}, env={})
+    with pytest.raises(ConfigError, match=r"search\.recency_half_life_days"):
+        load_settings(vault, {"search.recency_half_life_days": 0}, env={})
 
 
 def test_vault_from_env(vault: Path) -> None:

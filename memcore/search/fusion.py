@@ -78,6 +78,26 @@ def weighted(cands: Sequence[Candidate], keyword_weight: float = 0.3) -> dict[in
     }
 
 
+def recency(
+    scores: Mapping[int, float],
+    age_days: Mapping[int, float],
+    weight: float,
+    half_life_days: float = 30.0,
+) -> dict[int, float]:
+    """Date boost after any fusion method: a score grows by ``weight`` x its magnitude x
+    0.5 ^ (age / half_life). A chunk dated on the reference day gains ``weight`` of its score,
+    one ``half_life_days`` older half that; future dates count as age 0, undated chunks (not in
+    ``age_days``) keep their score. Proportional, so it means the same for every method."""
+    if weight <= 0:
+        return dict(scores)
+    out: dict[int, float] = {}
+    for cid, sc in scores.items():
+        age = age_days.get(cid)
+        boost = 0.0 if age is None else weight * 0.5 ** (max(age, 0.0) / half_life_days)
+        out[cid] = sc + abs(sc) * boost
+    return out
+
+
 def ranked(scores: Mapping[int, float]) -> list[tuple[int, float]]:
     """Scores as (chunk id, score), best first; ties keep insertion order."""
     return sorted(scores.items(), key=lambda kv: -kv[1])
