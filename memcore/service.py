@@ -7,20 +7,26 @@ import datetime as dt
 import logging
 import time
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Self
 
 import numpy as np
 import numpy.typing as npt
 
-from memcore.chunker import CHUNKER_VERSION, ChunkerConfig, chunk_markdown
+from memcore.chunker import ChunkerConfig
 from memcore.embedders.base import EmbeddingRunner
-from memcore.errors import EmbedderError, VaultError
+from memcore.errors import EmbedderError
+from memcore.indexing import (
+    CHUNKING_KEY,
+    Tally,
+    attach_vectors,
+    chunking_signature,
+    embed_missing,
+    prepare_file,
+)
 from memcore.models import (
-    Chunk,
     DiskFile,
-    FileFailure,
     FileState,
     Hit,
     IndexReport,
@@ -32,18 +38,17 @@ from memcore.models import (
 from memcore.planner import plan_changes
 from memcore.prompt import relevant_memories
 from memcore.search import fusion
-from memcore.search.tokenize import fts_match_expression, has_cjk, segment
+from memcore.search.tokenize import fts_match_expression, has_cjk
 from memcore.search.vectors import VectorIndex
 from memcore.settings import Settings
 from memcore.storage.base import Store
-from memcore.vault import content_hash, read_memory_file, scan_vault, stat_memory_files
+from memcore.vault import scan_vault, stat_memory_files
 
 log = logging.getLogger(__name__)
 
 Progress = Callable[[str, int, int], None]  # (phase, done, total)
 FILES_PER_BATCH = 32  # files chunked and embedded together; each is still its own transaction
 PENDING_BATCH = 256
-CHUNKING_KEY = "chunking"  # meta key: the chunker version and settings the index was built with
 EMBEDDER_RETRY_S = 30.0  # how long indexing skips a failed embedder before trying it again
 
 
@@ -61,27 +66,6 @@ class Found:
     query_has_cjk: bool
 
 
-@dataclass(slots=True)
-class _Prepared:
-    state: FileState
-    chunks: list[Chunk]
-    fts: list[str]
-    vectors: list[npt.NDArray[np.float32] | None] = field(default_factory=list)
-
-
-@dataclass(slots=True)
-class _Tally:
-    indexed: list[str] = field(default_factory=list)
-    unchanged: int = 0
-    failed: list[FileFailure] = field(default_factory=list)
-    embedded: int = 0
-    reused: int = 0
-    warnings: list[str] = field(default_factory=list)
-    touched: list[FileState] = field(default_factory=list)
-    embedder_down: bool = False
-    rebuild: bool = False  # re-chunk and rewrite even files whose content hash is unchanged
-
-
 class MemoryService:
     """Indexes Markdown into a Store and answers hybrid searches.
 
@@ -97,10 +81,7 @@ class MemoryService:
         self.chunker = ChunkerConfig(
             ix.chunk_tokens, ix.overlap_tokens, ix.chars_per_token, ix.split
         )
-        self._chunking = (
-            f"v{CHUNKER_VERSION} {ix.chunk_tokens}/{ix.overlap_tokens} x{ix.chars_per_token} "
-            f"{ix.split}"
-        )
+        self._chunking = chunking_signature(ix)
         self._vectors: VectorIndex | None = None
         self._pending: int | None = None  # chunks without a current vector; None = unknown
         # After a failure, indexing stops calling the embedder until this monotonic time, so
@@ -152,21 +133,13 @@ class MemoryService:
                 else stat_memory_files(s.vault, paths, s.index.include, s.index.exclude)
             )
             states = await self.store.file_states()
-            # Chunk settings or the chunker itself changed since the last full run: re-chunk
-            # everything (chunk texts that come out the same keep their cached vectors).
-            rechunk = (
-                not full
-                and paths is None
-                and bool(states)
-                and await self.store.get_meta(CHUNKING_KEY) != self._chunking
-            )
+            # re-chunk everything when the chunking changed; unchanged chunk texts keep vectors
+            rechunk = await self._chunking_changed(bool(states)) and paths is None and not full
             full = full or rechunk
-            if not states:  # a new index is built with the current chunking from its first file
-                await self.store.set_meta(CHUNKING_KEY, self._chunking)
             plan = plan_changes(
                 disk, states, full=full, scope=None if paths is None else set(paths)
             )
-            tally = _Tally(
+            tally = Tally(
                 unchanged=len(plan.unchanged),
                 rebuild=full,
                 embedder_down=time.monotonic() < self._embedder_down_until,
@@ -203,12 +176,23 @@ class MemoryService:
             warnings=tuple(dict.fromkeys(tally.warnings)),
         )
 
+    async def _chunking_changed(self, has_files: bool) -> bool:
+        """Whether the index was built with other chunk settings or an older chunker. An empty
+        index is stamped with the current ones instead (its first files use them)."""
+        if not has_files:
+            await self.store.set_meta(CHUNKING_KEY, self._chunking)
+            return False
+        return await self.store.get_meta(CHUNKING_KEY) != self._chunking
+
     async def _index_batch(
-        self, files: Sequence[DiskFile], states: dict[str, FileState], tally: _Tally
+        self, files: Sequence[DiskFile], states: dict[str, FileState], tally: Tally
     ) -> None:
-        prepared: list[_Prepared] = []
+        prepared = []
+        ix = self.settings.index
         for f in files:
-            item = await asyncio.to_thread(self._prepare, f, states.get(f.path), tally)
+            item = await asyncio.to_thread(
+                prepare_file, self.settings.vault, ix, self.chunker, f, states.get(f.path), tally
+            )
             if item is not None:
                 prepared.append(item)
         for state in tally.touched:
@@ -216,7 +200,9 @@ class MemoryService:
         tally.touched.clear()
         if not prepared:
             return
-        await self._attach_vectors(prepared, tally)
+        error = await attach_vectors(self.store, self.embedder, prepared, tally)
+        if error is not None:
+            self._embedder_failed(tally, error)
         for item in prepared:
             loaded = self._vectors is not None
             old = await self.store.chunk_ids_of([item.state.path]) if loaded else []
@@ -230,49 +216,8 @@ class MemoryService:
                     self._vectors.add([i for i, _ in with_vec], np.stack([v for _, v in with_vec]))
             tally.indexed.append(item.state.path)
 
-    def _prepare(self, f: DiskFile, state: FileState | None, tally: _Tally) -> _Prepared | None:
-        """Read, hash and chunk one file (runs in a worker thread)."""
-        s = self.settings
-        try:
-            text, data = read_memory_file(s.vault, f.path, s.index.max_file_bytes)
-        except VaultError as exc:
-            tally.failed.append(FileFailure(f.path, str(exc)))
-            return None
-        new_state = FileState(f.path, content_hash(data), f.size, f.mtime_ns)
-        if not tally.rebuild and state is not None and state.content_hash == new_state.content_hash:
-            tally.unchanged += 1
-            tally.touched.append(new_state)
-            return None
-        mdate = dt.datetime.fromtimestamp(f.mtime_ns / 1e9, dt.UTC).date().isoformat()
-        chunks, warnings = chunk_markdown(text, f.path, self.chunker, fallback_date=mdate)
-        tally.warnings.extend(f"{f.path}: {w}" for w in warnings)
-        fts = [segment(f"{c.heading}\n{c.text}") for c in chunks]
-        return _Prepared(new_state, chunks, fts)
-
-    async def _attach_vectors(self, prepared: list[_Prepared], tally: _Tally) -> None:
-        hashes = [c.content_hash for p in prepared for c in p.chunks]
-        cached = await self.store.cached_vectors(hashes, self.model_id)
-        missing: dict[str, str] = {}
-        for p in prepared:
-            for c in p.chunks:
-                if c.content_hash not in cached:
-                    missing.setdefault(c.content_hash, c.embed_text)
-        tally.reused += sum(1 for h in hashes if h in cached)
-        fresh: dict[str, npt.NDArray[np.float32]] = {}
-        if missing and not tally.embedder_down:
-            try:
-                vecs = await self.embedder.embed(list(missing.values()))
-            except EmbedderError as exc:
-                self._embedder_failed(tally, exc)
-            else:
-                fresh = dict(zip(missing, vecs, strict=True))
-                await self.store.cache_vectors(fresh, self.model_id)
-                tally.embedded += len(fresh)
-        for p in prepared:
-            p.vectors = [cached.get(c.content_hash, fresh.get(c.content_hash)) for c in p.chunks]
-
     async def _fill_pending(
-        self, tally: _Tally, progress: Progress, stop: asyncio.Event | None = None
+        self, tally: Tally, progress: Progress, stop: asyncio.Event | None = None
     ) -> None:
         """Embed chunks whose vector is missing or from another model (model change)."""
         total = await self.store.count_pending(self.model_id)
@@ -283,16 +228,11 @@ class MemoryService:
                 return
             cached = await self.store.cached_vectors([p.content_hash for p in batch], self.model_id)
             todo = {p.content_hash: p.embed_text for p in batch if p.content_hash not in cached}
-            if todo:
-                try:
-                    vecs = await self.embedder.embed(list(todo.values()))
-                except EmbedderError as exc:
-                    self._embedder_failed(tally, exc)
-                    return
-                fresh = dict(zip(todo, vecs, strict=True))
-                await self.store.cache_vectors(fresh, self.model_id)
-                cached.update(fresh)
-                tally.embedded += len(fresh)
+            try:
+                cached.update(await embed_missing(self.store, self.embedder, todo, tally))
+            except EmbedderError as exc:
+                self._embedder_failed(tally, exc)
+                return
             by_id = {p.chunk_id: cached[p.content_hash] for p in batch}
             updated = await self.store.set_vectors(by_id, self.model_id)
             if self._vectors is not None and updated:
@@ -300,7 +240,7 @@ class MemoryService:
             done += len(batch)
             progress("embed", min(done, total), total)
 
-    def _embedder_failed(self, tally: _Tally, exc: EmbedderError) -> None:
+    def _embedder_failed(self, tally: Tally, exc: EmbedderError) -> None:
         tally.embedder_down = True
         tally.warnings.append(f"embedder unavailable, vectors pending: {exc}")
         self._embedder_down_until = time.monotonic() + EMBEDDER_RETRY_S
@@ -308,7 +248,7 @@ class MemoryService:
     async def fill_pending(self) -> IndexReport:
         """Retry embedding for chunks stored while the embedder was down."""
         started = time.perf_counter()
-        tally = _Tally()
+        tally = Tally()
         self._embedder_down_until = 0.0
         async with self._write_lock:
             await self._fill_pending(tally, _no_progress)
