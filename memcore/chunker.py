@@ -29,6 +29,7 @@ _MONTHS = {
         start=1,
     )
 }
+_LINE = re.compile(r"^.*$", re.M)
 DATE_LINE_SCAN = 6  # non-blank body lines searched for a "Date:" line
 
 # Bump when a change here alters the chunks of unchanged files: indexes re-chunk on next run.
@@ -140,7 +141,8 @@ def parse_day(text: str) -> str | None:
 def _date_line(body: str) -> str | None:
     """The day of a "Date: ..." line among the first few non-blank lines of the body."""
     seen = 0
-    for line in body.split("\n"):
+    for found in _LINE.finditer(body):  # lazily: only the top of a (possibly huge) body is read
+        line = found.group()
         if not line.strip():
             continue
         m = _DATE_LINE.match(line)
