@@ -33,9 +33,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from memcore.app import build_service
 from memcore.chunker import parse_day
-from memcore.models import Hit
+from memcore.models import Hit, SearchFilters
 from memcore.search import fusion
-from memcore.settings import FUSIONS, load_settings
+from memcore.searcher import Searcher
+from memcore.settings import FUSIONS, Settings, load_settings
 
 TURN_ID = re.compile(r"^\[([^\]\s]+)\]", re.MULTILINE)
 CACHE = Path(os.environ.get("MEMCORE_EVAL_CACHE", Path.home() / ".cache" / "memcore-eval"))
@@ -161,20 +162,33 @@ async def run_vault(
                 score_query(q, list(result.hits), scores[method])
                 continue
             # every method ranks the same candidates: retrieve once, fuse many times
-            t0 = time.perf_counter()
-            found = await svc.candidates(
-                str(q["question"]), args.limit * settings.search.candidates
-            )
-            elapsed = (time.perf_counter() - t0) * 1000
-            for method, sc in scores.items():
-                t1 = time.perf_counter()
-                fused = await svc.boost_recent(
-                    svc.fuse(found.candidates, method, found.query_has_cjk), as_of
-                )
-                top = fusion.ranked(fused)[: args.limit]
-                sc.latencies.append(elapsed + (time.perf_counter() - t1) * 1000)
-                score_query(q, list(await svc.hits(found.candidates, top)), sc)
+            await rank_all(svc.searcher, q, settings, args, as_of, scores)
     return index_s
+
+
+async def rank_all(
+    searcher: Searcher,
+    q: dict[str, object],
+    settings: Settings,
+    args: argparse.Namespace,
+    as_of: dt.date | None,
+    scores: dict[str, Scores],
+) -> None:
+    """Score every fusion method on one set of candidates from one snapshot."""
+    query = str(q["question"])
+    t0 = time.perf_counter()
+    qvec = await searcher.embed_query(query, [])
+    async with searcher.store.snapshot() as reader:
+        n = args.limit * settings.search.candidates
+        found = await searcher.candidates(reader, query, n, SearchFilters(), qvec)
+        elapsed = (time.perf_counter() - t0) * 1000
+        for method, sc in scores.items():
+            t1 = time.perf_counter()
+            fused = searcher.fuse(found.candidates, method, found.query_has_cjk)
+            fused = await searcher.boost_recent(reader, fused, as_of)
+            top = fusion.ranked(fused)[: args.limit]
+            sc.latencies.append(elapsed + (time.perf_counter() - t1) * 1000)
+            score_query(q, list(await searcher.hits(reader, found.candidates, top)), sc)
 
 
 def reference_day(

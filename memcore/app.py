@@ -45,7 +45,7 @@ def build_embedder(settings: Settings) -> Embedder:
 def build_store(settings: Settings) -> Store:
     from memcore.storage.sqlite import SqliteStore
 
-    return SqliteStore(settings.db_path)
+    return SqliteStore(settings.db_path, busy_timeout_s=settings.storage.busy_timeout_s)
 
 
 def build_service(settings: Settings, embedder: Embedder | None = None) -> MemoryService:

@@ -14,7 +14,11 @@ class VaultError(MemcoreError):
 
 
 class StorageError(MemcoreError):
-    """The index database cannot be opened, migrated or written."""
+    """The index database cannot be opened, migrated, read or written."""
+
+
+class StorageBusy(StorageError):
+    """Another writer held the index for too long; retrying later may work."""
 
 
 class EmbedderError(MemcoreError):

@@ -1,9 +1,9 @@
-"""Turning changed memory files into chunk rows: read, chunk, segment for FTS, attach vectors."""
+"""Turning changed memory files into chunk rows: read, hash, chunk, attach vectors."""
 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -14,7 +14,6 @@ from memcore.chunker import CHUNKER_VERSION, ChunkerConfig, chunk_markdown
 from memcore.embedders.base import EmbeddingRunner
 from memcore.errors import EmbedderError, VaultError
 from memcore.models import Chunk, DiskFile, FileFailure, FileState
-from memcore.search.tokenize import segment
 from memcore.settings import IndexSettings
 from memcore.storage.base import Store
 from memcore.vault import content_hash, read_memory_file
@@ -43,14 +42,17 @@ class Tally:
     embedder_down: bool = False
     rebuild: bool = False  # re-chunk and rewrite even files whose content hash is unchanged
 
+    @property
+    def failed_transient(self) -> bool:
+        return any(f.transient for f in self.failed)
+
 
 @dataclass(slots=True)
 class PreparedFile:
-    """A file's new state and chunks (with FTS text and, once attached, vectors)."""
+    """A file's new state and chunks (and, once attached, their vectors)."""
 
     state: FileState
     chunks: list[Chunk]
-    fts: list[str]
     vectors: list[npt.NDArray[np.float32] | None] = field(default_factory=list)
 
 
@@ -77,8 +79,24 @@ def prepare_file(
     mdate = dt.datetime.fromtimestamp(f.mtime_ns / 1e9, dt.UTC).date().isoformat()
     chunks, warnings = chunk_markdown(text, f.path, chunker, fallback_date=mdate)
     tally.warnings.extend(f"{f.path}: {w}" for w in warnings)
-    fts = [segment(f"{c.heading}\n{c.text}") for c in chunks]
-    return PreparedFile(new_state, chunks, fts)
+    return PreparedFile(new_state, chunks)
+
+
+def prepare_files(
+    vault_dir: Path,
+    ix: IndexSettings,
+    chunker: ChunkerConfig,
+    files: Sequence[DiskFile],
+    states: Mapping[str, FileState],
+    tally: Tally,
+) -> list[PreparedFile]:
+    """prepare_file for a batch (blocking: one worker-thread hop for the whole batch)."""
+    out = []
+    for f in files:
+        item = prepare_file(vault_dir, ix, chunker, f, states.get(f.path), tally)
+        if item is not None:
+            out.append(item)
+    return out
 
 
 async def embed_missing(
@@ -89,7 +107,8 @@ async def embed_missing(
         return {}
     vecs = await embedder.embed(list(texts.values()))
     fresh = dict(zip(texts, vecs, strict=True))
-    await store.cache_vectors(fresh, embedder.model_id)
+    async with store.transaction() as tx:
+        await tx.cache_vectors(fresh, embedder.model_id)
     tally.embedded += len(fresh)
     return fresh
 
@@ -100,7 +119,8 @@ async def attach_vectors(
     """Give every chunk its cached vector, embedding the rest unless the embedder is down.
     Chunks left without one stay pending; the embedder's error is returned, not raised."""
     hashes = [c.content_hash for p in prepared for c in p.chunks]
-    cached = await store.cached_vectors(hashes, embedder.model_id)
+    async with store.snapshot() as reader:
+        cached = await reader.cached_vectors(hashes, embedder.model_id)
     tally.reused += sum(1 for h in hashes if h in cached)
     missing: dict[str, str] = {}
     for p in prepared:

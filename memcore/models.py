@@ -118,8 +118,11 @@ class SearchResult:
 
 @dataclass(frozen=True, slots=True)
 class FileFailure:
+    """A file that was not indexed. ``transient``: the index was busy; retrying will work."""
+
     path: str
     reason: str
+    transient: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,7 +144,9 @@ class IndexReport:
             "files_indexed": len(self.indexed),
             "files_unchanged": self.unchanged,
             "files_deleted": len(self.deleted),
-            "files_failed": [{"path": f.path, "reason": f.reason} for f in self.failed],
+            "files_failed": [
+                {"path": f.path, "reason": f.reason, "transient": f.transient} for f in self.failed
+            ],
             "chunks_embedded": self.chunks_embedded,
             "chunks_reused": self.chunks_reused,
             "chunks_pending": self.chunks_pending,

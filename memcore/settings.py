@@ -79,6 +79,7 @@ class SearchSettings:
 @dataclass(frozen=True, slots=True)
 class StorageSettings:
     db: str = ""  # empty = <vault>/.memcore/index.db
+    busy_timeout_s: float = 10.0  # how long a write waits for another process's transaction
 
 
 @dataclass(frozen=True, slots=True)

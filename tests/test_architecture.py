@@ -9,7 +9,7 @@ PKG = Path(__file__).resolve().parent.parent / "memcore"
 
 # library -> modules allowed to import it
 CONFINED = {
-    "aiosqlite": {"storage/sqlite.py"},
+    "aiosqlite": {"storage/sqlite.py", "storage/sqlite_queries.py"},
     "watchdog": {"watcher.py"},
     "ollama": {"embedders/ollama.py"},
     "openai": {"embedders/openai.py"},

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
@@ -15,6 +16,7 @@ from memcore.errors import EmbedderUnavailable
 log = logging.getLogger(__name__)
 
 Matrix = npt.NDArray[np.float32]
+DOWN_FOR_S = 30.0  # how long callers skip an embedder that failed before trying it again
 
 
 class Embedder(Protocol):
@@ -55,6 +57,18 @@ class EmbeddingRunner:
         self.retries = retries
         self.backoff_s = backoff_s
         self._sem = asyncio.Semaphore(max(1, embedder.concurrency))
+        self._down_until = 0.0
+
+    @property
+    def down(self) -> bool:
+        """True for a while after a failure: indexing stores text now, vectors come later."""
+        return time.monotonic() < self._down_until
+
+    def mark_down(self, seconds: float = DOWN_FOR_S) -> None:
+        self._down_until = time.monotonic() + seconds
+
+    def mark_up(self) -> None:
+        self._down_until = 0.0
 
     @property
     def model_id(self) -> str:
@@ -81,7 +95,15 @@ class EmbeddingRunner:
                 progress(len(batch))
             return out
 
-        results = await asyncio.gather(*(run(b) for b in batches))
+        tasks = [asyncio.ensure_future(run(b)) for b in batches]
+        try:
+            results = await asyncio.gather(*tasks)
+        except BaseException:
+            # one batch failed for good (or we were cancelled): stop its siblings too
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            raise
         dim = results[0].shape[1]
         out = np.zeros((len(texts), dim), dtype=np.float32)
         for batch, vecs in zip(batches, results, strict=True):

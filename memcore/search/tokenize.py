@@ -41,6 +41,11 @@ def _jieba() -> Any:
         return jieba
 
 
+def warm_segmenter() -> None:
+    """Load jieba now (blocking, about a second) instead of on the first Chinese text."""
+    _jieba()
+
+
 def _cjk_words(run: str, for_index: bool) -> Iterator[str]:
     jb = _jieba()
     words = list(jb.cut_for_search(run, HMM=True))

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
 Vector = npt.NDArray[np.float32]
 Matrix = npt.NDArray[np.float32]
+T = TypeVar("T", bound=np.generic)
 
 
 def encode_vector(vec: Vector) -> bytes:
@@ -39,22 +41,34 @@ def top_k(scores: npt.NDArray[np.float32], k: int) -> npt.NDArray[np.intp]:
     return part[np.argsort(-scores[part], kind="stable")]
 
 
-class VectorIndex:
-    """Unit vectors keyed by chunk id in one growable float32 matrix.
+_ALIVE = np.iinfo(np.int64).max
 
-    Adds append (amortised O(1)); removals move the last row into the hole, so the matrix
-    never needs rebuilding and a search is one matrix-vector product.
+
+class VectorIndex:
+    """Unit vectors keyed by chunk id in one growable float32 matrix, versioned.
+
+    Each row remembers the generation it was added at and the one it was removed at, so a
+    reader holding an older snapshot of the database keeps seeing exactly that snapshot's
+    vectors while newer ones are applied (``apply``). ``compact`` drops rows that no open
+    snapshot can see any more. Rows are moved, never copied wholesale: adds append (amortised
+    O(1)), a physical removal moves the last row into the hole, and a search is one
+    matrix-vector product.
     """
 
-    def __init__(self, dim: int | None = None) -> None:
+    def __init__(self, dim: int | None = None, generation: int = 0) -> None:
         self._dim = dim
         self._mat: Matrix = np.zeros((0, dim or 0), dtype=np.float32)
         self._ids: npt.NDArray[np.int64] = np.zeros(0, dtype=np.int64)
-        self._row: dict[int, int] = {}
+        self._born: npt.NDArray[np.int64] = np.zeros(0, dtype=np.int64)
+        self._dead: npt.NDArray[np.int64] = np.zeros(0, dtype=np.int64)
+        self._row: dict[int, int] = {}  # live chunk id -> row
         self._n = 0
+        self._dead_rows = 0
+        self.generation = generation  # the newest state applied
+        self.floor = generation  # the oldest state it can still answer for
 
     def __len__(self) -> int:
-        return self._n
+        return len(self._row)
 
     def __contains__(self, chunk_id: int) -> bool:
         return chunk_id in self._row
@@ -63,8 +77,66 @@ class VectorIndex:
     def dim(self) -> int | None:
         return self._dim
 
+    def serves(self, generation: int) -> bool:
+        """Whether a snapshot at this generation can be answered exactly."""
+        return self.floor <= generation <= self.generation
+
     def add(self, ids: Sequence[int], vectors: Matrix) -> None:
-        """Insert or replace vectors (normalised here) for the given chunk ids."""
+        """Insert or replace vectors (normalised here) at the current generation."""
+        self.remove(ids)
+        self._append(ids, vectors, self.generation)
+
+    def remove(self, ids: Iterable[int]) -> None:
+        """Drop chunk ids at once (no snapshot keeps seeing them)."""
+        for chunk_id in ids:
+            row = self._row.pop(int(chunk_id), None)
+            if row is not None:
+                self._drop_row(row)
+
+    def apply(
+        self,
+        generation: int,
+        removed: Iterable[int],
+        added_ids: Sequence[int] = (),
+        added: Matrix | None = None,
+    ) -> None:
+        """Advance to ``generation``: ``removed`` (and replaced) ids die there, ``added`` are
+        born there. Snapshots at earlier generations still see the previous state."""
+        if generation <= self.generation:
+            raise ValueError(f"generation {generation} is not after {self.generation}")
+        for chunk_id in [*removed, *added_ids]:
+            row = self._row.pop(int(chunk_id), None)
+            if row is not None:
+                self._dead[row] = generation
+                self._dead_rows += 1
+        self.generation = generation
+        if len(added_ids) and added is not None:
+            self._append(added_ids, added, generation)
+
+    def compact(self, oldest_reader: int | None = None) -> None:
+        """Physically drop rows dead at or before ``oldest_reader`` (default: the current
+        generation, when no reader is open); snapshots older than that are no longer served."""
+        cutoff = self.generation if oldest_reader is None else min(oldest_reader, self.generation)
+        self.floor = max(self.floor, cutoff)
+        if not self._dead_rows:
+            return
+        rows = np.flatnonzero(self._dead[: self._n] <= cutoff)
+        for row in rows[::-1]:  # from the end, so moved rows are never ones still to drop
+            self._drop_row(int(row))
+            self._dead_rows -= 1
+
+    def _drop_row(self, row: int) -> None:
+        last = self._n - 1
+        if row != last:
+            self._mat[row] = self._mat[last]
+            self._ids[row] = self._ids[last]
+            self._born[row] = self._born[last]
+            self._dead[row] = self._dead[last]
+            if self._dead[row] == _ALIVE:
+                self._row[int(self._ids[row])] = row
+        self._n = last
+
+    def _append(self, ids: Sequence[int], vectors: Matrix, born: int) -> None:
         if len(ids) == 0:
             return
         vecs = normalize_rows(vectors)
@@ -73,33 +145,32 @@ class VectorIndex:
             self._mat = np.zeros((0, self._dim), dtype=np.float32)
         if vecs.shape[1] != self._dim:
             raise ValueError(f"vector has {vecs.shape[1]} dimensions, index has {self._dim}")
-        self.remove(ids)
         need = self._n + len(ids)
         if need > self._mat.shape[0]:
             cap = max(need, 2 * self._mat.shape[0], 256)
-            mat = np.zeros((cap, self._dim), dtype=np.float32)
-            mat[: self._n] = self._mat[: self._n]
-            idv = np.zeros(cap, dtype=np.int64)
-            idv[: self._n] = self._ids[: self._n]
-            self._mat, self._ids = mat, idv
+            self._mat = _grow(self._mat, self._n, (cap, self._dim))
+            self._ids = _grow(self._ids, self._n, (cap,))
+            self._born = _grow(self._born, self._n, (cap,))
+            self._dead = _grow(self._dead, self._n, (cap,))
         self._mat[self._n : need] = vecs
         self._ids[self._n : need] = ids
+        self._born[self._n : need] = born
+        self._dead[self._n : need] = _ALIVE
         for offset, chunk_id in enumerate(ids):
             self._row[int(chunk_id)] = self._n + offset
         self._n = need
 
-    def remove(self, ids: Iterable[int]) -> None:
-        for chunk_id in ids:
-            row = self._row.pop(int(chunk_id), None)
-            if row is None:
-                continue
-            last = self._n - 1
-            if row != last:
-                moved = int(self._ids[last])
-                self._mat[row] = self._mat[last]
-                self._ids[row] = moved
-                self._row[moved] = row
-            self._n = last
+    def _visible(self, generation: int | None) -> npt.NDArray[np.bool_] | None:
+        """Row mask for a snapshot (None when every stored row is visible to it)."""
+        if generation is None or (generation >= self.generation and not self._dead_rows):
+            return None
+        if not self.serves(generation):
+            raise ValueError(
+                f"generation {generation} is not served ({self.floor}..{self.generation})"
+            )
+        n = self._n
+        mask: npt.NDArray[np.bool_] = (self._born[:n] <= generation) & (self._dead[:n] > generation)
+        return mask
 
     def scores(self, query: Vector) -> npt.NDArray[np.float32]:
         q = normalize_rows(query)[0]
@@ -107,25 +178,49 @@ class VectorIndex:
         return result
 
     def search(
-        self, query: Vector, k: int, allowed: set[int] | None = None
+        self,
+        query: Vector,
+        k: int,
+        allowed: set[int] | None = None,
+        generation: int | None = None,
     ) -> list[tuple[int, float]]:
-        """The k chunk ids with highest cosine to query, optionally only among allowed ids."""
+        """The k chunk ids with highest cosine to query, optionally only among allowed ids,
+        as a snapshot at ``generation`` sees them (default: the newest state)."""
         if self._n == 0 or self._dim is None:
             return []
         if query.shape[-1] != self._dim:
             raise ValueError(f"query has {query.shape[-1]} dimensions, index has {self._dim}")
         scores = self.scores(query)
+        mask = self._visible(generation)
         if allowed is not None:
-            mask = np.isin(self._ids[: self._n], np.fromiter(allowed, dtype=np.int64))
+            keep = np.isin(self._ids[: self._n], np.fromiter(allowed, dtype=np.int64))
+            mask = keep if mask is None else mask & keep
+        if mask is not None:
             scores = np.where(mask, scores, -np.inf).astype(np.float32)
         best = top_k(scores, k)
         return [(int(self._ids[i]), float(scores[i])) for i in best if np.isfinite(scores[i])]
 
-    def similarity(self, query: Vector, ids: Iterable[int]) -> dict[int, float]:
-        """Cosine of query against the named chunks that have a vector."""
-        rows = [(cid, self._row[cid]) for cid in ids if cid in self._row]
+    def similarity(
+        self, query: Vector, ids: Iterable[int], generation: int | None = None
+    ) -> dict[int, float]:
+        """Cosine of query against the named chunks that have a vector (in that snapshot)."""
+        wanted = list(ids)
+        if not wanted or self._n == 0:
+            return {}
+        mask = self._visible(generation)
+        if mask is None:
+            rows = [self._row[cid] for cid in wanted if cid in self._row]
+        else:
+            mask &= np.isin(self._ids[: self._n], np.asarray(wanted, dtype=np.int64))
+            rows = np.flatnonzero(mask).tolist()
         if not rows:
             return {}
         q = normalize_rows(query)[0]
-        sims = self._mat[[r for _, r in rows]] @ q
-        return {cid: float(s) for (cid, _), s in zip(rows, sims, strict=True)}
+        sims = self._mat[rows] @ q
+        return {int(self._ids[r]): float(s) for r, s in zip(rows, sims, strict=True)}
+
+
+def _grow(arr: npt.NDArray[T], used: int, shape: tuple[int, ...]) -> npt.NDArray[T]:
+    out = np.zeros(shape, dtype=arr.dtype)
+    out[:used] = arr[:used]
+    return out

@@ -1,8 +1,16 @@
-"""The Store port: what the service needs from an index database, nothing more."""
+"""The storage ports: what the service needs from an index, in the domain's words.
+
+A ``Store`` hands out read snapshots and write transactions. A reader sees one consistent
+state of the index for as long as it is open (many may be open at once); a writer is one short
+transaction (one at a time, never spanning an embedder call). Nearest-neighbour and keyword
+search happen inside the adapter, so a database that can do them itself (pgvector) does.
+Every failure of the backend surfaces as a ``StorageError`` with a one-line message.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Protocol, Self
@@ -11,6 +19,8 @@ import numpy as np
 import numpy.typing as npt
 
 from memcore.models import Chunk, FileState, SearchFilters
+
+Vector = npt.NDArray[np.float32]
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,8 +56,84 @@ class StoreStats:
     last_indexed: str | None
 
 
+class IndexReader(Protocol):
+    """One consistent snapshot of the index: every call sees the same committed state."""
+
+    async def file_states(self) -> dict[str, FileState]: ...
+
+    async def search_text(
+        self, query: str, k: int, filters: SearchFilters
+    ) -> list[tuple[int, float]]:
+        """Keyword search for the words of ``query`` (any text; nothing in it is syntax).
+        (chunk id, score) best first, higher is better; [] when the query has no words."""
+        ...
+
+    async def search_vectors(
+        self, vector: Vector, model_id: str, k: int, filters: SearchFilters
+    ) -> list[tuple[int, float]]:
+        """The ``k`` chunks of this model nearest to ``vector``: (chunk id, cosine), best first."""
+        ...
+
+    async def vector_similarity(
+        self, vector: Vector, model_id: str, ids: Sequence[int]
+    ) -> dict[int, float]:
+        """Cosine of ``vector`` to the named chunks that have a vector of this model."""
+        ...
+
+    async def has_vectors(self, model_id: str) -> bool: ...
+
+    async def chunk_rows(self, ids: Sequence[int]) -> dict[int, ChunkRow]: ...
+
+    async def cached_vectors(self, hashes: Sequence[str], model_id: str) -> dict[str, Vector]:
+        """Cached embeddings by (content hash, model)."""
+        ...
+
+    async def pending_chunks(self, model_id: str, limit: int) -> list[PendingChunk]: ...
+
+    async def count_pending(self, model_id: str) -> int: ...
+
+    async def stats(self, model_id: str) -> StoreStats: ...
+
+    async def get_meta(self, key: str) -> str | None: ...
+
+
+class IndexWriter(Protocol):
+    """One write transaction: everything done through it commits together or not at all."""
+
+    async def file_state(self, path: str) -> FileState | None: ...
+
+    async def replace_file(
+        self,
+        state: FileState,
+        chunks: Sequence[Chunk],
+        vectors: Sequence[Vector | None],
+        model_id: str,
+    ) -> list[int]:
+        """Replace a file's chunks (``None`` = vector pending); the new chunk ids in order."""
+        ...
+
+    async def touch_file(self, state: FileState) -> None:
+        """Record a new size/mtime for a file whose content did not change."""
+        ...
+
+    async def delete_files(self, paths: Sequence[str]) -> int:
+        """Remove files and their chunks; returns how many chunks went."""
+        ...
+
+    async def set_vectors(self, vectors: Sequence[tuple[int, str, Vector]], model_id: str) -> int:
+        """Store (chunk id, content hash, vector) for chunks that still hold that content;
+        returns how many were updated (a chunk replaced meanwhile is left alone)."""
+        ...
+
+    async def cache_vectors(self, vectors: Mapping[str, Vector], model_id: str) -> None: ...
+
+    async def set_meta(self, key: str, value: str) -> None: ...
+
+
 class Store(Protocol):
-    """An index database. All methods are coroutines; each write is one transaction."""
+    """An index database. Constructing does no I/O; open it with ``async with``."""
+
+    backend: str
 
     async def __aenter__(self) -> Self: ...
 
@@ -58,65 +144,15 @@ class Store(Protocol):
         tb: TracebackType | None,
     ) -> None: ...
 
-    async def file_states(self) -> dict[str, FileState]: ...
-
-    async def replace_file(
-        self,
-        state: FileState,
-        chunks: Sequence[Chunk],
-        fts_texts: Sequence[str],
-        vectors: Sequence[npt.NDArray[np.float32] | None],
-        model_id: str,
-    ) -> list[int]:
-        """Atomically replace a file's chunks; returns the new chunk ids in chunk order."""
+    def snapshot(self) -> AbstractAsyncContextManager[IndexReader]:
+        """A read snapshot; many may be open at once, writers never block them."""
         ...
 
-    async def touch_file(self, state: FileState) -> None:
-        """Record a new size/mtime for a file whose content did not change."""
+    def transaction(self) -> AbstractAsyncContextManager[IndexWriter]:
+        """The one write transaction; commits on clean exit, rolls back on an exception."""
         ...
 
-    async def chunk_ids_of(self, paths: Sequence[str]) -> list[int]: ...
-
-    async def delete_files(self, paths: Sequence[str]) -> list[int]:
-        """Remove files and their chunks; returns the removed chunk ids."""
+    @property
+    def location(self) -> str:
+        """Where the index lives, for people (a file path or a URL without its password)."""
         ...
-
-    async def cached_vectors(
-        self, hashes: Sequence[str], model_id: str
-    ) -> dict[str, npt.NDArray[np.float32]]: ...
-
-    async def cache_vectors(
-        self, vectors: Mapping[str, npt.NDArray[np.float32]], model_id: str
-    ) -> None: ...
-
-    async def load_vectors(
-        self, model_id: str
-    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]]:
-        """Every chunk vector of this model: ids and an (n, dim) matrix."""
-        ...
-
-    async def pending_chunks(self, model_id: str, limit: int) -> list[PendingChunk]: ...
-
-    async def count_pending(self, model_id: str) -> int: ...
-
-    async def set_vectors(
-        self, vectors: Mapping[int, npt.NDArray[np.float32]], model_id: str
-    ) -> list[int]:
-        """Store vectors for chunks that still exist; returns the ids that were updated."""
-        ...
-
-    async def keyword_search(
-        self, match: str, limit: int, filters: SearchFilters
-    ) -> list[tuple[int, float]]:
-        """(chunk id, BM25 score, higher is better) for a safe MATCH expression."""
-        ...
-
-    async def filtered_ids(self, filters: SearchFilters) -> set[int]: ...
-
-    async def chunk_rows(self, ids: Sequence[int]) -> dict[int, ChunkRow]: ...
-
-    async def stats(self, model_id: str) -> StoreStats: ...
-
-    async def get_meta(self, key: str) -> str | None: ...
-
-    async def set_meta(self, key: str, value: str) -> None: ...

@@ -1,48 +1,48 @@
-"""SqliteStore: the Store port on one SQLite file via aiosqlite (WAL, one writer, FTS5)."""
+"""SqliteStore: the storage ports on one SQLite file via aiosqlite (WAL, FTS5, numpy vectors).
+
+One writer connection runs the short write transactions, one at a time; a small pool of reader
+connections gives each snapshot its own WAL read transaction, so a search never sees a
+half-written file. Vectors are searched in one in-memory matrix per model (``VectorIndex``),
+versioned by the ``generation`` counter every write bumps: a snapshot searches the matrix as of
+its own generation, writes made here are applied incrementally, and a write by another process
+(a newer generation nobody here applied) makes the next snapshot reload the matrix.
+"""
 
 from __future__ import annotations
 
-import datetime as dt
-import json
+import asyncio
 import sqlite3
-from collections.abc import Mapping, Sequence
+from collections import Counter
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager, suppress
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Self
+from typing import Self
 
 import aiosqlite
 import numpy as np
-import numpy.typing as npt
 
-from memcore.errors import StorageError
-from memcore.models import Chunk, FileState, SearchFilters
-from memcore.search.vectors import decode_vector, encode_vector
-from memcore.storage.base import ChunkRow, PendingChunk, StoreStats
+from memcore.errors import StorageBusy, StorageError
+from memcore.search.tokenize import segment
+from memcore.search.vectors import VectorIndex
+from memcore.storage.base import Vector
 from memcore.storage.migrations import load_migrations
+from memcore.storage.sqlite_queries import SqliteReader, SqliteWriter, now
 
-_BATCH = 500  # ids per IN (...) query, well under SQLite's variable limit
-
-
-def _now() -> str:
-    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+READERS = 3  # reader connections (each is a thread); more searches than this queue up
 
 
-def _filter_sql(filters: SearchFilters) -> tuple[str, list[object]]:
-    clauses: list[str] = []
-    params: list[object] = []
-    if filters.path_prefix:
-        clauses.append("substr(c.source_file, 1, ?) = ?")
-        params += [len(filters.path_prefix), filters.path_prefix]
-    if filters.tag:
-        clauses.append("EXISTS (SELECT 1 FROM json_each(c.tags) WHERE value = ?)")
-        params.append(filters.tag.lstrip("#"))
-    if filters.date_from:
-        clauses.append("c.date >= ?")
-        params.append(filters.date_from)
-    if filters.date_to:
-        clauses.append("c.date <= ?")
-        params.append(filters.date_to)
-    return (" AND " + " AND ".join(clauses) if clauses else ""), params
+def translate(exc: sqlite3.Error, what: str) -> StorageError:
+    """A driver error as a one-line StorageError (StorageBusy when another writer holds on)."""
+    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    if isinstance(exc, sqlite3.OperationalError) and ("locked" in text or "busy" in text):
+        return StorageBusy(f"index is busy ({what}): {text}; another process is writing to it")
+    return StorageError(f"index {what} failed: {text}")
+
+
+def _fts_text(heading: str, text: str) -> str:
+    """What full text sees of a chunk: heading and body, Chinese segmented into words."""
+    return segment(f"{heading}\n{text}")
 
 
 class SqliteStore:
@@ -50,16 +50,21 @@ class SqliteStore:
 
     backend = "sqlite"
 
-    def __init__(self, path: Path, *, readonly: bool = False) -> None:
+    def __init__(self, path: Path, *, readers: int = READERS, busy_timeout_s: float = 10.0) -> None:
         self.path = path
-        self.readonly = readonly
-        self._db: aiosqlite.Connection | None = None
+        self._busy_ms = max(0, int(busy_timeout_s * 1000))
+        self._max_readers = max(1, readers)
+        self._writer: aiosqlite.Connection | None = None
+        self._readers: asyncio.Queue[aiosqlite.Connection] | None = None
+        self._all_readers: list[aiosqlite.Connection] = []
+        self._write_lock = asyncio.Lock()
+        self._vectors: dict[str, VectorIndex] = {}
+        self._open_snapshots: Counter[int] = Counter()
+        self._applying: dict[int, asyncio.Event] = {}  # committed here, matrix not yet updated
 
     @property
-    def db(self) -> aiosqlite.Connection:
-        if self._db is None:
-            raise StorageError("store is not open")
-        return self._db
+    def location(self) -> str:
+        return str(self.path)
 
     async def __aenter__(self) -> Self:
         await self.open()
@@ -74,29 +79,46 @@ class SqliteStore:
         await self.close()
 
     async def open(self) -> None:
+        """Open the writer connection and bring the schema up to date. Raises StorageError."""
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._db = await aiosqlite.connect(self.path, isolation_level=None)
-            await self.db.execute("PRAGMA busy_timeout = 10000")
-            await self.db.execute("PRAGMA journal_mode = WAL")
-            await self.db.execute("PRAGMA synchronous = NORMAL")
-            await self.db.execute("PRAGMA foreign_keys = ON")
-            await self._migrate()
+            if not self.path.parent.is_dir():
+                raise StorageError(f"cannot open index {self.path}: folder does not exist")
+            self._writer = await self._connect()
+            await self._writer.execute("PRAGMA journal_mode = WAL")
+            await self._writer.create_function("memcore_fts", 2, _fts_text, deterministic=True)
+            await self._migrate(self._writer)
+            self._readers = asyncio.Queue()
         except (sqlite3.Error, OSError) as exc:
             await self.close()
             raise StorageError(f"cannot open index {self.path}: {exc}") from exc
+        except BaseException:
+            await self.close()
+            raise
+
+    async def _connect(self) -> aiosqlite.Connection:
+        conn = await aiosqlite.connect(self.path, isolation_level=None)
+        await conn.execute(f"PRAGMA busy_timeout = {self._busy_ms}")
+        await conn.execute("PRAGMA synchronous = NORMAL")
+        await conn.execute("PRAGMA foreign_keys = ON")
+        return conn
 
     async def close(self) -> None:
-        if self._db is not None:
-            db, self._db = self._db, None
-            await db.close()
+        """Close every connection. Waits for the write transaction in progress, if any."""
+        async with self._write_lock:
+            conns = [*self._all_readers, *([self._writer] if self._writer else [])]
+            self._writer, self._readers, self._all_readers = None, None, []
+            self._vectors.clear()
+            for conn in conns:
+                with suppress(sqlite3.Error, ValueError):
+                    await conn.close()
 
-    async def _migrate(self) -> None:
-        await self.db.execute(
+    async def _migrate(self, db: aiosqlite.Connection) -> None:
+        await db.execute(
             "CREATE TABLE IF NOT EXISTS schema_migrations ("
             "version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)"
         )
-        applied = {row[0] for row in await self._all("SELECT version FROM schema_migrations")}
+        async with db.execute("SELECT version FROM schema_migrations") as cur:
+            applied = {row[0] for row in await cur.fetchall()}
         for mig in load_migrations(self.backend):
             if mig.version in applied:
                 continue
@@ -104,283 +126,157 @@ class SqliteStore:
             # own BEGIN ... COMMIT to be one atomic step.
             script = (
                 f"BEGIN IMMEDIATE;\n{mig.sql}\n"
-                f"INSERT INTO schema_migrations VALUES ({mig.version}, '{mig.name}', '{_now()}');\n"
+                f"INSERT INTO schema_migrations VALUES ({mig.version}, '{mig.name}', '{now()}');\n"
                 "COMMIT;"
             )
             try:
-                await self.db.executescript(script)
+                await db.executescript(script)
             except sqlite3.Error as exc:
-                if self.db.in_transaction:
-                    await self.db.execute("ROLLBACK")
+                if db.in_transaction:
+                    await db.execute("ROLLBACK")
+                if mig.version in await self._applied_by_another(db):
+                    continue  # another process migrated the same file at the same moment
                 raise StorageError(f"migration {mig.version:04d}_{mig.name} failed: {exc}") from exc
 
-    async def _all(self, sql: str, params: Sequence[object] = ()) -> list[Any]:
-        async with self.db.execute(sql, params) as cur:
-            return list(await cur.fetchall())
+    async def _applied_by_another(self, db: aiosqlite.Connection) -> set[int]:
+        async with db.execute("SELECT version FROM schema_migrations") as cur:
+            return {row[0] for row in await cur.fetchall()}
 
-    async def _write(self, statements: Sequence[tuple[str, Sequence[Any], bool]]) -> None:
-        """Run (sql, params, many) statements in one IMMEDIATE transaction."""
+    # ---- reading ----------------------------------------------------------------------------
+
+    async def _take_reader(self) -> aiosqlite.Connection:
+        if self._readers is None:
+            raise StorageError("index is not open")
+        if self._readers.empty() and len(self._all_readers) < self._max_readers:
+            conn = await self._connect()
+            self._all_readers.append(conn)
+            return conn
+        return await self._readers.get()
+
+    @asynccontextmanager
+    async def snapshot(self) -> AsyncIterator[SqliteReader]:
+        conn = await self._take_reader()
+        generation: int | None = None
         try:
-            await self.db.execute("BEGIN IMMEDIATE")
-            for sql, params, many in statements:
-                if many:
-                    await self.db.executemany(sql, params)
-                else:
-                    await self.db.execute(sql, params)
-            await self.db.execute("COMMIT")
-        except BaseException:
-            if self._db is not None and self.db.in_transaction:
-                await self.db.execute("ROLLBACK")
-            raise
+            generation = await self._begin_read(conn)
+            self._open_snapshots[generation] += 1
+            yield SqliteReader(conn, generation, self)
+        except sqlite3.Error as exc:
+            raise translate(exc, "read") from exc
+        finally:
+            if generation is not None:
+                self._release_snapshot(generation)
+            await self._end_read(conn)
 
-    async def file_states(self) -> dict[str, FileState]:
-        rows = await self._all("SELECT path, content_hash, size, mtime_ns FROM files")
-        return {r[0]: FileState(r[0], r[1], r[2], r[3]) for r in rows}
+    async def _begin_read(self, conn: aiosqlite.Connection) -> int:
+        """Start a read transaction; its first SELECT fixes the snapshot. Retries while the
+        vector matrix has already dropped rows that snapshot would need (a rare race)."""
+        for _ in range(100):
+            await conn.execute("BEGIN")
+            async with conn.execute("SELECT value FROM generation") as cur:
+                row = await cur.fetchone()
+            generation = int(row[0]) if row else 0
+            if all(v.floor <= generation for v in self._vectors.values()):
+                return generation
+            await conn.execute("ROLLBACK")
+        raise StorageBusy("index is busy: could not take a consistent snapshot")
 
-    async def replace_file(
-        self,
-        state: FileState,
-        chunks: Sequence[Chunk],
-        fts_texts: Sequence[str],
-        vectors: Sequence[npt.NDArray[np.float32] | None],
-        model_id: str,
-    ) -> list[int]:
-        now = _now()
-        rows = [
-            (
-                c.path,
-                c.index,
-                c.heading,
-                c.start_line,
-                c.end_line,
-                c.text,
-                fts,
-                c.content_hash,
-                None if v is None else encode_vector(v),
-                None if v is None else model_id,
-                json.dumps(list(c.tags), ensure_ascii=False),
-                c.date,
-                json.dumps(dict(c.metadata), ensure_ascii=False, default=str),
-                now,
-            )
-            for c, fts, v in zip(chunks, fts_texts, vectors, strict=True)
-        ]
-        upsert_file = (
-            "INSERT INTO files (path, content_hash, size, mtime_ns, indexed_at) "
-            "VALUES (?, ?, ?, ?, ?) ON CONFLICT(path) DO UPDATE SET "
-            "content_hash=excluded.content_hash, size=excluded.size, "
-            "mtime_ns=excluded.mtime_ns, indexed_at=excluded.indexed_at"
-        )
-        insert = (
-            "INSERT INTO memory_chunks (source_file, chunk_index, heading_path, start_line, "
-            "end_line, content, fts_text, content_hash, embedding, embedding_model, tags, date, "
-            "metadata, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-        )
-        await self._write(
-            [
-                (
-                    upsert_file,
-                    (state.path, state.content_hash, state.size, state.mtime_ns, now),
-                    False,
-                ),
-                ("DELETE FROM memory_chunks WHERE source_file = ?", (state.path,), False),
-                (insert, rows, True),
-            ]
-        )
-        ids = await self._all(
-            "SELECT id FROM memory_chunks WHERE source_file = ? ORDER BY chunk_index", (state.path,)
-        )
-        return [r[0] for r in ids]
-
-    async def touch_file(self, state: FileState) -> None:
-        await self._write(
-            [
-                (
-                    "UPDATE files SET size = ?, mtime_ns = ? WHERE path = ?",
-                    (state.size, state.mtime_ns, state.path),
-                    False,
-                )
-            ]
-        )
-
-    async def chunk_ids_of(self, paths: Sequence[str]) -> list[int]:
-        out: list[int] = []
-        for i in range(0, len(paths), _BATCH):
-            part = paths[i : i + _BATCH]
-            marks = ",".join("?" * len(part))
-            rows = await self._all(
-                f"SELECT id FROM memory_chunks WHERE source_file IN ({marks})", part
-            )
-            out += [r[0] for r in rows]
-        return out
-
-    async def delete_files(self, paths: Sequence[str]) -> list[int]:
-        if not paths:
-            return []
-        ids = await self.chunk_ids_of(paths)
-        await self._write([("DELETE FROM files WHERE path = ?", [(p,) for p in paths], True)])
-        return ids
-
-    async def cached_vectors(
-        self, hashes: Sequence[str], model_id: str
-    ) -> dict[str, npt.NDArray[np.float32]]:
-        out: dict[str, npt.NDArray[np.float32]] = {}
-        unique = list(dict.fromkeys(hashes))
-        for i in range(0, len(unique), _BATCH):
-            part = unique[i : i + _BATCH]
-            marks = ",".join("?" * len(part))
-            rows = await self._all(
-                f"SELECT content_hash, embedding FROM embedding_cache "
-                f"WHERE model = ? AND content_hash IN ({marks})",
-                [model_id, *part],
-            )
-            out.update({h: decode_vector(b) for h, b in rows})
-        return out
-
-    async def cache_vectors(
-        self, vectors: Mapping[str, npt.NDArray[np.float32]], model_id: str
-    ) -> None:
-        if not vectors:
+    async def _end_read(self, conn: aiosqlite.Connection) -> None:
+        try:
+            if conn.in_transaction:
+                await conn.execute("ROLLBACK")
+        except (sqlite3.Error, ValueError):
+            with suppress(sqlite3.Error, ValueError):
+                await conn.close()
+            if conn in self._all_readers:
+                self._all_readers.remove(conn)
             return
-        now = _now()
-        await self._write(
-            [
-                (
-                    "INSERT OR REPLACE INTO embedding_cache VALUES (?, ?, ?, ?)",
-                    [(h, model_id, encode_vector(v), now) for h, v in vectors.items()],
-                    True,
-                )
-            ]
-        )
+        if self._readers is not None and conn in self._all_readers:
+            self._readers.put_nowait(conn)
 
-    async def load_vectors(
-        self, model_id: str
-    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]]:
-        rows = await self._all(
-            "SELECT id, embedding FROM memory_chunks WHERE embedding_model = ? "
-            "AND embedding IS NOT NULL",
-            (model_id,),
-        )
-        if not rows:
-            return np.zeros(0, dtype=np.int64), np.zeros((0, 0), dtype=np.float32)
-        ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
-        flat = np.frombuffer(b"".join(r[1] for r in rows), dtype="<f4")
-        return ids, flat.reshape(len(rows), -1).astype(np.float32, copy=False)
+    def _release_snapshot(self, generation: int) -> None:
+        self._open_snapshots[generation] -= 1
+        if self._open_snapshots[generation] <= 0:
+            del self._open_snapshots[generation]
+        self._compact()
 
-    # Pending = no vector, or a vector from another model. embedding and embedding_model are
-    # always NULL together, so the embedding_model index answers this without reading the
-    # rows (a scan over rows carrying 1.5 KB vectors took 238 ms at 100k chunks; this, 0.03 ms).
-    _PENDING = "(embedding_model IS NULL OR embedding_model < ? OR embedding_model > ?)"
+    def _compact(self) -> None:
+        oldest = min(self._open_snapshots, default=None)
+        for index in self._vectors.values():
+            index.compact(oldest)
 
-    async def pending_chunks(self, model_id: str, limit: int) -> list[PendingChunk]:
-        rows = await self._all(
-            f"SELECT id, content_hash, heading_path, content FROM memory_chunks "
-            f"WHERE {self._PENDING} LIMIT ?",
-            (model_id, model_id, limit),
-        )
-        return [PendingChunk(r[0], r[1], f"{r[2]}\n{r[3]}" if r[2] else r[3]) for r in rows]
+    async def vectors_at(
+        self, conn: aiosqlite.Connection, generation: int, model_id: str
+    ) -> VectorIndex:
+        """The matrix of ``model_id`` as of ``generation`` (the caller's snapshot). Waits for a
+        write committed here to be applied; reloads after writes by another process."""
+        index = self._vectors.get(model_id)
+        if index is not None and index.generation < generation:
+            event = self._applying.get(generation)
+            if event is not None:
+                await event.wait()
+                index = self._vectors.get(model_id)
+        if index is not None and index.serves(generation):
+            return index
+        fresh = await SqliteReader(conn, generation, self).load_vectors(model_id)
+        current = self._vectors.get(model_id)
+        if current is None or current.generation < generation:
+            self._vectors[model_id] = fresh  # newer than what was here (or nothing was)
+        return fresh
 
-    async def count_pending(self, model_id: str) -> int:
-        rows = await self._all(
-            "SELECT (SELECT count(*) FROM memory_chunks WHERE embedding_model IS NULL)"
-            " + (SELECT count(*) FROM memory_chunks WHERE embedding_model < ?)"
-            " + (SELECT count(*) FROM memory_chunks WHERE embedding_model > ?)",
-            (model_id, model_id),
-        )
-        return int(rows[0][0])
+    # ---- writing ----------------------------------------------------------------------------
 
-    async def set_vectors(
-        self, vectors: Mapping[int, npt.NDArray[np.float32]], model_id: str
-    ) -> list[int]:
-        if not vectors:
-            return []
-        ids = list(vectors)
-        existing: set[int] = set()
-        for i in range(0, len(ids), _BATCH):
-            part = ids[i : i + _BATCH]
-            marks = ",".join("?" * len(part))
-            rows = await self._all(f"SELECT id FROM memory_chunks WHERE id IN ({marks})", part)
-            existing.update(r[0] for r in rows)
-        await self._write(
-            [
-                (
-                    "UPDATE memory_chunks SET embedding = ?, embedding_model = ? WHERE id = ?",
-                    [(encode_vector(v), model_id, cid) for cid, v in vectors.items()],
-                    True,
-                )
-            ]
-        )
-        return [cid for cid in ids if cid in existing]
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[SqliteWriter]:
+        async with self._write_lock:
+            db = self._writer
+            if db is None:
+                raise StorageError("index is not open")
+            try:
+                await db.execute("BEGIN IMMEDIATE")
+            except sqlite3.Error as exc:
+                raise translate(exc, "write") from exc
+            tx = SqliteWriter(db)
+            generation = 0
+            try:
+                yield tx
+                if tx.dirty:
+                    await db.execute("UPDATE generation SET value = value + 1")
+                    async with db.execute("SELECT value FROM generation") as cur:
+                        row = await cur.fetchone()
+                    generation = int(row[0]) if row else 0
+                    self._applying[generation] = asyncio.Event()
+                await db.execute("COMMIT")
+            except BaseException as exc:
+                await self._rollback(db)
+                self._settle(generation, None)
+                if isinstance(exc, sqlite3.Error):
+                    raise translate(exc, "write") from exc
+                raise
+            self._settle(generation, tx)
 
-    async def keyword_search(
-        self, match: str, limit: int, filters: SearchFilters
-    ) -> list[tuple[int, float]]:
-        where, params = _filter_sql(filters)
-        if where:
-            sql = (
-                "SELECT c.id, -memory_fts.rank FROM memory_fts "
-                "JOIN memory_chunks c ON c.id = memory_fts.rowid "
-                f"WHERE memory_fts MATCH ?{where} ORDER BY memory_fts.rank LIMIT ?"
-            )
-        else:
-            # FTS5's own rank column (BM25) lets it sort without a join: 40% faster at 100k
-            sql = (
-                "SELECT rowid, -rank FROM memory_fts WHERE memory_fts MATCH ? ORDER BY rank LIMIT ?"
-            )
-        try:
-            rows = await self._all(sql, [match, *params, limit])
-        except sqlite3.OperationalError as exc:
-            raise StorageError(f"full-text query failed: {exc}") from exc
-        return [(r[0], float(r[1])) for r in rows]
+    async def _rollback(self, db: aiosqlite.Connection) -> None:
+        with suppress(sqlite3.Error, ValueError):
+            if db.in_transaction:
+                await db.execute("ROLLBACK")
 
-    async def filtered_ids(self, filters: SearchFilters) -> set[int]:
-        where, params = _filter_sql(filters)
-        rows = await self._all(f"SELECT c.id FROM memory_chunks c WHERE 1=1{where}", params)
-        return {r[0] for r in rows}
+    def _settle(self, generation: int, tx: SqliteWriter | None) -> None:
+        """After a commit (tx) or a failure (None): bring the matrices to this generation."""
+        event = self._applying.pop(generation, None)
+        if generation and tx is not None:
+            for model_id, index in list(self._vectors.items()):
+                if index.generation != generation - 1:
+                    del self._vectors[model_id]  # missed a write: reload on next use
+                    continue
+                ids = [cid for cid, m, _ in tx.added if m == model_id]
+                vecs = [v for _, m, v in tx.added if m == model_id]
+                index.apply(generation, tx.removed, ids, _stack(vecs))
+            self._compact()
+        elif generation:
+            self._vectors.clear()  # the commit may or may not have happened
+        if event is not None:
+            event.set()
 
-    async def chunk_rows(self, ids: Sequence[int]) -> dict[int, ChunkRow]:
-        out: dict[int, ChunkRow] = {}
-        for i in range(0, len(ids), _BATCH):
-            part = list(ids[i : i + _BATCH])
-            marks = ",".join("?" * len(part))
-            rows = await self._all(
-                "SELECT id, source_file, start_line, end_line, heading_path, content, date, tags "
-                f"FROM memory_chunks WHERE id IN ({marks})",
-                part,
-            )
-            for r in rows:
-                out[r[0]] = ChunkRow(
-                    r[0], r[1], r[2], r[3], r[4], r[5], r[6], tuple(json.loads(r[7]))
-                )
-        return out
 
-    async def stats(self, model_id: str) -> StoreStats:
-        files = (await self._all("SELECT count(*), max(indexed_at) FROM files"))[0]
-        chunks = (await self._all("SELECT count(*) FROM memory_chunks"))[0][0]
-        others = await self._all(
-            "SELECT embedding_model, count(*) FROM memory_chunks "
-            "WHERE embedding_model IS NOT NULL AND embedding_model != ? GROUP BY embedding_model",
-            (model_id,),
-        )
-        size = sum(
-            p.stat().st_size
-            for p in (self.path, self.path.with_name(self.path.name + "-wal"))
-            if p.exists()
-        )
-        return StoreStats(
-            files=files[0],
-            chunks=chunks,
-            vectors_pending=await self.count_pending(model_id),
-            other_models={r[0]: r[1] for r in others},
-            db_bytes=size,
-            last_indexed=files[1],
-        )
-
-    async def get_meta(self, key: str) -> str | None:
-        rows = await self._all("SELECT value FROM meta WHERE key = ?", (key,))
-        return rows[0][0] if rows else None
-
-    async def set_meta(self, key: str, value: str) -> None:
-        await self._write(
-            [("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, value), False)]
-        )
+def _stack(vecs: list[Vector]) -> Vector | None:
+    return np.stack(vecs) if vecs else None

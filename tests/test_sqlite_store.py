@@ -1,0 +1,102 @@
+"""What only the SQLite adapter does: its file, schema ledger, WAL, locking and errors."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from memcore.chunker import chunk_markdown
+from memcore.errors import StorageBusy, StorageError
+from memcore.models import FileState, SearchFilters
+from memcore.storage.migrations import load_migrations
+from memcore.storage.sqlite import SqliteStore
+
+
+async def test_migrations_run_once_are_recorded_and_use_wal(tmp_path: Path) -> None:
+    db = tmp_path / "i.db"
+    async with SqliteStore(db):
+        pass
+    async with SqliteStore(db):
+        pass
+    with sqlite3.connect(db) as conn:
+        rows = conn.execute("SELECT version, name FROM schema_migrations").fetchall()
+        mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
+    assert rows == [(m.version, m.name) for m in load_migrations("sqlite")]
+    assert mode == "wal"
+
+
+async def test_an_index_from_before_the_generation_counter_is_upgraded(tmp_path: Path) -> None:
+    db = tmp_path / "i.db"
+    first = load_migrations("sqlite")[0]
+    with sqlite3.connect(db) as conn:
+        conn.executescript(first.sql)
+        conn.execute(
+            "CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL,"
+            " applied_at TEXT NOT NULL)"
+        )
+        conn.execute("INSERT INTO schema_migrations VALUES (1, 'initial', 'then')")
+    chunks, _ = chunk_markdown("# A\n\nupgraded\n", "MEMORY.md")
+    async with SqliteStore(db) as store:
+        async with store.transaction() as tx:
+            await tx.replace_file(FileState("MEMORY.md", "h", 1, 1), chunks, [None], "m")
+        async with store.snapshot() as r:
+            assert len(await r.search_text("upgraded", 5, SearchFilters())) == 1
+
+
+async def test_a_writer_held_by_another_process_is_a_busy_error(tmp_path: Path) -> None:
+    db = tmp_path / "i.db"
+    async with SqliteStore(db, busy_timeout_s=0.1) as store:
+        other = sqlite3.connect(db, isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")
+        try:
+            with pytest.raises(StorageBusy, match="index is busy"):
+                async with store.transaction() as tx:
+                    await tx.set_meta("k", "v")
+            async with store.snapshot() as r:  # readers are never blocked by a writer
+                assert await r.get_meta("k") is None
+        finally:
+            other.execute("ROLLBACK")
+            other.close()
+        async with store.transaction() as tx:  # and the store works once the lock is gone
+            await tx.set_meta("k", "v")
+
+
+async def test_driver_errors_become_one_line_storage_errors(tmp_path: Path) -> None:
+    db = tmp_path / "i.db"
+    async with SqliteStore(db) as store:
+        with sqlite3.connect(db) as conn:
+            conn.execute("DROP TABLE meta")
+        with pytest.raises(StorageError, match="index read failed: no such table: meta"):
+            async with store.snapshot() as r:
+                await r.get_meta("k")
+
+
+async def test_unopenable_database_is_a_clear_error(tmp_path: Path) -> None:
+    bad = tmp_path / "not-a-db"
+    bad.write_bytes(b"this is not sqlite" * 100)
+    with pytest.raises(StorageError, match="cannot open index"):
+        async with SqliteStore(bad):
+            pass
+
+
+async def test_a_missing_folder_is_not_created(tmp_path: Path) -> None:
+    with pytest.raises(StorageError, match="folder does not exist"):
+        async with SqliteStore(tmp_path / "nope" / "i.db"):
+            pass
+    assert not (tmp_path / "nope").exists()
+
+
+async def test_vectors_are_little_endian_float32_blobs(tmp_path: Path) -> None:
+    db = tmp_path / "i.db"
+    chunks, _ = chunk_markdown("# A\n\none\n", "MEMORY.md")
+    v = np.array([1.0, -2.5], dtype=np.float32)
+    async with SqliteStore(db) as store, store.transaction() as tx:
+        await tx.replace_file(FileState("MEMORY.md", "h", 1, 1), chunks, [v], "m")
+    with sqlite3.connect(db) as conn:
+        blob, model = conn.execute(
+            "SELECT embedding, embedding_model FROM memory_chunks"
+        ).fetchone()
+    assert blob == v.astype("<f4").tobytes() and model == "m"

@@ -1,0 +1,256 @@
+"""The storage contract: what every backend must do, written against the ports only (no SQL).
+
+Parametrised over backends; SQLite runs it now, and a new backend joins by adding a factory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from memcore.chunker import chunk_markdown
+from memcore.errors import StorageError
+from memcore.models import FileState, SearchFilters
+from memcore.storage.base import IndexWriter, Store, Vector
+from memcore.storage.sqlite import SqliteStore
+
+OpenStore = Callable[[], AbstractAsyncContextManager[Store]]
+M = "test:model"
+
+
+@pytest.fixture(params=["sqlite"])
+def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> OpenStore:
+    """Opens a store on one shared location; each call is a new client, as another process
+    would be."""
+
+    @asynccontextmanager
+    async def opener() -> AsyncIterator[Store]:
+        async with SqliteStore(tmp_path / "index.db") as store:
+            yield store
+
+    assert request.param == "sqlite"
+    return opener
+
+
+def last_line(text: str) -> str:
+    return text.splitlines()[-1]
+
+
+def vec(*xs: float) -> Vector:
+    return np.array(xs, dtype=np.float32)
+
+
+async def put(
+    tx: IndexWriter, path: str, text: str, vectors: list[Vector | None] | None = None
+) -> list[int]:
+    chunks, _ = chunk_markdown(text, path)
+    vs = vectors if vectors is not None else [None] * len(chunks)
+    return await tx.replace_file(FileState(path, f"h{hash(text)}", len(text), 1), chunks, vs, M)
+
+
+async def text_paths(store: Store, query: str, filters: SearchFilters | None = None) -> set[str]:
+    async with store.snapshot() as r:
+        hits = await r.search_text(query, 20, filters or SearchFilters())
+        return {row.path for row in (await r.chunk_rows([c for c, _ in hits])).values()}
+
+
+async def test_replace_and_delete_keep_full_text_in_step(open_store: OpenStore) -> None:
+    async with open_store() as store:
+        async with store.transaction() as tx:
+            assert len(await put(tx, "MEMORY.md", "# A\n\nalpha words\n\n# B\n\nbeta\n")) == 2
+        assert await text_paths(store, "alpha") == {"MEMORY.md"}
+        async with store.transaction() as tx:
+            await put(tx, "MEMORY.md", "# A\n\ngamma words\n")
+        assert await text_paths(store, "alpha") == set()
+        assert await text_paths(store, "gamma") == {"MEMORY.md"}
+        async with store.transaction() as tx:
+            assert await tx.delete_files(["MEMORY.md"]) == 1
+        assert await text_paths(store, "gamma") == set()
+        async with store.snapshot() as r:
+            assert await r.file_states() == {}
+
+
+async def test_a_failed_transaction_changes_nothing(open_store: OpenStore) -> None:
+    async with open_store() as store:
+        async with store.transaction() as tx:
+            await put(tx, "MEMORY.md", "# A\n\nkept text\n")
+
+        async def fail_midway() -> None:
+            async with store.transaction() as tx:
+                await put(tx, "MEMORY.md", "# A\n\nreplacement\n")
+                await tx.set_meta("k", "v")
+                raise RuntimeError("boom")
+
+        with pytest.raises(RuntimeError):
+            await fail_midway()
+        assert await text_paths(store, "kept") == {"MEMORY.md"}
+        assert await text_paths(store, "replacement") == set()
+        async with store.snapshot() as r:
+            assert await r.get_meta("k") is None
+
+
+async def test_nearest_vectors_with_filters_and_models(open_store: OpenStore) -> None:
+    async with open_store() as store:
+        async with store.transaction() as tx:
+            await put(tx, "memory/a.md", "# A\n\none\n\n# B\n\ntwo\n", [vec(1, 0), vec(0, 1)])
+            await put(tx, "notes.md", "# C\n\nthree\n", [vec(0.9, 0.1)])
+        async with store.snapshot() as r:
+            assert await r.has_vectors(M) and not await r.has_vectors("other")
+            hits = await r.search_vectors(vec(1, 0), M, 2, SearchFilters())
+            rows = await r.chunk_rows([c for c, _ in hits])
+            assert [last_line(rows[c].text) for c, _ in hits] == ["one", "three"]
+            assert hits[0][1] == pytest.approx(1.0)
+            only = await r.search_vectors(vec(1, 0), M, 5, SearchFilters(path_prefix="memory/"))
+            assert {
+                rows2.path for rows2 in (await r.chunk_rows([c for c, _ in only])).values()
+            } == {"memory/a.md"}
+            assert await r.search_vectors(vec(1, 0), "other", 5, SearchFilters()) == []
+            sims = await r.vector_similarity(vec(0, 1), M, [c for c, _ in hits])
+            assert sims[hits[1][0]] == pytest.approx(0.1 / np.hypot(0.9, 0.1), rel=1e-4)
+
+
+async def test_pending_vectors_and_the_cache(open_store: OpenStore) -> None:
+    async with open_store() as store:
+        async with store.transaction() as tx:
+            ids = await put(tx, "MEMORY.md", "# A\n\none\n\n# B\n\ntwo\n", [vec(1, 0), None])
+            await tx.cache_vectors({"abc": vec(1, 2)}, M)
+        async with store.snapshot() as r:
+            assert await r.count_pending(M) == 1
+            assert await r.count_pending("m2") == 2  # a model change makes every vector pending
+            (pending,) = await r.pending_chunks(M, 10)
+            assert pending.chunk_id == ids[1] and last_line(pending.embed_text) == "two"
+            assert list(await r.cached_vectors(["abc", "zzz"], M)) == ["abc"]
+            assert await r.cached_vectors(["abc"], "m2") == {}
+        async with store.transaction() as tx:
+            assert await tx.set_vectors([(pending.chunk_id, pending.content_hash, vec(0, 1))], M)
+        async with store.snapshot() as r:
+            assert await r.count_pending(M) == 0
+            assert await text_paths(store, "two") == {"MEMORY.md"}  # text untouched
+            (best, _), *_ = await r.search_vectors(vec(0, 1), M, 1, SearchFilters())
+            assert best == ids[1]
+
+
+async def test_a_vector_for_replaced_text_is_not_stored(open_store: OpenStore) -> None:
+    async with open_store() as store:
+        async with store.transaction() as tx:
+            (old,) = await put(tx, "MEMORY.md", "# A\n\nold\n")
+        async with store.snapshot() as r:
+            (pending,) = await r.pending_chunks(M, 10)
+        async with store.transaction() as tx:  # the file changes while the vector is computed
+            await put(tx, "MEMORY.md", "# A\n\nnew text\n")
+        async with store.transaction() as tx:
+            assert await tx.set_vectors([(old, pending.content_hash, vec(1, 0))], M) == 0
+        async with store.snapshot() as r:
+            assert await r.count_pending(M) == 1
+
+
+async def test_a_snapshot_sees_one_state_while_writes_commit(open_store: OpenStore) -> None:
+    async with open_store() as store:
+        async with store.transaction() as tx:
+            old_ids = await put(tx, "MEMORY.md", "# A\n\nbefore\n", [vec(1, 0)])
+        async with store.snapshot() as old:
+            assert await old.search_vectors(vec(1, 0), M, 5, SearchFilters()) != []
+            async with store.transaction() as tx:
+                new_ids = await put(
+                    tx, "MEMORY.md", "# A\n\nafter\n\n# B\n\nmore\n", [vec(0, 1), vec(1, 1)]
+                )
+            hits = await old.search_vectors(vec(1, 0), M, 5, SearchFilters())
+            assert [c for c, _ in hits] == old_ids
+            rows = await old.chunk_rows(old_ids)
+            assert [last_line(r.text) for r in rows.values()] == ["before"]
+            assert [c for c, _ in await old.search_text("after", 5, SearchFilters())] == []
+        async with store.snapshot() as new:
+            hits = await new.search_vectors(vec(1, 0), M, 5, SearchFilters())
+            assert sorted(c for c, _ in hits) == sorted(new_ids)
+            rows = await new.chunk_rows([c for c, _ in hits])
+            assert {last_line(r.text) for r in rows.values()} == {"after", "more"}
+
+
+async def test_writes_by_another_client_reach_this_ones_vector_search(
+    open_store: OpenStore,
+) -> None:
+    async with open_store() as store:
+        async with store.transaction() as tx:
+            await put(tx, "MEMORY.md", "# A\n\nmine\n", [vec(1, 0)])
+        async with store.snapshot() as r:
+            assert len(await r.search_vectors(vec(1, 0), M, 5, SearchFilters())) == 1
+        async with open_store() as other, other.transaction() as tx:
+            await put(tx, "memory/x.md", "# X\n\ntheirs\n", [vec(0, 1)])
+            await tx.delete_files(["MEMORY.md"])
+        async with store.snapshot() as r:
+            hits = await r.search_vectors(vec(1, 0), M, 5, SearchFilters())
+            rows = await r.chunk_rows([c for c, _ in hits])
+            assert [last_line(row.text) for row in rows.values()] == ["theirs"]
+
+
+@pytest.mark.parametrize(
+    "query",
+    ["AND(", '"unbalanced', "col:umn", "NEAR(a b)", "a* OR", "^start", "-", "'; DROP TABLE x"],
+)
+async def test_query_text_is_never_syntax(open_store: OpenStore, query: str) -> None:
+    async with open_store() as store:
+        async with store.transaction() as tx:
+            await put(tx, "MEMORY.md", "# A\n\nstart column near and drop table\n")
+        async with store.snapshot() as r:
+            await r.search_text(query, 5, SearchFilters())  # must not raise
+            assert await r.search_text("?!...", 5, SearchFilters()) == []
+
+
+async def test_chinese_words_are_searchable(open_store: OpenStore) -> None:
+    async with open_store() as store:
+        async with store.transaction() as tx:
+            await put(tx, "memory/zh.md", "# 项目\n\n我们的渲染引擎默认使用DX12。\n")
+        assert await text_paths(store, "渲染引擎") == {"memory/zh.md"}
+        assert await text_paths(store, "引") == {"memory/zh.md"}  # one character
+
+
+async def test_filters_on_path_tag_and_date(open_store: OpenStore) -> None:
+    async with open_store() as store:
+        async with store.transaction() as tx:
+            await put(tx, "memory/2024-01-01.md", "# D\n\ncoffee #Drink\n")
+            await put(tx, "memory/2024-06-01.md", "# D\n\ncoffee beans\n")
+            await put(tx, "MEMORY.md", "# M\n\ncoffee\n")
+        assert await text_paths(store, "coffee") == {
+            "memory/2024-01-01.md", "memory/2024-06-01.md", "MEMORY.md"
+        }  # fmt: skip
+        assert await text_paths(store, "coffee", SearchFilters(path_prefix="memory/")) == {
+            "memory/2024-01-01.md", "memory/2024-06-01.md"
+        }  # fmt: skip
+        for tag in ("drink", "#drink", "DRINK"):
+            got = await text_paths(store, "coffee", SearchFilters(tag=tag))
+            assert got == {"memory/2024-01-01.md"}
+        window = SearchFilters(date_from="2024-03-01", date_to="2024-12-31")
+        assert await text_paths(store, "coffee", window) == {"memory/2024-06-01.md"}
+
+
+async def test_meta_touch_and_stats(open_store: OpenStore) -> None:
+    async with open_store() as store:
+        async with store.transaction() as tx:
+            await put(tx, "MEMORY.md", "# A\n\none\n\n# B\n\ntwo\n", [vec(1, 0), None])
+            await tx.set_meta("chunking", "v2")
+            await tx.touch_file(FileState("MEMORY.md", "ignored", 99, 12345))
+            assert (await tx.file_state("MEMORY.md")) is not None
+        async with store.snapshot() as r:
+            assert await r.get_meta("chunking") == "v2"
+            state = (await r.file_states())["MEMORY.md"]
+            assert (state.size, state.mtime_ns) == (99, 12345)
+            st = await r.stats(M)
+            assert (st.files, st.chunks, st.vectors_pending) == (1, 2, 1)
+            assert st.last_indexed is not None and st.db_bytes > 0
+            assert (await r.stats("other")).other_models == {M: 1}
+        assert store.location
+
+
+async def test_using_a_closed_store_is_a_storage_error(open_store: OpenStore) -> None:
+    async with open_store() as store:
+        pass
+    with pytest.raises(StorageError):
+        async with store.snapshot():
+            pass
+    with pytest.raises(StorageError):
+        async with store.transaction():
+            pass
