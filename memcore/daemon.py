@@ -104,6 +104,22 @@ def describe(report: IndexReport) -> str:
     return ", ".join(parts) + f" in {report.elapsed_ms:.0f} ms"
 
 
+RETRY_BASE_S = 1.0
+RETRY_MAX_S = 300.0
+
+
+@dataclass(slots=True)
+class Retry:
+    """A path whose indexing failed for a reason that may pass (the index was busy)."""
+
+    attempts: int
+    reason: str
+    next_at: float  # monotonic
+
+    def to_dict(self) -> dict[str, object]:
+        return {"attempts": self.attempts, "reason": self.reason}
+
+
 @dataclass
 class Daemon:
     """Keeps one vault's index current until ``stop`` is set."""
@@ -118,8 +134,10 @@ class Daemon:
     started_at: str = field(default_factory=_now)
     last_update: str | None = None
     batches: int = 0
+    failing: dict[str, Retry] = field(default_factory=dict)  # path ("" = the vault) -> retry
     _wake: asyncio.Event = field(default_factory=asyncio.Event)
     _watcher: VaultWatcher | None = None
+    _inflight: asyncio.Task[IndexReport] | None = None
 
     def __post_init__(self) -> None:
         w = self.settings.watch
@@ -161,13 +179,16 @@ class Daemon:
                 log.info("watching %s (%d folders, %s)", s.vault, watcher.watch_count, mode)
                 if not self.stop.is_set():
                     async with asyncio.TaskGroup() as tg:
+                        warm = tg.create_task(self._warm())
                         flusher = tg.create_task(self._flush_loop())
                         retry = tg.create_task(self._retry_pending_loop())
                         await self.stop.wait()
                         retry.cancel()
+                        warm.cancel()
                         self._wake.set()
                         await flusher
             finally:
+                await self._settle_inflight()
                 await asyncio.to_thread(watcher.stop)
         log.info("stopped")
 
@@ -183,20 +204,62 @@ class Daemon:
             paths, rescan = self.debouncer.take_due(time.monotonic())
             await self._index(None if rescan else paths)
 
+    async def _warm(self) -> None:
+        try:
+            await self.service.warm()
+        except Exception:
+            log.exception("warming up failed; the first search loads what it needs")
+
+    async def _settle_inflight(self) -> None:
+        """Let the batch in progress finish before the service (and its store) closes."""
+        task = self._inflight
+        if task is not None and not task.done():
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                await task
+
     async def _index(self, paths: set[str] | None) -> None:
         # Shielded: a stop request lets the current batch finish (each file is one
         # transaction anyway, so even a hard kill leaves no half-indexed file).
+        self._inflight = asyncio.ensure_future(self.service.index(paths, stop=self.stop))
         try:
-            report = await asyncio.shield(self.service.index(paths, stop=self.stop))
-        except Exception:
-            log.exception("indexing %s failed; the daemon goes on", sorted(paths or ["<vault>"]))
+            report = await asyncio.shield(self._inflight)
+        except Exception as exc:
+            log.warning(
+                "indexing %s failed (%s); will retry",
+                ", ".join(sorted(paths or {"the vault"})),
+                exc,
+            )
+            for path in paths if paths is not None else {""}:
+                self._schedule_retry(path, str(exc))
+            self._publish()
             return
         self.batches += 1
         if report.indexed or report.deleted or report.failed or report.chunks_embedded:
             log.info("batch %d: %s", self.batches, describe(report))
+        still = {f.path for f in report.failed if f.transient}
         for failure in report.failed:
-            log.warning("skipped %s: %s", failure.path, failure.reason)
+            if failure.transient:
+                self._schedule_retry(failure.path, failure.reason)
+            elif failure.path not in self.failing:
+                log.warning("skipped %s: %s", failure.path, failure.reason)
+        covered = set(self.failing) if paths is None else paths
+        for path in covered - still:
+            if self.failing.pop(path, None) is not None:
+                log.info("indexed %s after an earlier failure", path or "the vault")
         self._after_batch(report)
+
+    def _schedule_retry(self, path: str, reason: str) -> None:
+        """Queue a failed path (``""`` = a full rescan) again with exponential backoff."""
+        previous = self.failing.get(path)
+        attempts = previous.attempts + 1 if previous else 1
+        delay = min(RETRY_BASE_S * 2 ** (attempts - 1), RETRY_MAX_S)
+        due = time.monotonic() + delay
+        self.failing[path] = Retry(attempts, reason, due)
+        if path:
+            self.debouncer.retry(path, due)
+        else:
+            self.debouncer.retry_rescan(due)
+        self._wake.set()
 
     def _after_batch(self, report: IndexReport) -> None:
         self.last_update = _now()
@@ -210,7 +273,12 @@ class Daemon:
         delay = base
         while True:
             await asyncio.sleep(delay)
-            report = await self.service.fill_pending()  # a count, when nothing is pending
+            try:
+                report = await self.service.fill_pending()  # a count, when nothing is pending
+            except Exception as exc:
+                delay = min(delay * 2, 600.0)
+                log.warning("filling in vectors failed (%s); retrying in %.0f s", exc, delay)
+                continue
             if not report.chunks_pending and not report.chunks_embedded:
                 delay = base
                 continue
@@ -236,6 +304,7 @@ class Daemon:
                 "batches": self.batches,
                 "polling": bool(self._watcher and self._watcher.polling),
                 "watching": self._watcher is not None,
+                "retrying": {p or "<vault>": r.to_dict() for p, r in self.failing.items()},
             },
         )
 

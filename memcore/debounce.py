@@ -32,6 +32,19 @@ class Debouncer:
         self._last["\0rescan"] = now
         self._first.setdefault("\0rescan", now)
 
+    def retry(self, path: str, due: float) -> None:
+        """Queue a path again for ``due`` (after a failure); a new event for it comes sooner."""
+        if path in self._last:
+            return  # already queued by a newer event
+        self._first[path] = self._last[path] = due - self.quiet_s
+
+    def retry_rescan(self, due: float) -> None:
+        if "\0rescan" in self._last:
+            return
+        self.rescan = True
+        self._rescan_at = due
+        self._first["\0rescan"] = self._last["\0rescan"] = due - self.quiet_s
+
     def __len__(self) -> int:
         return len(self._last)
 

@@ -48,7 +48,9 @@ def embedder() -> FakeEmbedder:
 def make_service(settings: Settings, embedder: FakeEmbedder) -> MemoryService:
     settings.state_dir.mkdir(exist_ok=True)
     return MemoryService(
-        settings, SqliteStore(settings.db_path), EmbeddingRunner(embedder, retries=0)
+        settings,
+        SqliteStore(settings.db_path, busy_timeout_s=settings.storage.busy_timeout_s),
+        EmbeddingRunner(embedder, retries=0),
     )
 
 

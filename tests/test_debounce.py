@@ -51,3 +51,16 @@ def test_watch_roots_cover_includes_without_walking_everything() -> None:
     ]
     assert watch_roots(("docs/*.md",)) == [("docs", False)]
     assert watch_roots(("**/*.md",)) == [("", True)]
+
+
+def test_a_retried_path_waits_for_its_backoff_unless_a_new_event_comes() -> None:
+    d = Debouncer(quiet_s=0.25, max_delay_s=2.0)
+    d.retry("memory/a.md", due=5.0)
+    d.retry_rescan(due=7.0)
+    assert d.next_deadline() == 5.0
+    assert d.take_due(4.9) == (set(), False)
+    assert d.take_due(5.0) == ({"memory/a.md"}, False)
+    assert d.take_due(7.0) == (set(), True)
+    d.retry("memory/b.md", due=9.0)
+    d.add("memory/b.md", 1.0)  # the file changed again: index it soon, not at 9
+    assert d.take_due(1.25) == ({"memory/b.md"}, False)

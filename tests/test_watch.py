@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import errno
 import os
@@ -12,7 +13,7 @@ import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -231,6 +232,64 @@ async def test_embedder_down_keeps_full_text_current_and_fills_vectors_later(
             )
         )
         assert (await svc.search("outage note")).mode == "hybrid"
+
+
+@contextlib.contextmanager
+def index_locked_by_another_process(settings: Settings) -> Iterator[None]:
+    """A real fault: another connection holds the database's write lock."""
+    other = sqlite3.connect(settings.db_path, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+
+
+def pending_vectors(settings: Settings) -> int:
+    with sqlite3.connect(settings.db_path) as conn:
+        sql = "SELECT count(*) FROM memory_chunks WHERE embedding IS NULL"
+        return int(conn.execute(sql).fetchone()[0])
+
+
+async def test_a_batch_that_fails_on_a_busy_index_is_retried_until_it_lands(
+    vault: Path, settings: Settings
+) -> None:
+    s = dataclasses.replace(
+        fast(settings), storage=dataclasses.replace(settings.storage, busy_timeout_s=0.1)
+    )
+    async with running(s) as (daemon, _):
+        with index_locked_by_another_process(s):
+            write(vault, "memory/a.md", "# A\n\nwritten while the index was locked\n")
+            write(vault, "memory/b.md", "# B\n\nanother locked write\n")
+            await until(lambda: {"memory/a.md", "memory/b.md"} <= set(daemon.failing))
+            status = daemon_status(s)
+            assert status is not None and "memory/a.md" in status["retrying"]  # type: ignore[operator]
+        await until(lambda: {"memory/a.md", "memory/b.md"} <= set(indexed(s)), within=15)
+        await until(lambda: not daemon.failing)
+        assert not daemon.stop.is_set()
+        write(vault, "memory/c.md", "# C\n\nafter the fault\n")  # and it keeps following
+        await until(lambda: "memory/c.md" in indexed(s))
+
+
+async def test_the_vector_retry_loop_survives_a_storage_fault(
+    vault: Path, settings: Settings
+) -> None:
+    s = dataclasses.replace(
+        fast(settings), storage=dataclasses.replace(settings.storage, busy_timeout_s=0.1)
+    )
+    emb = FakeEmbedder(down=True)
+    async with running(s, emb) as (daemon, svc):
+        write(vault, "memory/n.md", "# N\n\nnote stored while embedder is down\n")
+        await until(lambda: "memory/n.md" in indexed(s))
+        with index_locked_by_another_process(s):
+            emb.down = False
+            calls = emb.calls
+            await until(lambda: emb.calls > calls)  # the loop ran into the lock at least once
+            await asyncio.sleep(0.5)
+        await until(lambda: pending_vectors(s) == 0, within=15)
+        assert not daemon.stop.is_set()
+        assert (await svc.search("note stored")).mode == "hybrid"
 
 
 async def test_polling_mode_follows_changes(vault: Path, settings: Settings) -> None:

@@ -1,0 +1,126 @@
+"""Many callers on one service: searches interleaved with re-indexes here and in another process."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import sys
+import time
+from pathlib import Path
+
+from memcore.service import MemoryService
+from memcore.settings import Settings
+from tests.conftest import REPO
+from tests.support import write
+
+SECTIONS = 200
+
+SECOND_PROCESS = """
+import asyncio, sys
+from memcore.embedders.base import EmbeddingRunner
+from memcore.service import MemoryService
+from memcore.settings import load_settings
+from memcore.storage.sqlite import SqliteStore
+from tests.support import FakeEmbedder
+
+async def main() -> None:
+    settings = load_settings(sys.argv[1])
+    store = SqliteStore(settings.db_path)
+    async with MemoryService(settings, store, EmbeddingRunner(FakeEmbedder())) as svc:
+        for _ in range(int(sys.argv[2])):
+            await svc.index(full=True)
+
+asyncio.run(main())
+"""
+
+
+def variant(n: int) -> str:
+    return "# Log\n\n" + "".join(
+        f"## Entry {i}\n\nneedle entry {i} of variant v{n}.\n\n" for i in range(SECTIONS)
+    )
+
+
+async def test_searches_during_reindexes_here_and_in_another_process_are_always_whole(
+    vault: Path, settings: Settings, service: MemoryService
+) -> None:
+    write(vault, "memory/a.md", variant(0))
+    await service.index()
+    problems: list[str] = []
+    searches = 0
+    writers_done = asyncio.Event()
+
+    async def rewrite() -> None:
+        for n in range(1, 31):
+            write(vault, "memory/a.md", variant(n))
+            await service.index(["memory/a.md"])
+            await asyncio.sleep(0.01)
+
+    async def reindex_elsewhere() -> None:
+        env = {**os.environ, "PYTHONPATH": str(REPO)}
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", SECOND_PROCESS, str(vault), "3", env=env, cwd=REPO,
+            stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        _, err = await proc.communicate()
+        if proc.returncode:
+            problems.append(f"second process failed: {err.decode()[-500:]}")
+
+    async def search_loop() -> None:
+        nonlocal searches
+        while not writers_done.is_set() or searches < 500:
+            try:
+                result = await service.search("needle entry", limit=10)
+            except Exception as exc:
+                problems.append(f"raised {type(exc).__name__}: {exc}")
+                continue
+            finally:
+                searches += 1
+            hits = result.hits
+            variants = {m for h in hits for m in re.findall(r"variant (v\d+)", h.text)}
+            if len(hits) != 10 or result.mode != "hybrid" or len(variants) != 1:
+                problems.append(f"{len(hits)} hits, mode {result.mode}, variants {variants}")
+            await asyncio.sleep(0)
+
+    async def writers() -> None:
+        await asyncio.gather(rewrite(), reindex_elsewhere())
+        writers_done.set()
+
+    started = time.monotonic()
+    await asyncio.gather(writers(), search_loop(), search_loop(), search_loop())
+    assert searches >= 500
+    assert problems == [], problems[:5]
+    assert time.monotonic() - started < 60
+    # the index ends exactly where the file is
+    final = await service.search("needle entry", limit=SECTIONS + 10)
+    assert len(final.hits) == SECTIONS
+    assert {re.findall(r"v\d+", h.text)[0] for h in final.hits} == {"v30"}
+
+
+async def test_concurrent_index_runs_of_one_file_end_with_its_last_content(
+    vault: Path, service: MemoryService
+) -> None:
+    write(vault, "memory/a.md", "# A\n\nfirst\n")
+    await service.index()
+
+    async def edit(n: int) -> None:
+        write(vault, "memory/a.md", f"# A\n\nedit number{n}\n")
+        await service.index(["memory/a.md"])
+
+    await asyncio.gather(*(edit(n) for n in range(20)))
+    await service.index(["memory/a.md"])
+    (hit,) = (await service.search("edit", limit=5)).hits
+    assert hit.text == (vault / "memory/a.md").read_text().strip()
+
+
+async def test_a_limit_two_search_after_a_file_shrinks_returns_two(
+    vault: Path, service: MemoryService
+) -> None:
+    write(vault, "MEMORY.md", "".join(f"# S{i}\n\nshared word {i}\n\n" for i in range(5)))
+    await service.search("warm the vector matrix")
+    await service.index()
+    await service.search("shared")
+    write(vault, "MEMORY.md", "".join(f"# S{i}\n\nshared word {i}\n\n" for i in range(2, 5)))
+    await service.index()
+    result = await service.search("shared word", limit=2)
+    assert len(result.hits) == 2 and result.mode == "hybrid"
