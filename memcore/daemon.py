@@ -134,6 +134,7 @@ class Daemon:
     started_at: str = field(default_factory=_now)
     last_update: str | None = None
     batches: int = 0
+    warmed: bool = False
     failing: dict[str, Retry] = field(default_factory=dict)  # path ("" = the vault) -> retry
     _wake: asyncio.Event = field(default_factory=asyncio.Event)
     _watcher: VaultWatcher | None = None
@@ -171,6 +172,9 @@ class Daemon:
             )  # fmt: skip
             await asyncio.to_thread(watcher.start)
             try:
+                # Before anything is served: loading jieba holds the GIL in long C calls
+                # (its dictionary cache), which would stall every caller for ~200 ms later.
+                await self._warm()
                 report = await self.service.index(stop=self.stop)
                 log.info("caught up with the vault: %s", describe(report))
                 self._watcher = watcher
@@ -179,12 +183,10 @@ class Daemon:
                 log.info("watching %s (%d folders, %s)", s.vault, watcher.watch_count, mode)
                 if not self.stop.is_set():
                     async with asyncio.TaskGroup() as tg:
-                        warm = tg.create_task(self._warm())
                         flusher = tg.create_task(self._flush_loop())
                         retry = tg.create_task(self._retry_pending_loop())
                         await self.stop.wait()
                         retry.cancel()
-                        warm.cancel()
                         self._wake.set()
                         await flusher
             finally:
@@ -209,6 +211,7 @@ class Daemon:
             await self.service.warm()
         except Exception:
             log.exception("warming up failed; the first search loads what it needs")
+        self.warmed = True
 
     async def _settle_inflight(self) -> None:
         """Let the batch in progress finish before the service (and its store) closes."""

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
+from xml.etree import ElementTree
 
+from memcore.cli.watch import unit_name
 from memcore.daemon import daemon_status
 from memcore.settings import load_settings
 from tests.support import wait_until, write
@@ -53,13 +56,46 @@ def test_detach_returns_once_watching_then_stop_ends_it(vault: Path) -> None:
 def test_service_install_writes_a_systemd_user_unit(vault: Path, tmp_path: Path) -> None:
     result = memcore("service", "install", vault=vault)
     assert result.returncode == 0, result.stderr
-    unit = Path(os.environ["XDG_CONFIG_HOME"]) / "systemd" / "user" / "memcore-vault.service"
+    name = unit_name(vault.resolve())
+    assert name.startswith("memcore-vault-") and len(name) == len("memcore-vault-") + 8
+    unit = Path(os.environ["XDG_CONFIG_HOME"]) / "systemd" / "user" / f"{name}.service"
     text = unit.read_text()
-    assert f"--vault {vault.resolve()} watch" in text and "Restart=on-failure" in text
-    assert "systemctl --user enable --now memcore-vault.service" in result.stdout
+    assert f'"--vault" "{vault.resolve()}" "watch"' in text and "Restart=on-failure" in text
+    assert f"systemctl --user enable --now {name}.service" in result.stdout
+
+
+def test_two_vaults_with_one_folder_name_get_two_units(tmp_path: Path) -> None:
+    assert unit_name(tmp_path / "a" / "vault") != unit_name(tmp_path / "b" / "vault")
+
+
+def test_the_unit_carries_db_and_embedder_and_quotes_odd_paths(tmp_path: Path) -> None:
+    odd = tmp_path / 'my "vault" 100% $HOME'
+    (odd / "memory").mkdir(parents=True)
+    db = tmp_path / "elsewhere.db"
+    result = memcore(
+        "--db", str(db), "--embedder", "static", "service", "install", "--print", vault=odd
+    )
+    assert result.returncode == 0, result.stderr
+    (exec_start,) = [line for line in result.stdout.splitlines() if line.startswith("ExecStart=")]
+    assert '"--db" "' + str(db) + '" "--embedder" "static" "watch"' in exec_start
+    assert 'my \\"vault\\" 100%% $$HOME' in exec_start
+    words = shlex.split(exec_start.removeprefix("ExecStart="))
+    spelled = str(odd.resolve()).replace("%", "%%").replace("$", "$$")
+    assert words[words.index("--vault") + 1] == spelled
 
 
 def test_service_install_can_print_a_launchd_agent(vault: Path) -> None:
     result = memcore("service", "install", "--launchd", "--print", vault=vault)
     assert result.returncode == 0
     assert "<key>ProgramArguments</key>" in result.stdout and str(vault.resolve()) in result.stdout
+
+
+def test_the_launchd_agent_is_well_formed_xml_for_any_path(tmp_path: Path) -> None:
+    odd = tmp_path / "a & b <c>"
+    (odd / "memory").mkdir(parents=True)
+    result = memcore(
+        "--embedder", "static", "service", "install", "--launchd", "--print", vault=odd
+    )
+    root = ElementTree.fromstring(result.stdout.split("\n", 2)[2])  # after the XML/DOCTYPE lines
+    args = [e.text for e in root.iter("string")][:-1]  # the last is the log path
+    assert str(odd.resolve()) in args and args[-3:] == ["--embedder", "static", "watch"]

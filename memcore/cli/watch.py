@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
 import os
@@ -14,6 +15,7 @@ import time
 from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Annotated, Any
+from xml.sax.saxutils import escape as xml_escape
 
 import typer
 
@@ -142,7 +144,7 @@ After=default.target
 
 [Service]
 Type=simple
-ExecStart={exe} --vault {vault} watch
+ExecStart={command}
 Restart=on-failure
 RestartSec=5
 
@@ -156,18 +158,37 @@ LAUNCHD_PLIST = """<?xml version="1.0" encoding="UTF-8"?>
 <dict>
   <key>Label</key><string>{label}</string>
   <key>ProgramArguments</key>
-  <array><string>{exe}</string><string>--vault</string><string>{vault}</string><string>watch</string></array>
+  <array>{arguments}</array>
   <key>RunAtLoad</key><true/>
   <key>KeepAlive</key><true/>
-  <key>StandardErrorPath</key><string>{vault}/.memcore/daemon.log</string>
+  <key>StandardErrorPath</key><string>{log}</string>
 </dict>
 </plist>
 """
 
 
-def _unit_name(vault: Path) -> str:
+def unit_name(vault: Path) -> str:
+    """memcore-<folder>-<hash of the full path>: two vaults named alike get two units."""
     safe = "".join(ch if ch.isalnum() or ch in "-_" else "-" for ch in vault.name) or "vault"
-    return f"memcore-{safe}"
+    digest = hashlib.sha256(str(vault).encode()).hexdigest()[:8]
+    return f"memcore-{safe}-{digest}"
+
+
+def systemd_quote(arg: str) -> str:
+    """One ExecStart word: double-quoted, with systemd's specifiers and variables escaped."""
+    escaped = arg.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%").replace("$", "$$")
+    return f'"{escaped}"'
+
+
+def watch_command(settings: Settings, overrides: dict[str, object]) -> list[str]:
+    """The argv that runs this vault's watcher with the options given now (--db, --embedder)."""
+    exe = shutil.which("memcore")
+    cmd = [exe] if exe else [sys.executable, "-m", "memcore"]
+    cmd += ["--vault", str(settings.vault)]
+    for key, flag in (("storage.db", "--db"), ("embedder.provider", "--embedder")):
+        if overrides.get(key):
+            cmd += [flag, str(overrides[key])]
+    return [*cmd, "watch"]
 
 
 @service_app.command("install")
@@ -184,16 +205,22 @@ def service_install(
 
     async def job() -> tuple[Path, str, str]:
         settings = settings_of(ctx)
-        exe = shutil.which("memcore") or f"{sys.executable} -m memcore"
-        name = _unit_name(settings.vault)
+        cmd = watch_command(settings, ctx.obj.overrides)
+        name = unit_name(settings.vault)
         if launchd:
             label = f"dev.memcore.{name}"
             target = Path.home() / "Library" / "LaunchAgents" / f"{label}.plist"
-            text = LAUNCHD_PLIST.format(label=label, exe=exe, vault=settings.vault)
+            text = LAUNCHD_PLIST.format(
+                label=xml_escape(label),
+                arguments="".join(f"<string>{xml_escape(a)}</string>" for a in cmd),
+                log=xml_escape(str(settings.state_dir / "daemon.log")),
+            )
             hint = f"launchctl load -w {target}"
         else:
             target = user_config_dir() / "systemd" / "user" / f"{name}.service"
-            text = SYSTEMD_UNIT.format(exe=exe, vault=settings.vault)
+            command = " ".join(systemd_quote(a) for a in cmd)
+            vault = str(settings.vault).replace("%", "%%")
+            text = SYSTEMD_UNIT.format(command=command, vault=vault)
             hint = f"systemctl --user daemon-reload && systemctl --user enable --now {name}.service"
         return target, text, hint
 
