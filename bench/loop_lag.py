@@ -54,7 +54,7 @@ async def run(files: int, embedder: str, workdir: Path) -> dict[str, object]:
         while not daemon.warmed:  # noqa: ASYNC110 - polls a plain attribute
             await asyncio.sleep(0.01)
         warm_s, warm_lags = time.perf_counter() - started, len(lags)
-        await asyncio.sleep(0.5)
+        await asyncio.sleep(3.0)  # some files are in by now
         for q in ("渲染引擎默认用什么", "what did the user say about their job", "比赛在哪里举行"):
             t0 = time.perf_counter()
             result = await svc.search(q)

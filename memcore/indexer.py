@@ -123,7 +123,8 @@ class Indexer:
         # re-chunk everything when the chunking changed; unchanged chunk texts keep vectors
         rechunk = bool(states) and stamp != self.chunking and paths is None and not full
         full = full or rechunk
-        plan = plan_changes(disk, states, full=full, scope=None if paths is None else set(paths))
+        scope = None if paths is None else set(paths)
+        plan = await asyncio.to_thread(plan_changes, disk, states, full, scope)
         tally = Tally(unchanged=len(plan.unchanged), rebuild=full, embedder_down=self.embedder.down)
         if rechunk:
             tally.warnings.append(

@@ -82,7 +82,8 @@ class SqliteReader(_Queries):
 
     async def file_states(self) -> dict[str, FileState]:
         rows = await self._all("SELECT path, content_hash, size, mtime_ns FROM files")
-        return {r[0]: FileState(r[0], r[1], r[2], r[3]) for r in rows}
+        # 20k rows take ~20 ms to wrap: in a worker, so the loop keeps answering
+        return await asyncio.to_thread(_file_states, rows)
 
     async def search_text(
         self, query: str, k: int, filters: SearchFilters
@@ -217,6 +218,10 @@ class SqliteReader(_Queries):
     async def get_meta(self, key: str) -> str | None:
         rows = await self._all("SELECT value FROM meta WHERE key = ?", (key,))
         return rows[0][0] if rows else None
+
+
+def _file_states(rows: list[Any]) -> dict[str, FileState]:
+    return {r[0]: FileState(r[0], r[1], r[2], r[3]) for r in rows}
 
 
 def _build_index(ids: list[int], blobs: list[bytes], generation: int) -> VectorIndex:
