@@ -61,6 +61,7 @@ class SqliteStore:
         self._vectors: dict[str, VectorIndex] = {}
         self._open_snapshots: Counter[int] = Counter()
         self._applying: dict[int, asyncio.Event] = {}  # committed here, matrix not yet updated
+        self.pending_memo: dict[tuple[int, str], int] = {}  # (generation, model) -> pending
 
     @property
     def location(self) -> str:

@@ -185,6 +185,15 @@ class SqliteReader(_Queries):
         return [PendingChunk(r[0], r[1], f"{r[2]}\n{r[3]}" if r[2] else r[3]) for r in rows]
 
     async def count_pending(self, model_id: str) -> int:
+        # Every search asks; one snapshot generation always has the same answer.
+        memo = self._store.pending_memo
+        key = (self.generation, model_id)
+        if key not in memo:
+            memo.clear()  # only the newest generation is asked for again
+            memo[key] = await self._count_pending(model_id)
+        return memo[key]
+
+    async def _count_pending(self, model_id: str) -> int:
         # three index-backed counts: an OR cannot use the index (see _PENDING)
         rows = await self._all(
             "SELECT (SELECT count(*) FROM memory_chunks WHERE embedding_model IS NULL)"
