@@ -115,7 +115,6 @@ class Retry:
 
     attempts: int
     reason: str
-    next_at: float  # monotonic
 
     def to_dict(self) -> dict[str, object]:
         return {"attempts": self.attempts, "reason": self.reason}
@@ -269,7 +268,7 @@ class Daemon:
         attempts = previous.attempts + 1 if previous else 1
         delay = min(RETRY_BASE_S * 2 ** (attempts - 1), RETRY_MAX_S)
         due = time.monotonic() + delay
-        self.failing[path] = Retry(attempts, reason, due)
+        self.failing[path] = Retry(attempts, reason)
         if path:
             self.debouncer.retry(path, due)
         else:

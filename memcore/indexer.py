@@ -142,7 +142,8 @@ class Indexer:
             await self._fill_pending(tally, progress, stop)
         async with self.store.snapshot() as reader:
             pending = await reader.count_pending(self.embedder.model_id)
-        if paths is None and not stopped() and not tally.failed_transient:
+        done = paths is None and not stopped() and not tally.failed_transient
+        if done and stamp != self.chunking:
             await self._stamp()
         return IndexReport(
             indexed=tuple(tally.indexed),

@@ -118,8 +118,7 @@ class SqliteStore:
             "CREATE TABLE IF NOT EXISTS schema_migrations ("
             "version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)"
         )
-        async with db.execute("SELECT version FROM schema_migrations") as cur:
-            applied = {row[0] for row in await cur.fetchall()}
+        applied = await self._applied(db)
         for mig in load_migrations(self.backend):
             if mig.version in applied:
                 continue
@@ -135,11 +134,11 @@ class SqliteStore:
             except sqlite3.Error as exc:
                 if db.in_transaction:
                     await db.execute("ROLLBACK")
-                if mig.version in await self._applied_by_another(db):
+                if mig.version in await self._applied(db):
                     continue  # another process migrated the same file at the same moment
                 raise StorageError(f"migration {mig.version:04d}_{mig.name} failed: {exc}") from exc
 
-    async def _applied_by_another(self, db: aiosqlite.Connection) -> set[int]:
+    async def _applied(self, db: aiosqlite.Connection) -> set[int]:
         async with db.execute("SELECT version FROM schema_migrations") as cur:
             return {row[0] for row in await cur.fetchall()}
 
@@ -241,7 +240,7 @@ class SqliteStore:
             generation = 0
             try:
                 yield tx
-                if tx.dirty:
+                if tx.chunks_changed:
                     await db.execute("UPDATE generation SET value = value + 1")
                     async with db.execute("SELECT value FROM generation") as cur:
                         row = await cur.fetchone()

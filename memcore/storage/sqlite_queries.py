@@ -247,7 +247,9 @@ class SqliteWriter(_Queries):
 
     def __init__(self, conn: aiosqlite.Connection) -> None:
         super().__init__(conn)
-        self.dirty = False
+        # Only changes to chunks or their vectors bump the generation: a touched mtime, a cache
+        # entry or a meta key must not make every other process reload its vector matrix.
+        self.chunks_changed = False
         self.removed: list[int] = []
         self.added: list[tuple[int, str, Vector]] = []  # (chunk id, model, vector)
 
@@ -264,7 +266,7 @@ class SqliteWriter(_Queries):
         vectors: Sequence[Vector | None],
         model_id: str,
     ) -> list[int]:
-        self.dirty = True
+        self.chunks_changed = True
         stamp = now()
         self.removed += await self._ids_of([state.path])
         await self.conn.execute(
@@ -302,7 +304,6 @@ class SqliteWriter(_Queries):
         return ids
 
     async def touch_file(self, state: FileState) -> None:
-        self.dirty = True
         await self.conn.execute(
             "UPDATE files SET size = ?, mtime_ns = ? WHERE path = ?",
             (state.size, state.mtime_ns, state.path),
@@ -311,7 +312,7 @@ class SqliteWriter(_Queries):
     async def delete_files(self, paths: Sequence[str]) -> int:
         if not paths:
             return 0
-        self.dirty = True
+        self.chunks_changed = True
         ids = await self._ids_of(paths)
         self.removed += ids
         await self.conn.executemany("DELETE FROM files WHERE path = ?", [(p,) for p in paths])
@@ -328,7 +329,7 @@ class SqliteWriter(_Queries):
         fresh = [(cid, v) for cid, (h, v) in wanted.items() if current.get(cid) == h]
         if not fresh:
             return 0
-        self.dirty = True
+        self.chunks_changed = True
         await self.conn.executemany(
             "UPDATE memory_chunks SET embedding = ?, embedding_model = ? WHERE id = ?",
             [(encode_vector(v), model_id, cid) for cid, v in fresh],
@@ -340,7 +341,6 @@ class SqliteWriter(_Queries):
     async def cache_vectors(self, vectors: Mapping[str, Vector], model_id: str) -> None:
         if not vectors:
             return
-        self.dirty = True
         stamp = now()
         await self.conn.executemany(
             "INSERT OR REPLACE INTO embedding_cache VALUES (?, ?, ?, ?)",
@@ -348,7 +348,6 @@ class SqliteWriter(_Queries):
         )
 
     async def set_meta(self, key: str, value: str) -> None:
-        self.dirty = True
         await self.conn.execute(
             "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, value)
         )
