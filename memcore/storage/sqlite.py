@@ -98,9 +98,15 @@ class SqliteStore:
 
     async def _connect(self) -> aiosqlite.Connection:
         conn = await aiosqlite.connect(self.path, isolation_level=None)
-        await conn.execute(f"PRAGMA busy_timeout = {self._busy_ms}")
-        await conn.execute("PRAGMA synchronous = NORMAL")
-        await conn.execute("PRAGMA foreign_keys = ON")
+        try:
+            await conn.execute(f"PRAGMA busy_timeout = {self._busy_ms}")
+            await conn.execute("PRAGMA synchronous = NORMAL")
+            await conn.execute("PRAGMA foreign_keys = ON")
+        except BaseException:
+            # Its worker thread is not a daemon: left open, it keeps the process from exiting.
+            with suppress(sqlite3.Error, ValueError):
+                await conn.close()
+            raise
         return conn
 
     async def close(self) -> None:
