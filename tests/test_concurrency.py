@@ -52,7 +52,11 @@ async def test_searches_during_reindexes_here_and_in_another_process_are_always_
 
     async def rewrite() -> None:
         for n in range(1, 31):
-            write(vault, "memory/a.md", variant(n))
+            # Atomic, as editors save: a plain write_text is briefly an empty file, and the
+            # other process may index that moment (a correct result, but not this test's point).
+            tmp = vault / "memory" / ".a.md.tmp"
+            tmp.write_text(variant(n), encoding="utf-8")
+            os.replace(tmp, vault / "memory" / "a.md")
             await service.index(["memory/a.md"])
             await asyncio.sleep(0.01)
 
