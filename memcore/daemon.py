@@ -93,18 +93,6 @@ def _write_status(settings: Settings, info: dict[str, object]) -> None:
     os.replace(tmp, target)
 
 
-def describe(report: IndexReport) -> str:
-    parts = [f"{len(report.indexed)} indexed"]
-    if report.deleted:
-        parts.append(f"{len(report.deleted)} deleted")
-    if report.failed:
-        parts.append(f"{len(report.failed)} failed")
-    parts.append(f"{report.chunks_embedded} chunks embedded")
-    if report.chunks_pending:
-        parts.append(f"{report.chunks_pending} waiting for vectors")
-    return ", ".join(parts) + f" in {report.elapsed_ms:.0f} ms"
-
-
 RETRY_BASE_S = 1.0
 RETRY_MAX_S = 300.0
 
@@ -188,9 +176,9 @@ class Daemon:
                 # (its dictionary cache), which would stall every caller for ~200 ms later.
                 await self._warm()
                 report = await self.service.index(stop=self.stop)
-                log.info("caught up with the vault: %s", describe(report))
+                log.info("caught up with the vault: %s", report.summary())
                 self._watcher = watcher
-                self._after_batch(report)
+                self._note_failures(report, None)
                 mode = "polling" if watcher.polling else "native events"
                 log.info("watching %s (%d folders, %s)", s.vault, watcher.watch_count, mode)
                 if not self.stop.is_set():
@@ -249,7 +237,11 @@ class Daemon:
             return
         self.batches += 1
         if report.indexed or report.deleted or report.failed or report.chunks_embedded:
-            log.info("batch %d: %s", self.batches, describe(report))
+            log.info("batch %d: %s", self.batches, report.summary())
+        self._note_failures(report, paths)
+
+    def _note_failures(self, report: IndexReport, paths: set[str] | None) -> None:
+        """Log skipped files (once: an untouched one is not re-read), queue transient ones."""
         still = {f.path for f in report.failed if f.transient}
         for failure in report.failed:
             if failure.transient:
@@ -299,7 +291,9 @@ class Daemon:
             if report.chunks_pending:
                 delay = min(delay * 2, 600.0)
                 log.info(
-                    "embedder still unavailable; %d chunks wait for vectors", report.chunks_pending
+                    "%d chunks wait for vectors (%s)",
+                    report.chunks_pending,
+                    report.embedder_problem or "embedder still unavailable",
                 )
             else:
                 delay = base

@@ -26,7 +26,7 @@ from memcore.indexing import (
     embed_missing,
     prepare_files,
 )
-from memcore.models import DiskFile, FileFailure, FileState, IndexReport
+from memcore.models import DiskFile, FileFailure, FileState, IndexReport, SkippedFile
 from memcore.planner import plan_changes
 from memcore.settings import Settings
 from memcore.storage.base import IndexWriter, Store
@@ -117,6 +117,7 @@ class Indexer:
         )  # fmt: skip
         async with self.store.snapshot() as reader:
             states = await reader.file_states()
+            skipped = await reader.skipped_files()
             stamp = await reader.get_meta(CHUNKING_KEY)
         if not states and stamp != self.chunking:
             await self._stamp()  # an empty index: its first files use the current chunking
@@ -124,8 +125,12 @@ class Indexer:
         rechunk = bool(states) and stamp != self.chunking and paths is None and not full
         full = full or rechunk
         scope = None if paths is None else set(paths)
-        plan = await asyncio.to_thread(plan_changes, disk, states, full, scope)
+        plan = await asyncio.to_thread(plan_changes, disk, states, full, scope, skipped)
         tally = Tally(unchanged=len(plan.unchanged), rebuild=full, embedder_down=self.embedder.down)
+        if tally.embedder_down:
+            tally.warnings.append(
+                f"embedder unavailable, vectors pending: {self.embedder.down_reason}"
+            )
         if rechunk:
             tally.warnings.append(
                 f"chunking changed ({self.chunking}): re-chunking all {len(disk)} files"
@@ -137,7 +142,7 @@ class Indexer:
                 break
             await self._index_batch(plan.to_read[start : start + FILES_PER_BATCH], states, tally)
             progress("files", min(start + FILES_PER_BATCH, total), total)
-        deleted = await self._delete(plan.to_delete, tally)
+        deleted = tuple(p for p in await self._delete(plan.to_delete, tally) if p in states)
         if not tally.embedder_down and not stopped():
             await self._fill_pending(tally, progress, stop)
         async with self.store.snapshot() as reader:
@@ -150,6 +155,7 @@ class Indexer:
             unchanged=tally.unchanged,
             deleted=deleted,
             failed=tuple(tally.failed),
+            still_skipped=plan.still_skipped,
             chunks_embedded=tally.embedded,
             chunks_reused=tally.reused,
             chunks_pending=pending,
@@ -166,10 +172,22 @@ class Indexer:
     ) -> None:
         s = self.settings
         async with self._paths.hold([f.path for f in files]):
+            failed_before = len(tally.failed)
             prepared = await asyncio.to_thread(
                 prepare_files, s.vault, s.index, self.chunker, files, states, tally
             )
             touched, tally.touched = tally.touched, []
+            by_path = {f.path: f for f in files}
+            skips = [
+                SkippedFile(x.path, x.reason, by_path[x.path].size, by_path[x.path].mtime_ns)
+                for x in tally.failed[failed_before:]
+            ]
+
+            async def skip(tx: IndexWriter) -> None:
+                await tx.set_skipped(skips)
+
+            if skips:
+                await self._write(tally, [x.path for x in skips], skip)
 
             async def touch(tx: IndexWriter) -> None:
                 for state in touched:
@@ -247,7 +265,7 @@ class Indexer:
     def _embedder_failed(self, tally: Tally, exc: EmbedderError) -> None:
         tally.embedder_down = True
         tally.warnings.append(f"embedder unavailable, vectors pending: {exc}")
-        self.embedder.mark_down()
+        self.embedder.mark_down(str(exc))
 
     async def fill_pending(self) -> IndexReport:
         """Retry embedding for chunks stored while the embedder was down."""

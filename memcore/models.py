@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -44,6 +44,16 @@ class FileState:
 
     path: str
     content_hash: str
+    size: int
+    mtime_ns: int
+
+
+@dataclass(frozen=True, slots=True)
+class SkippedFile:
+    """A memory file that could not be indexed, as it was on disk when it was tried."""
+
+    path: str
+    reason: str
     size: int
     mtime_ns: int
 
@@ -133,11 +143,36 @@ class IndexReport:
     unchanged: int = 0
     deleted: tuple[str, ...] = ()
     failed: tuple[FileFailure, ...] = ()
+    still_skipped: tuple[str, ...] = ()  # skipped before and not changed since (not re-read)
     chunks_embedded: int = 0
     chunks_reused: int = 0
     chunks_pending: int = 0
     elapsed_ms: float = 0.0
     warnings: tuple[str, ...] = ()
+
+    def summary(self) -> str:
+        """One line for a person: what was indexed, skipped and embedded, and why vectors wait."""
+        files = [plural(len(self.indexed), "file") + " indexed", f"{self.unchanged} unchanged"]
+        if self.deleted:
+            files.append(f"{len(self.deleted)} deleted")
+        if self.failed:
+            files.append(f"{len(self.failed)} skipped ({_names(f.path for f in self.failed)})")
+        if self.still_skipped:
+            files.append(f"{len(self.still_skipped)} still skipped (see `memcore status`)")
+        chunks = [plural(self.chunks_embedded, "chunk") + " embedded"]
+        if self.chunks_reused:
+            chunks.append(f"{self.chunks_reused} reused from cache")
+        if self.chunks_pending:
+            why = self.embedder_problem
+            chunks.append(
+                f"{self.chunks_pending} waiting for vectors" + (f" ({why})" if why else "")
+            )
+        return f"{', '.join(files)}; {', '.join(chunks)} ({self.elapsed_ms / 1000:.1f} s)"
+
+    @property
+    def embedder_problem(self) -> str:
+        """Why vectors are pending, from the warnings (empty when none says)."""
+        return next((w for w in self.warnings if w.startswith("embedder unavailable")), "")
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -147,6 +182,7 @@ class IndexReport:
             "files_failed": [
                 {"path": f.path, "reason": f.reason, "transient": f.transient} for f in self.failed
             ],
+            "files_still_skipped": list(self.still_skipped),
             "chunks_embedded": self.chunks_embedded,
             "chunks_reused": self.chunks_reused,
             "chunks_pending": self.chunks_pending,
@@ -167,6 +203,7 @@ class IndexStatus:
     db_path: str
     db_bytes: int
     last_indexed: str | None
+    skipped: Mapping[str, str] = field(default_factory=dict)  # path -> why it is not indexed
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -178,4 +215,16 @@ class IndexStatus:
             "db_path": self.db_path,
             "db_bytes": self.db_bytes,
             "last_indexed": self.last_indexed,
+            "skipped": dict(self.skipped),
         }
+
+
+def plural(n: int, word: str) -> str:
+    """``1 chunk``, ``2 chunks``."""
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def _names(paths: Iterable[str], most: int = 5) -> str:
+    names = list(paths)
+    extra = f" and {len(names) - most} more" if len(names) > most else ""
+    return ", ".join(names[:most]) + extra

@@ -85,14 +85,15 @@ class Searcher:
         """The query's vector, or None (with a warning) when the embedder is unavailable."""
         if self.embedder.down:
             warnings.append(
-                "embedder unavailable, keyword results only (retrying in the background)"
+                f"embedder unavailable, keyword results only: {self.embedder.down_reason} "
+                "(retrying in the background)"
             )
             return None
         try:
             vecs = await self.embedder.embed([query])
         except EmbedderError as exc:
             warnings.append(f"embedder unavailable, keyword results only: {exc}")
-            self.embedder.mark_down()
+            self.embedder.mark_down(str(exc))
             return None
         vec: Vector = vecs[0]
         return vec
@@ -184,5 +185,5 @@ class Searcher:
         if not self.embedder.down:
             try:
                 await self.embedder.embed(["warm up"])
-            except EmbedderError:
-                self.embedder.mark_down()
+            except EmbedderError as exc:
+                self.embedder.mark_down(str(exc))

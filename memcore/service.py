@@ -98,6 +98,7 @@ class MemoryService:
     async def status(self) -> IndexStatus:
         async with self.store.snapshot() as reader:
             st = await reader.stats(self.model_id)
+            skipped = await reader.skipped_files()
         return IndexStatus(
             files=st.files,
             chunks=st.chunks,
@@ -107,4 +108,5 @@ class MemoryService:
             db_path=self.store.location,
             db_bytes=st.db_bytes,
             last_indexed=st.last_indexed,
+            skipped={p: f.reason for p, f in sorted(skipped.items())},
         )

@@ -118,6 +118,29 @@ async def test_bad_files_are_reported_and_the_rest_indexed(
     assert all("\n" not in r for r in reasons.values())
 
 
+async def test_a_skipped_file_is_listed_and_not_reread_until_it_changes(
+    vault: Path, service: MemoryService
+) -> None:
+    bad = vault / "memory" / "latin1.md"
+    bad.write_bytes(b"# Caf\xe9\n")
+    first = await service.index()
+    assert [f.path for f in first.failed] == ["memory/latin1.md"]
+    assert (await service.status()).skipped == {"memory/latin1.md": "invalid UTF-8 at byte 5"}
+    again = await service.index(["memory/latin1.md"])  # a watch event for an untouched file
+    assert again.failed == () and again.still_skipped == ("memory/latin1.md",)
+    write(vault, "memory/latin1.md", "# Café\n\nfixed now\n")
+    fixed = await service.index()
+    assert fixed.indexed == ("memory/latin1.md",) and fixed.failed == ()
+    assert (await service.status()).skipped == {}
+    bad.write_bytes(b"\x00binary again")
+    await service.index()
+    assert set((await service.status()).skipped) == {"memory/latin1.md"}
+    assert (await service.search("fixed now")).hits  # the last good text stays searchable
+    bad.unlink()
+    gone = await service.index()
+    assert (await service.status()).skipped == {} and gone.deleted == ("memory/latin1.md",)
+
+
 async def test_fts_syntax_characters_in_queries_never_error(
     vault: Path, service: MemoryService
 ) -> None:

@@ -14,7 +14,7 @@ import pytest
 
 from memcore.chunker import chunk_markdown
 from memcore.errors import StorageError
-from memcore.models import FileState, SearchFilters
+from memcore.models import FileState, SearchFilters, SkippedFile
 from memcore.storage.base import IndexWriter, Store, Vector
 from memcore.storage.sqlite import SqliteStore
 
@@ -254,3 +254,25 @@ async def test_using_a_closed_store_is_a_storage_error(open_store: OpenStore) ->
     with pytest.raises(StorageError):
         async with store.transaction():
             pass
+
+
+async def test_skipped_files_are_recorded_until_the_path_is_written_or_deleted(
+    open_store: OpenStore,
+) -> None:
+    async with open_store() as store:
+        async with store.transaction() as tx:
+            await tx.set_skipped(
+                [SkippedFile("a.md", "binary file", 3, 7), SkippedFile("b.md", "too big", 9, 1)]
+            )
+        async with store.transaction() as tx:
+            await tx.set_skipped([SkippedFile("a.md", "invalid UTF-8 at byte 1", 4, 8)])
+        async with store.snapshot() as r:
+            assert await r.skipped_files() == {
+                "a.md": SkippedFile("a.md", "invalid UTF-8 at byte 1", 4, 8),
+                "b.md": SkippedFile("b.md", "too big", 9, 1),
+            }
+        async with store.transaction() as tx:
+            await put(tx, "a.md", "# A\n\nnow fine\n")
+            await tx.delete_files(["b.md"])
+        async with store.snapshot() as r:
+            assert await r.skipped_files() == {}

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import dataclasses
 import errno
+import logging
 import os
 import shutil
 import signal
@@ -419,3 +420,23 @@ async def test_a_save_during_the_start_up_catch_up_is_not_lost(
         finally:
             daemon.stop.set()
             await asyncio.wait_for(task, 10)
+
+
+async def test_the_log_names_skipped_files_once_and_says_why_vectors_wait(
+    vault: Path, settings: Settings, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="memcore")
+    s = fast(settings)
+    (vault / "memory" / "bad.md").write_bytes(b"# Caf\xe9\n")
+    write(vault, "memory/good.md", "# G\n\nfine\n")
+    async with running(s, FakeEmbedder(down=True)):
+        # a folder renamed inside the vault rescans it: the untouched bad file stays quiet
+        write(vault, "memory/d/x.md", "# X\n\nin a folder\n")
+        await until(lambda: "memory/d/x.md" in indexed(s))
+        os.rename(vault / "memory" / "d", vault / "memory" / "e")
+        await until(lambda: "memory/e/x.md" in indexed(s) and "memory/d/x.md" not in indexed(s))
+    messages = [r.getMessage() for r in caplog.records]
+    caught_up = next(m for m in messages if m.startswith("caught up with the vault"))
+    assert "1 skipped (memory/bad.md)" in caught_up
+    assert "waiting for vectors (embedder unavailable" in caught_up
+    assert sum("skipped memory/bad.md: invalid UTF-8" in m for m in messages) == 1

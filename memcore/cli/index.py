@@ -73,13 +73,7 @@ def _print_report(report: IndexReport, as_json: bool) -> None:
     if as_json:
         typer.echo(json.dumps(report.to_dict(), ensure_ascii=False, indent=2))
     else:
-        typer.echo(
-            f"indexed {len(report.indexed)} files, {report.unchanged} unchanged, "
-            f"{len(report.deleted)} deleted, {len(report.failed)} failed; "
-            f"{report.chunks_embedded} chunks embedded, {report.chunks_reused} reused from cache"
-            f"{f', {report.chunks_pending} waiting for vectors' if report.chunks_pending else ''}"
-            f" ({report.elapsed_ms / 1000:.1f}s)"
-        )
+        typer.echo(report.summary())
     for failure in report.failed:
         typer.echo(f"memcore: skipped {failure.path}: {failure.reason}", err=True)
     for warning in report.warnings:

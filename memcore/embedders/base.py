@@ -58,14 +58,16 @@ class EmbeddingRunner:
         self.backoff_s = backoff_s
         self._sem = asyncio.Semaphore(max(1, embedder.concurrency))
         self._down_until = 0.0
+        self.down_reason = ""  # the error that marked it down, for logs and reports
 
     @property
     def down(self) -> bool:
         """True for a while after a failure: indexing stores text now, vectors come later."""
         return time.monotonic() < self._down_until
 
-    def mark_down(self, seconds: float = DOWN_FOR_S) -> None:
+    def mark_down(self, reason: str, seconds: float = DOWN_FOR_S) -> None:
         self._down_until = time.monotonic() + seconds
+        self.down_reason = reason
 
     def mark_up(self) -> None:
         self._down_until = 0.0

@@ -18,7 +18,7 @@ from typing import Protocol, Self
 import numpy as np
 import numpy.typing as npt
 
-from memcore.models import Chunk, FileState, SearchFilters
+from memcore.models import Chunk, FileState, SearchFilters, SkippedFile
 
 Vector = npt.NDArray[np.float32]
 
@@ -94,6 +94,10 @@ class IndexReader(Protocol):
 
     async def stats(self, model_id: str) -> StoreStats: ...
 
+    async def skipped_files(self) -> dict[str, SkippedFile]:
+        """Files that could not be indexed, by path."""
+        ...
+
     async def get_meta(self, key: str) -> str | None: ...
 
 
@@ -114,6 +118,11 @@ class IndexWriter(Protocol):
 
     async def touch_file(self, state: FileState) -> None:
         """Record a new size/mtime for a file whose content did not change."""
+        ...
+
+    async def set_skipped(self, files: Sequence[SkippedFile]) -> None:
+        """Record files that could not be indexed (their indexed chunks, if any, stay). A
+        later replace_file, touch_file or delete_files of the path clears the record."""
         ...
 
     async def delete_files(self, paths: Sequence[str]) -> int:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import aiosqlite
 import numpy as np
 
-from memcore.models import Chunk, FileState, SearchFilters
+from memcore.models import Chunk, FileState, SearchFilters, SkippedFile
 from memcore.search.tokenize import fts_match_expression, has_cjk
 from memcore.search.vectors import VectorIndex, decode_vector, encode_vector
 from memcore.storage.base import ChunkRow, PendingChunk, StoreStats, Vector
@@ -228,6 +228,10 @@ class SqliteReader(_Queries):
         rows = await self._all("SELECT value FROM meta WHERE key = ?", (key,))
         return rows[0][0] if rows else None
 
+    async def skipped_files(self) -> dict[str, SkippedFile]:
+        rows = await self._all("SELECT path, reason, size, mtime_ns FROM skipped_files")
+        return {r[0]: SkippedFile(*r) for r in rows}
+
 
 def _file_states(rows: list[Any]) -> dict[str, FileState]:
     return {r[0]: FileState(r[0], r[1], r[2], r[3]) for r in rows}
@@ -269,6 +273,7 @@ class SqliteWriter(_Queries):
         self.chunks_changed = True
         stamp = now()
         self.removed += await self._ids_of([state.path])
+        await self._unskip([state.path])
         await self.conn.execute(
             "INSERT INTO files (path, content_hash, size, mtime_ns, indexed_at) "
             "VALUES (?, ?, ?, ?, ?) ON CONFLICT(path) DO UPDATE SET "
@@ -304,14 +309,29 @@ class SqliteWriter(_Queries):
         return ids
 
     async def touch_file(self, state: FileState) -> None:
+        await self._unskip([state.path])
         await self.conn.execute(
             "UPDATE files SET size = ?, mtime_ns = ? WHERE path = ?",
             (state.size, state.mtime_ns, state.path),
         )
 
+    async def set_skipped(self, files: Sequence[SkippedFile]) -> None:
+        await self.conn.executemany(
+            "INSERT INTO skipped_files (path, reason, size, mtime_ns, since) "
+            "VALUES (?, ?, ?, ?, ?) ON CONFLICT(path) DO UPDATE SET reason=excluded.reason, "
+            "size=excluded.size, mtime_ns=excluded.mtime_ns",
+            [(f.path, f.reason, f.size, f.mtime_ns, now()) for f in files],
+        )
+
+    async def _unskip(self, paths: Sequence[str]) -> None:
+        await self.conn.executemany(
+            "DELETE FROM skipped_files WHERE path = ?", [(p,) for p in paths]
+        )
+
     async def delete_files(self, paths: Sequence[str]) -> int:
         if not paths:
             return 0
+        await self._unskip(paths)
         self.chunks_changed = True
         ids = await self._ids_of(paths)
         self.removed += ids
