@@ -13,6 +13,10 @@ class VaultError(MemcoreError):
     """The vault folder is missing or a path points outside it."""
 
 
+class VaultNotFound(VaultError):
+    """No vault where one was asked for: a missing folder, a file, or none above the cwd."""
+
+
 class StorageError(MemcoreError):
     """The index database cannot be opened, migrated, read or written."""
 

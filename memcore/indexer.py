@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequence
 from functools import partial
+from pathlib import Path
 
 from memcore.chunker import ChunkerConfig
 from memcore.embedders.base import EmbeddingRunner
@@ -44,6 +46,10 @@ WriteJob = Callable[[IndexWriter], Awaitable[object]]
 
 async def _replace(item: PreparedFile, model_id: str, tx: IndexWriter) -> None:
     await tx.replace_file(item.state, item.chunks, item.vectors, model_id)
+
+
+def _any_file(root: Path, paths: Sequence[str]) -> bool:
+    return any((root / p).is_file() for p in paths)
 
 
 def no_progress(phase: str, done: int, total: int) -> None:
@@ -126,10 +132,22 @@ class Indexer:
         full = full or rechunk
         scope = None if paths is None else set(paths)
         plan = await asyncio.to_thread(plan_changes, disk, states, full, scope, skipped)
+        kept_all = paths is None and not disk and bool(states)
+        if kept_all and await asyncio.to_thread(_any_file, s.vault, plan.to_delete):
+            # The indexed files are still there, just no longer matched: a wrong index.include
+            # (or exclude), not a deletion. Never empty the index on that evidence.
+            plan = dataclasses.replace(plan, to_delete=())
+        else:
+            kept_all = False
         tally = Tally(unchanged=len(plan.unchanged), rebuild=full, embedder_down=self.embedder.down)
         if tally.embedder_down:
             tally.warnings.append(
                 f"embedder unavailable, vectors pending: {self.embedder.down_reason}"
+            )
+        if kept_all:
+            tally.warnings.append(
+                f"no file in the vault matches index.include ({', '.join(s.index.include)}); "
+                f"kept the {len(states)} indexed files rather than empty the index"
             )
         if rechunk:
             tally.warnings.append(

@@ -6,14 +6,15 @@ This is the only module that reads configuration files or environment variables.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, get_type_hints
 
-from memcore.errors import ConfigError
+from memcore.errors import ConfigError, VaultNotFound
 
 VAULT_CONFIG = "memcore.toml"
 PROVIDERS = ("local", "static", "ollama", "openai")
@@ -135,13 +136,45 @@ def user_config_dir(env: Mapping[str, str] | None = None) -> Path:
 
 def user_config_path(env: Mapping[str, str]) -> Path:
     if env.get("MEMCORE_CONFIG"):
-        return Path(env["MEMCORE_CONFIG"]).expanduser()
+        path = Path(env["MEMCORE_CONFIG"]).expanduser()
+        if not path.is_file():
+            raise ConfigError(f"MEMCORE_CONFIG names {path}, which is not a file")
+        return path
     return user_config_dir(env) / "memcore" / "config.toml"
 
 
-def resolve_vault(flag: str | Path | None, env: Mapping[str, str]) -> Path:
-    raw = flag or env.get("MEMCORE_VAULT") or "."
-    return Path(raw).expanduser().resolve()
+# What makes a folder a vault, as .git makes a repository.
+VAULT_MARKERS = (VAULT_CONFIG, ".memcore", "MEMORY.md", "memory.md")
+
+
+def find_vault(start: Path) -> Path | None:
+    """The nearest folder at or above ``start`` holding a vault marker, or None."""
+    for folder in (start, *start.parents):
+        if any((folder / marker).exists() for marker in VAULT_MARKERS):
+            return folder
+    return None
+
+
+def resolve_vault(flag: str | Path | None, env: Mapping[str, str], cwd: Path | None = None) -> Path:
+    """The vault: ``flag``, else $MEMCORE_VAULT (either must be a folder), else the nearest
+    folder at or above the current one with memcore.toml, .memcore/ or MEMORY.md.
+    Raises VaultNotFound."""
+    raw = flag or env.get("MEMCORE_VAULT")
+    if raw:
+        path = Path(raw).expanduser().resolve()
+        if not path.exists():
+            raise VaultNotFound(f"vault folder {path} does not exist")
+        if not path.is_dir():
+            raise VaultNotFound(f"{path} is a file, not a vault folder")
+        return path
+    here = (cwd or Path.cwd()).resolve()
+    found = find_vault(here)
+    if found is None:
+        raise VaultNotFound(
+            f"no vault in {here} or any folder above it (none has memcore.toml, .memcore/ or "
+            "MEMORY.md); run `memcore init` or pass --vault DIR"
+        )
+    return found
 
 
 def load_settings(
@@ -149,27 +182,34 @@ def load_settings(
     overrides: Mapping[str, object] | None = None,
     env: Mapping[str, str] | None = None,
 ) -> Settings:
-    """Build Settings for a vault. Raises ConfigError naming the bad file, key or value."""
+    """Build Settings for a vault. Raises ConfigError naming the bad file, key or value, and
+    VaultNotFound when there is no vault (see resolve_vault)."""
     env = os.environ if env is None else env
-    values: dict[str, dict[str, object]] = {name: {} for name in SECTIONS}
+    found = _Values()
     user_file = user_config_path(env)
     if user_file.is_file():
-        _merge(values, _read_toml(user_file), str(user_file), forbidden=frozenset())
+        found.merge_file(_read_toml(user_file), str(user_file), forbidden=frozenset())
     root = resolve_vault(vault, env)
     vault_file = root / VAULT_CONFIG
     if vault_file.is_file():
-        _merge(values, _read_toml(vault_file), str(vault_file), forbidden=VAULT_FORBIDDEN)
-        provider = values["embedder"].get("provider")
-        if provider is not None and provider not in VAULT_PROVIDERS:
+        found.merge_file(_read_toml(vault_file), str(vault_file), forbidden=VAULT_FORBIDDEN)
+        provider = found.values["embedder"].get("provider")
+        if provider in PROVIDERS and provider not in VAULT_PROVIDERS:
             raise ConfigError(
                 f"{vault_file}: embedder.provider = {provider!r} sends memory off this machine; "
                 "set it in your user config, MEMCORE_EMBEDDER or --embedder instead"
             )
-    _merge_flat(values, _env_values(env), "environment")
-    _merge_flat(values, {k: v for k, v in (overrides or {}).items() if v is not None}, "flag")
-    sections = {name: _build(SECTIONS[name], name, values[name]) for name in SECTIONS}
+    for dotted, (name, raw) in _env_values(env).items():
+        found.set(dotted, raw, name)
+    for dotted, value in (overrides or {}).items():
+        if value is not None:
+            found.set(dotted, value, "command line")
+    sections = {name: found.build(name) for name in SECTIONS}
     settings = Settings(vault=root, **sections)
-    _validate(settings)
+    for message in _problems(settings):
+        key = message.partition(":")[0]
+        origin = found.origins.get(key)
+        raise ConfigError(f"{origin}: {message}" if origin else message)
     return settings
 
 
@@ -183,66 +223,73 @@ def _read_toml(path: Path) -> dict[str, Any]:
         raise ConfigError(f"{path}: cannot read: {exc.strerror}") from exc
 
 
-def _merge(
-    values: dict[str, dict[str, object]],
-    data: Mapping[str, Any],
-    origin: str,
-    forbidden: frozenset[str],
-) -> None:
-    for section, table in data.items():
-        if section not in SECTIONS:
-            raise ConfigError(f"{origin}: unknown section [{section}]")
-        if not isinstance(table, dict):
-            raise ConfigError(f"{origin}: [{section}] must be a table")
-        for key, value in table.items():
-            dotted = f"{section}.{key}"
-            if dotted in forbidden:
-                raise ConfigError(
-                    f"{origin}: {dotted} may not be set in a vault's memcore.toml; "
-                    "use your user config or the environment"
-                )
-            _check_key(section, key, origin)
-            values[section][key] = value
+class _Values:
+    """Raw setting values by section, and where each came from (for error messages)."""
 
+    def __init__(self) -> None:
+        self.values: dict[str, dict[str, object]] = {name: {} for name in SECTIONS}
+        self.origins: dict[str, str] = {}
 
-def _merge_flat(
-    values: dict[str, dict[str, object]], flat: Mapping[str, object], origin: str
-) -> None:
-    for dotted, value in flat.items():
+    def merge_file(self, data: Mapping[str, Any], origin: str, forbidden: frozenset[str]) -> None:
+        for section, table in data.items():
+            if not isinstance(table, dict):
+                owners = [n for n in SECTIONS if section in _keys(n)]
+                where = f"; did you mean [{owners[0]}] {section} = ...?" if owners else ""
+                raise ConfigError(f"{origin}: {section} must be inside a [section]{where}")
+            if section not in SECTIONS:
+                known = ", ".join(SECTIONS)
+                raise ConfigError(f"{origin}: unknown section [{section}] (known: {known})")
+            for key, value in table.items():
+                dotted = f"{section}.{key}"
+                if dotted in forbidden:
+                    raise ConfigError(
+                        f"{origin}: {dotted} may not be set in a vault's memcore.toml; "
+                        "use your user config or the environment"
+                    )
+                self.set(dotted, value, origin)
+
+    def set(self, dotted: str, value: object, origin: str) -> None:
         section, _, key = dotted.partition(".")
         if section not in SECTIONS:
             raise ConfigError(f"{origin}: unknown setting {dotted}")
-        _check_key(section, key, origin)
-        values[section][key] = value
+        if key not in _keys(section):
+            hint = ", ".join(sorted(_keys(section)))
+            raise ConfigError(f"{origin}: unknown key {dotted} (known: {hint})")
+        self.values[section][key] = value
+        self.origins[dotted] = origin
+
+    def build(self, section: str) -> Any:
+        cls = SECTIONS[section]
+        hints = get_type_hints(cls)
+        kwargs = {}
+        for key, value in self.values[section].items():
+            dotted = f"{section}.{key}"
+            try:
+                kwargs[key] = _coerce(value, hints[key], dotted)
+            except ConfigError as exc:
+                raise ConfigError(f"{self.origins[dotted]}: {exc}") from exc
+        return cls(**kwargs)
 
 
-def _check_key(section: str, key: str, origin: str) -> None:
-    names = {f.name for f in dataclasses.fields(SECTIONS[section])}
-    if key not in names:
-        hint = ", ".join(sorted(names))
-        raise ConfigError(f"{origin}: unknown key {section}.{key} (known: {hint})")
+def _keys(section: str) -> set[str]:
+    return {f.name for f in dataclasses.fields(SECTIONS[section])}
 
 
-def _env_values(env: Mapping[str, str]) -> dict[str, object]:
-    out: dict[str, object] = {}
+def _env_values(env: Mapping[str, str]) -> dict[str, tuple[str, str]]:
+    """dotted key -> (variable name, raw value) for every MEMCORE_* setting variable."""
+    out: dict[str, tuple[str, str]] = {}
     for name, raw in env.items():
         if not name.startswith("MEMCORE_") or name in ENV_SPECIAL:
             continue
         if name in ENV_ALIASES:
-            out[ENV_ALIASES[name]] = raw
+            out[ENV_ALIASES[name]] = (name, raw)
             continue
         rest = name.removeprefix("MEMCORE_").lower()
         section = next((s for s in SECTIONS if rest.startswith(s + "_")), None)
         if section is None:
             raise ConfigError(f"unknown environment variable {name}")
-        out[f"{section}.{rest.removeprefix(section + '_')}"] = raw
+        out[f"{section}.{rest.removeprefix(section + '_')}"] = (name, raw)
     return out
-
-
-def _build(cls: type[Any], section: str, raw: Mapping[str, object]) -> Any:
-    hints = get_type_hints(cls)
-    kwargs = {key: _coerce(value, hints[key], f"{section}.{key}") for key, value in raw.items()}
-    return cls(**kwargs)
 
 
 def _to_bool(value: object) -> bool:
@@ -274,6 +321,8 @@ def _to_str(value: object) -> str:
 
 
 def _to_str_tuple(value: object) -> tuple[str, ...]:
+    if isinstance(value, str) and value.strip().startswith("["):
+        value = json.loads(value)  # a JSON list, as in MEMCORE_INDEX_INCLUDE='["a.md"]'
     if isinstance(value, str):
         return tuple(p.strip() for p in value.split(",") if p.strip())
     if isinstance(value, list | tuple) and all(isinstance(v, str) for v in value):
@@ -300,15 +349,17 @@ def _coerce(value: object, hint: Any, name: str) -> object:
         raise ConfigError(f"{name}: invalid value {value!r}") from exc
 
 
-def _validate(s: Settings) -> None:
-    if s.embedder.provider not in PROVIDERS:
-        raise ConfigError(
-            f"embedder.provider: {s.embedder.provider!r} is not one of {', '.join(PROVIDERS)}"
-        )
-    if s.index.split not in SPLITS:
-        raise ConfigError(f"index.split: {s.index.split!r} is not one of {', '.join(SPLITS)}")
-    if s.search.fusion not in FUSIONS:
-        raise ConfigError(f"search.fusion: {s.search.fusion!r} is not one of {', '.join(FUSIONS)}")
+def _problems(s: Settings) -> Iterator[str]:
+    """Invalid values, each as "section.key: what is wrong"."""
+    choices = {
+        "embedder.provider": (s.embedder.provider, PROVIDERS),
+        "index.split": (s.index.split, SPLITS),
+        "search.fusion": (s.search.fusion, FUSIONS),
+    }
+    for name, (value, allowed) in choices.items():
+        if value not in allowed:
+            hint = f" (did you mean {value.lower()!r}?)" if value.lower() in allowed else ""
+            yield f"{name}: {value!r} is not one of {', '.join(allowed)}{hint}"
     positive = {
         "index.chunk_tokens": s.index.chunk_tokens,
         "index.chars_per_token": s.index.chars_per_token,
@@ -321,10 +372,10 @@ def _validate(s: Settings) -> None:
         "search.candidates": s.search.candidates,
         "search.recency_half_life_days": s.search.recency_half_life_days,
     }
-    for name, value in positive.items():
-        if value <= 0:
-            raise ConfigError(f"{name}: must be positive, got {value}")
+    for name, number in positive.items():
+        if number <= 0:
+            yield f"{name}: must be positive, got {number}"
     if s.search.recency_weight < 0:
-        raise ConfigError(f"search.recency_weight: must be >= 0, got {s.search.recency_weight}")
+        yield f"search.recency_weight: must be >= 0, got {s.search.recency_weight}"
     if not 0 <= s.index.overlap_tokens < s.index.chunk_tokens:
-        raise ConfigError("index.overlap_tokens: must be >= 0 and below index.chunk_tokens")
+        yield "index.overlap_tokens: must be >= 0 and below index.chunk_tokens"

@@ -395,3 +395,19 @@ def test_sample_vault_render_engine_ranks_dx12_first(tmp_path: Path) -> None:
             return (await svc.search("render engine")).hits[0].text
 
     assert "DiveAdstra uses DX12 by default." in asyncio.run(run())
+
+
+async def test_an_include_that_matches_nothing_does_not_empty_the_index(
+    vault: Path, settings: Settings, embedder: FakeEmbedder
+) -> None:
+    write(vault, "MEMORY.md", "# M\n\nkept safe\n")
+    async with make_service(settings, embedder) as svc:
+        await svc.index()
+    wrong = dataclasses.replace(
+        settings, index=dataclasses.replace(settings.index, include=('["MEMORY.md"]',))
+    )
+    async with make_service(wrong, embedder) as svc:
+        report = await svc.index()
+        assert report.deleted == ()
+        assert any("no file in the vault matches index.include" in w for w in report.warnings)
+        assert (await svc.search("kept safe")).hits

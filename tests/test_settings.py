@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from memcore.errors import ConfigError
-from memcore.settings import load_settings
+from memcore.errors import ConfigError, VaultNotFound
+from memcore.settings import load_settings, resolve_vault
 
 
 def test_defaults(vault: Path) -> None:
@@ -93,3 +93,84 @@ def test_invalid_values_are_rejected(vault: Path) -> None:
 
 def test_vault_from_env(vault: Path) -> None:
     assert load_settings(env={"MEMCORE_VAULT": str(vault)}).vault == vault.resolve()
+
+
+def test_the_vault_is_found_by_walking_up_like_git(
+    vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (vault / "MEMORY.md").write_text("# M\n")
+    (vault / "memory" / "deep").mkdir()
+    monkeypatch.chdir(vault / "memory" / "deep")
+    assert load_settings(env={}).vault == vault.resolve()
+    assert resolve_vault(None, {}, cwd=vault / "memory") == vault.resolve()
+
+
+@pytest.mark.parametrize("marker", ["memcore.toml", ".memcore", "memory.md"])
+def test_each_marker_makes_a_vault(tmp_path: Path, marker: str) -> None:
+    root = tmp_path / "v"
+    (root / "sub").mkdir(parents=True)
+    if marker == ".memcore":
+        (root / marker).mkdir()
+    else:
+        (root / marker).write_text("")
+    assert resolve_vault(None, {}, cwd=root / "sub") == root.resolve()
+
+
+def test_no_vault_is_an_error_and_nothing_is_created(tmp_path: Path) -> None:
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    with pytest.raises(VaultNotFound, match=r"no vault in .* run `memcore init` or pass --vault"):
+        resolve_vault(None, {}, cwd=bare)
+    assert list(bare.iterdir()) == []
+
+
+def test_a_named_vault_must_be_a_folder(tmp_path: Path) -> None:
+    with pytest.raises(VaultNotFound, match="does not exist"):
+        load_settings(tmp_path / "missing", env={})
+    (tmp_path / "file.md").write_text("x")
+    with pytest.raises(VaultNotFound, match="is a file, not a vault folder"):
+        load_settings(tmp_path / "file.md", env={})
+
+
+def test_a_known_value_in_the_wrong_case_is_not_called_remote(vault: Path) -> None:
+    (vault / "memcore.toml").write_text('[embedder]\nprovider = "Local"\n')
+    with pytest.raises(ConfigError) as err:
+        load_settings(vault, env={})
+    message = str(err.value)
+    assert "memcore.toml: embedder.provider: 'Local' is not one of" in message
+    assert "did you mean 'local'?" in message and "off this machine" not in message
+
+
+def test_a_top_level_key_points_at_its_section(vault: Path) -> None:
+    (vault / "memcore.toml").write_text("limit = 2\n")
+    with pytest.raises(
+        ConfigError, match=r"limit must be inside a \[section\]; did you mean \[search\]"
+    ):
+        load_settings(vault, env={})
+
+
+def test_value_errors_name_where_the_value_came_from(vault: Path) -> None:
+    (vault / "memcore.toml").write_text("[search]\nlimit = 0\n[index]\nchunk_tokens = 'many'\n")
+    with pytest.raises(ConfigError, match=r"memcore\.toml: index\.chunk_tokens: invalid value"):
+        load_settings(vault, env={})
+    (vault / "memcore.toml").write_text("[search]\nlimit = 0\n")
+    with pytest.raises(ConfigError, match=r"memcore\.toml: search\.limit: must be positive"):
+        load_settings(vault, env={})
+    with pytest.raises(ConfigError, match=r"^MEMCORE_SEARCH_LIMIT: search\.limit: invalid"):
+        load_settings(vault, env={"MEMCORE_SEARCH_LIMIT": "lots"})
+
+
+def test_memcore_config_must_name_an_existing_file(vault: Path, tmp_path: Path) -> None:
+    with pytest.raises(
+        ConfigError, match=r"MEMCORE_CONFIG names .*nope\.toml, which is not a file"
+    ):
+        load_settings(vault, env={"MEMCORE_CONFIG": str(tmp_path / "nope.toml")})
+
+
+def test_list_variables_take_json_lists_or_commas(vault: Path) -> None:
+    env = {"MEMCORE_INDEX_INCLUDE": '["MEMORY.md", "notes/*.md"]'}
+    assert load_settings(vault, env=env).index.include == ("MEMORY.md", "notes/*.md")
+    env = {"MEMCORE_INDEX_INCLUDE": "MEMORY.md, notes/*.md"}
+    assert load_settings(vault, env=env).index.include == ("MEMORY.md", "notes/*.md")
+    with pytest.raises(ConfigError, match=r"index\.include: invalid value"):
+        load_settings(vault, env={"MEMCORE_INDEX_INCLUDE": '["unclosed"'})
