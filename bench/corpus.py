@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 EVAL = Path(
-    os.environ.get("MEMCORE_EVAL_DIR", Path(__file__).resolve().parents[2] / "shared" / "eval")
+    os.environ.get("BENCH_EVAL_DIR", Path(__file__).resolve().parents[2] / "shared" / "eval")
 )
 SETS = ("locomo", "longmemeval_oracle", "scifact", "cmrc2018")
 

@@ -39,7 +39,7 @@ from memcore.searcher import Searcher
 from memcore.settings import FUSIONS, Settings, load_settings
 
 TURN_ID = re.compile(r"^\[([^\]\s]+)\]", re.MULTILINE)
-CACHE = Path(os.environ.get("MEMCORE_EVAL_CACHE", Path.home() / ".cache" / "memcore-eval"))
+CACHE = Path(os.environ.get("BENCH_EVAL_CACHE", Path.home() / ".cache" / "memcore-eval"))
 
 
 @dataclass

@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from memcore.embedders.base import Embedder, EmbeddingRunner
-from memcore.errors import VaultError
+from memcore.errors import ConfigError, VaultError
 from memcore.service import MemoryService
 from memcore.settings import Settings
 from memcore.storage.base import Store
@@ -31,9 +31,15 @@ def build_embedder(settings: Settings) -> Embedder:
     from memcore.embedders.openai import OpenAIEmbedder
 
     oa = settings.openai
+    api_key = os.environ.get(oa.api_key_env)
+    if not api_key and not oa.base_url:
+        raise ConfigError(
+            f"the openai embedder needs an API key: set {oa.api_key_env} "
+            "(openai.api_key_env names another variable)"
+        )
     return OpenAIEmbedder(
         model=oa.model,
-        api_key=os.environ.get(oa.api_key_env),
+        api_key=api_key,
         base_url=oa.base_url,
         dimensions=oa.dimensions,
         timeout=oa.timeout,
@@ -76,10 +82,20 @@ def ensure_state_dir(settings: Settings) -> None:
         ) from exc
 
 
+def index_exists(settings: Settings) -> bool:
+    return settings.db_path.is_file()
+
+
 @asynccontextmanager
 async def open_service(
-    settings: Settings, embedder: Embedder | None = None
+    settings: Settings, embedder: Embedder | None = None, *, create: bool = True
 ) -> AsyncIterator[MemoryService]:
+    """Open the vault's service. ``create=False`` (read-only callers: search, status) refuses
+    to create an index that is not there yet instead of leaving an empty one behind."""
+    if not create and not index_exists(settings):
+        raise VaultError(
+            f"no index yet at {settings.db_path}; run `memcore index` or `memcore watch` first"
+        )
     ensure_state_dir(settings)
     async with build_service(settings, embedder) as service:
         yield service

@@ -16,6 +16,8 @@ from memcore.models import Chunk
 from memcore.vault import text_hash
 
 _HASHTAG = re.compile(r"(?<![\w/#&])#([^\W\d_][\w\-/]*)")
+# #ff0000, #a1b2c3ff: a colour in prose, not a tag (a hex word with a digit in it)
+_HEX_COLOUR = re.compile(r"(?=[0-9a-fA-F]*\d)(?:[0-9a-fA-F]{3,4}|[0-9a-fA-F]{6}|[0-9a-fA-F]{8})")
 _DATE_IN_NAME = re.compile(r"(\d{4}-\d{2}-\d{2})")
 # "Date: 2023/05/21 (Sun) 19:50", "**Date:** 8 May, 2023" near the top of a file
 _DATE_LINE = re.compile(r"^\s*(?:[*_]{1,2})?date(?:[*_]{1,2})?\s*:\s*(?:[*_]{1,2})?(.+)$", re.I)
@@ -33,7 +35,7 @@ _LINE = re.compile(r"^.*$", re.M)
 DATE_LINE_SCAN = 6  # non-blank body lines searched for a "Date:" line
 
 # Bump when a change here alters the chunks of unchanged files: indexes re-chunk on next run.
-CHUNKER_VERSION = 2
+CHUNKER_VERSION = 3
 _FRONT_MATTER_END = ("---", "...")
 
 
@@ -174,7 +176,9 @@ def _inline_tags(tokens: list[Token], start: int, end: int) -> frozenset[str]:
             continue
         for child in tok.children:
             if child.type == "text":
-                tags.update(_HASHTAG.findall(child.content))
+                tags.update(
+                    t for t in _HASHTAG.findall(child.content) if not _HEX_COLOUR.fullmatch(t)
+                )
     return frozenset(tags)
 
 

@@ -222,6 +222,7 @@ class Daemon:
     async def _index(self, paths: set[str] | None) -> None:
         # Shielded: a stop request lets the current batch finish (each file is one
         # transaction anyway, so even a hard kill leaves no half-indexed file).
+        log.debug("indexing %s", ", ".join(sorted(paths)) if paths is not None else "the vault")
         self._inflight = asyncio.ensure_future(self.service.index(paths, stop=self.stop))
         try:
             report = await asyncio.shield(self._inflight)

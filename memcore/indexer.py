@@ -139,6 +139,11 @@ class Indexer:
             plan = dataclasses.replace(plan, to_delete=())
         else:
             kept_all = False
+        log.debug(
+            "plan: %d to read, %d to delete, %d unchanged, %d still skipped%s",
+            len(plan.to_read), len(plan.to_delete), len(plan.unchanged),
+            len(plan.still_skipped), " (full)" if full else "",
+        )  # fmt: skip
         tally = Tally(unchanged=len(plan.unchanged), rebuild=full, embedder_down=self.embedder.down)
         if tally.embedder_down:
             tally.warnings.append(

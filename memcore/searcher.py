@@ -8,9 +8,14 @@ retrieval harness, which scores several fusion methods on the same candidates.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime as dt
+import logging
+import os
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from memcore.embedders.base import EmbeddingRunner
 from memcore.errors import EmbedderError
@@ -20,13 +25,16 @@ from memcore.search.tokenize import has_cjk, warm_segmenter
 from memcore.settings import Settings
 from memcore.storage.base import IndexReader, Store, Vector
 
+log = logging.getLogger(__name__)
+
 
 @dataclass(frozen=True, slots=True)
 class Found:
     """What the retrievers found for a query, before fusion."""
 
     candidates: list[fusion.Candidate]
-    has_vectors: bool
+    has_vectors: bool  # the vector list is not empty (fuse both lists, else keywords only)
+    vectors_available: bool  # the query was embedded and the index holds vectors of its model
     warnings: tuple[str, ...]
     query_has_cjk: bool
 
@@ -59,7 +67,15 @@ class Searcher:
         limit = limit or s.limit
         method = fusion_name or s.fusion
         min_score = s.min_score if min_score is None else min_score
+        started = time.perf_counter()
+        filters = vault_relative(filters or SearchFilters(), self.settings.vault)
         warnings: list[str] = []
+        if not has_words(query):
+            # "?" or "..." would only match noise (every chunk is somewhat near it)
+            warnings.append("the query has no words to search for")
+            return SearchResult(
+                query, (), "keyword" if method == "keyword" else "hybrid", tuple(warnings)
+            )
         if query_vector is None and method != "keyword" and query.strip():
             query_vector = await self.embed_query(query, warnings)
         async with self.store.snapshot() as reader:
@@ -67,7 +83,7 @@ class Searcher:
                 reader,
                 query,
                 limit * s.candidates,
-                filters or SearchFilters(),
+                filters,
                 query_vector if method != "keyword" else None,
                 use_keywords=method != "vector",
             )
@@ -76,8 +92,16 @@ class Searcher:
             scores = await self.boost_recent(reader, scores, as_of)
             top = [(cid, sc) for cid, sc in fusion.ranked(scores) if sc >= min_score][:limit]
             hits = await self.hits(reader, found.candidates, top)
+        log.debug(
+            "search %r: %d vector + %d keyword candidates, %s fusion, %d hits in %.1f ms",
+            query, sum(c.vector_score is not None for c in found.candidates),
+            sum(c.keyword_score is not None for c in found.candidates),
+            fused, len(hits), (time.perf_counter() - started) * 1000,
+        )  # fmt: skip
         mode: SearchMode = (
-            "keyword" if not found.has_vectors else ("vector" if method == "vector" else "hybrid")
+            "keyword"
+            if not found.vectors_available
+            else ("vector" if method == "vector" else "hybrid")
         )
         return SearchResult(query, hits, mode, (*warnings, *found.warnings))
 
@@ -113,19 +137,21 @@ class Searcher:
         keyword = await reader.search_text(query, n, filters) if use_keywords else []
         vector: list[tuple[int, float]] = []
         cosine: dict[int, float] = {}
+        available = False
         if query_vector is not None:
             vector = await reader.search_vectors(query_vector, model, n, filters)
+            available = bool(vector) or await reader.has_vectors(model)
             if vector:
                 cosine = await reader.vector_similarity(
                     query_vector, model, [cid for cid, _ in keyword]
                 )
-            elif not await reader.has_vectors(model):
+            elif not available:
                 warnings.append("no vectors indexed yet; keyword results only")
             pending = await reader.count_pending(model)
             if pending:
                 warnings.append(f"{pending} chunks are waiting for vectors")
         cands = fusion.build_candidates(vector, keyword, cosine)
-        return Found(cands, bool(vector), tuple(warnings), has_cjk(query))
+        return Found(cands, bool(vector), available, tuple(warnings), has_cjk(query))
 
     def fuse(
         self, cands: Sequence[fusion.Candidate], method: str, query_has_cjk: bool = False
@@ -187,3 +213,26 @@ class Searcher:
                 await self.embedder.embed(["warm up"])
             except EmbedderError as exc:
                 self.embedder.mark_down(str(exc))
+
+
+def has_words(query: str) -> bool:
+    """True when the query holds a letter or digit in any script."""
+    return any(ch.isalnum() for ch in query)
+
+
+def vault_relative(filters: SearchFilters, vault: Path) -> SearchFilters:
+    """Accept ``./memory/`` and absolute paths inside the vault as path prefixes."""
+    prefix = filters.path_prefix
+    if not prefix:
+        return filters
+    trail = "/" if prefix.endswith(("/", os.sep)) else ""
+    if os.path.isabs(prefix):
+        try:
+            prefix = Path(prefix).resolve().relative_to(vault.resolve()).as_posix()
+        except ValueError:
+            return filters  # outside the vault: it matches nothing, as it should
+        prefix = "" if prefix == "." else prefix + trail
+    prefix = prefix.replace(os.sep, "/")
+    while prefix.startswith("./"):
+        prefix = prefix[2:]
+    return dataclasses.replace(filters, path_prefix=prefix if prefix not in ("", ".") else None)

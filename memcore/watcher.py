@@ -70,6 +70,8 @@ class _Handler(FileSystemEventHandler):
     def on_any_event(self, event: FileSystemEvent) -> None:
         if isinstance(event, FileOpenedEvent | FileClosedNoWriteEvent):
             return  # reads (including our own) change nothing
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("event %s %s", event.event_type, event.src_path)
         self.watcher.dispatch(event)
 
 

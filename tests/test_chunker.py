@@ -196,3 +196,11 @@ def test_paragraph_split_gives_each_dialog_turn_its_own_chunk() -> None:
     assert chunks[0].text.startswith("# Session 1\n\n[D1:1]")  # the heading stays with the first
     assert [c.start_line for c in chunks[1:]] == [5, 7, 9, 11]
     assert all(c.heading_path == ("Session 1",) for c in chunks)
+
+
+def test_hex_colours_in_prose_are_not_tags() -> None:
+    chunks, _ = chunk_markdown(
+        "# Theme\n\nUse #ff0000 for errors, #0f0 and #a1b2c3ff too; tag it #design and #cafe.\n",
+        "MEMORY.md",
+    )
+    assert set(chunks[0].tags) == {"design", "cafe"}

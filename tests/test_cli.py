@@ -1,23 +1,30 @@
 from __future__ import annotations
 
+import io
 import json
 import os
+import subprocess
+import sys
+from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
-import memcore.cli.index
-import memcore.cli.search  # noqa: F401 - importing a command module registers its commands
-from memcore.cli import app
+import memcore
+from memcore.cli import main
 from tests.support import write
-
-runner = CliRunner()
 
 
 def cli(*args: str) -> tuple[int, str, str]:
-    result = runner.invoke(app, list(args))
-    return result.exit_code, result.stdout, result.stderr
+    """Run the real entry point in this process: (exit code, stdout, stderr)."""
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        try:
+            main(list(args))
+            code = 0
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 1
+    return code, out.getvalue(), err.getvalue()
 
 
 @pytest.fixture
@@ -105,7 +112,7 @@ def test_bad_config_key_is_one_line_and_exit_2(static_vault: Path) -> None:
 
 def test_missing_vault_is_one_line(tmp_path: Path) -> None:
     code, _, err = cli("--vault", str(tmp_path / "nope"), "index")
-    assert code == 1
+    assert code == 2
     assert err.strip() == f"memcore: vault folder {(tmp_path / 'nope').resolve()} does not exist"
 
 
@@ -139,10 +146,17 @@ def test_unreachable_ollama_degrades_to_keyword_search(
     assert "keyword results only" in err
 
 
-def test_searching_an_unindexed_vault_says_how_to_fix_it(static_vault: Path) -> None:
+def test_searching_an_unindexed_vault_says_how_to_fix_it_and_creates_nothing(
+    static_vault: Path,
+) -> None:
     code, out, err = cli("--vault", str(static_vault), "search", "DX12")
-    assert code == 0 and out.strip() == "no matches"
-    assert "the index is empty; run `memcore index`" in err
+    assert code == 1 and out == ""
+    assert err.strip().endswith(
+        "no index yet at "
+        + str(static_vault.resolve() / ".memcore" / "index.db")
+        + "; run `memcore index` or `memcore watch` first"
+    )
+    assert not (static_vault / ".memcore").exists()
 
 
 def test_read_only_vault_needs_db_elsewhere(static_vault: Path, tmp_path: Path) -> None:
@@ -158,3 +172,165 @@ def test_read_only_vault_needs_db_elsewhere(static_vault: Path, tmp_path: Path) 
         assert json.loads(out)["files_indexed"] == 2
     finally:
         static_vault.chmod(0o755)
+
+
+# --- the rough edges a newcomer met (issue #10), one test per behaviour ---
+
+
+def test_init_honours_vault_and_refuses_a_file(tmp_path: Path) -> None:
+    target = tmp_path / "agent"
+    code, out, err = cli("--vault", str(target), "init")
+    assert code == 0, err
+    assert out.strip().startswith(f"vault ready at {target.resolve()}")
+    assert ".memcore/" in out and (target / ".memcore" / ".gitignore").is_file()
+    (tmp_path / "notes.txt").write_text("x")
+    code, _, err = cli("init", str(tmp_path / "notes.txt"))
+    assert (
+        code == 2
+        and err.strip() == f"memcore: {tmp_path / 'notes.txt'} is a file; init needs a folder"
+    )
+
+
+def test_init_keeps_a_lowercase_memory_md(tmp_path: Path) -> None:
+    (tmp_path / "v").mkdir()
+    (tmp_path / "v" / "memory.md").write_text("# mine\n")
+    code, out, _ = cli("init", str(tmp_path / "v"))
+    assert code == 0 and not (tmp_path / "v" / "MEMORY.md").exists()
+    assert "MEMORY.md" not in out
+
+
+def test_commands_find_the_vault_above_and_refuse_to_invent_one(
+    static_vault: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert cli("--vault", str(static_vault), "index")[0] == 0
+    monkeypatch.chdir(static_vault / "memory")
+    code, out, err = cli("search", "DX12", "--json")
+    assert code == 0, err
+    assert json.loads(out)["results"][0]["path"] == "MEMORY.md"
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    monkeypatch.chdir(bare)
+    code, _, err = cli("status")
+    assert code == 2 and err.count("\n") == 1 and "no vault in" in err
+    assert list(bare.iterdir()) == []
+
+
+def test_search_with_a_missing_db_creates_nothing(static_vault: Path, tmp_path: Path) -> None:
+    db = tmp_path / "nonexistent" / "dir" / "x.db"
+    code, out, err = cli("--vault", str(static_vault), "search", "x", "--db", str(db))
+    assert code == 1 and out == "" and "no index yet at" in err
+    assert not (tmp_path / "nonexistent").exists()
+
+
+def test_global_options_work_after_the_command_and_version_and_h(static_vault: Path) -> None:
+    code, _, err = cli("index", "--vault", str(static_vault), "-v")
+    assert code == 0, err
+    code, out, err = cli("search", "DX12", f"--vault={static_vault}", "--json")
+    assert code == 0, err and json.loads(out)["results"]
+    code, out, _ = cli("--version")
+    assert code == 0 and out.strip() == f"memcore {memcore.__version__}"
+    code, out, _ = cli("search", "-h")
+    assert code == 0 and "Search memory by meaning" in out
+    # a vault folder named like a command is still the vault
+    code, _, err = cli("--vault", "search", "status")
+    assert code == 2 and "search does not exist" in err
+
+
+def test_usage_errors_are_one_line_with_exit_code_2() -> None:
+    for args, message in [
+        (["search"], "memcore: Missing argument 'QUERY' (see `memcore search --help`)"),
+        (["search", "x", "--bogus"], "memcore: No such option: --bogus"),
+        (["frobnicate"], "memcore: No such command 'frobnicate'"),
+    ]:
+        code, out, err = cli(*args)
+        assert code == 2 and out == "", args
+        assert err.count("\n") == 1 and err.startswith(message), err
+
+
+def test_openai_without_a_key_names_the_variable(static_vault: Path) -> None:
+    code, _, err = cli("--vault", str(static_vault), "--embedder", "openai", "index")
+    assert code == 2
+    assert "needs an API key: set OPENAI_API_KEY" in err and err.count("\n") == 1
+
+
+def test_restored_vectors_are_counted_as_reused(static_vault: Path) -> None:
+    first = json.loads(cli("--vault", str(static_vault), "index", "--json")[1])
+    assert first["chunks_embedded"] == 2
+    other = json.loads(
+        cli("--vault", str(static_vault), "--embedder", "local", "index", "--json")[1]
+    )
+    assert other["chunks_embedded"] == 2
+    back = json.loads(cli("--vault", str(static_vault), "index", "--json")[1])
+    assert back["chunks_embedded"] == 0 and back["chunks_reused"] == 2
+
+
+def test_verbose_shows_memcores_steps_not_the_libraries(
+    static_vault: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    cli("--vault", str(static_vault), "index")
+    code = subprocess.run(
+        [sys.executable, "-m", "memcore", "--vault", str(static_vault), "-v", "search", "DX12"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert code.returncode == 0, code.stderr
+    lines = code.stderr.splitlines()
+    assert any("memcore.searcher: search 'DX12'" in line for line in lines)
+    assert not any("aiosqlite" in line or "asyncio" in line for line in lines)
+
+
+def test_human_status_is_a_readable_table_listing_skipped_files(static_vault: Path) -> None:
+    (static_vault / "memory" / "bad.md").write_bytes(b"\x00\x01binary")
+    cli("--vault", str(static_vault), "index")
+    code, out, _ = cli("--vault", str(static_vault), "status")
+    assert code == 0
+    assert "None" not in out and "{}" not in out and "db_bytes" not in out
+    assert "2 files, 1 skipped" in out and "not running" in out
+    assert "memory/bad.md: binary file" in out
+
+
+def test_status_before_the_first_index_creates_nothing(static_vault: Path) -> None:
+    code, out, _ = cli("--vault", str(static_vault), "status")
+    assert code == 0 and "none yet" in out
+    assert not (static_vault / ".memcore").exists()
+
+
+def test_mode_stays_hybrid_when_filters_match_nothing(static_vault: Path) -> None:
+    cli("--vault", str(static_vault), "index")
+    code, out, _ = cli("--vault", str(static_vault), "search", "DX12", "--tag", "nope", "--json")
+    data = json.loads(out)
+    assert code == 0 and data["results"] == [] and data["mode"] == "hybrid"
+    code, out, _ = cli(
+        "--vault", str(static_vault), "search", "DX12", "--fusion", "vector", "--json"
+    )
+    assert json.loads(out)["mode"] == "vector"
+
+
+def test_tag_and_path_filters_accept_what_people_type(static_vault: Path) -> None:
+    cli("--vault", str(static_vault), "index")
+
+    def paths(*flags: str) -> set[str]:
+        out = cli("--vault", str(static_vault), "search", "build farm DX12", "--json", *flags)[1]
+        return {r["path"] for r in json.loads(out)["results"]}
+
+    assert paths("--tag", "Engine") == {"MEMORY.md"}
+    assert paths("--path", "./memory/") == {"memory/2024-05-01.md"}
+    assert paths("--path", str(static_vault / "memory")) == {"memory/2024-05-01.md"}
+    assert paths("--path", str(static_vault.parent / "elsewhere")) == set()
+
+
+def test_context_and_empty_or_wordless_queries(static_vault: Path) -> None:
+    cli("--vault", str(static_vault), "index")
+    code, out, err = cli("--vault", str(static_vault), "context", "DX12", "--tag", "nope")
+    assert code == 0 and out == "" and err.strip() == "memcore: no memories match 'DX12'"
+    for query in ["", "   ", "?!", "..."]:
+        code, out, err = cli("--vault", str(static_vault), "search", query)
+        assert code == 2 and "needs at least one word" in err, query
+
+
+def test_help_shows_plain_metavars_date_format_and_defaults(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("COLUMNS", "200")  # one option per line
+    out = cli("search", "--help")[1]
+    assert "<bool>" not in out and "{query}" not in out and "QUERY" in out
+    assert "YYYY-MM-DD" in out and "(default: search.limit = 5)" in out

@@ -53,7 +53,7 @@ def run_harness(tmp_path: Path, *extra: str) -> list[dict[str, object]]:
     """Run bench/retrieval.py on the tiny set with the static model; one dict per JSON line."""
     set_dir = make_set(tmp_path) if not (tmp_path / "tiny").exists() else tmp_path / "tiny"
     env = {
-        "MEMCORE_EVAL_CACHE": str(tmp_path / "cache"),
+        "BENCH_EVAL_CACHE": str(tmp_path / "cache"),
         "PATH": "/usr/bin:/bin",
         "HOME": str(tmp_path),
     }

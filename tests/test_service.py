@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from memcore.models import SearchFilters
+from memcore.app import open_service
+from memcore.models import FileFailure, IndexReport, SearchFilters
 from memcore.service import MemoryService
 from memcore.settings import Settings, load_settings
 from tests.conftest import make_service
@@ -411,3 +412,42 @@ async def test_an_include_that_matches_nothing_does_not_empty_the_index(
         assert report.deleted == ()
         assert any("no file in the vault matches index.include" in w for w in report.warnings)
         assert (await svc.search("kept safe")).hits
+
+
+async def test_a_query_without_words_finds_nothing_and_says_why(
+    vault: Path, service: MemoryService
+) -> None:
+    write(vault, "MEMORY.md", "# M\n\nsome text that is near everything\n")
+    await service.index()
+    for query in ["", "?", "...", "!!! ---"]:
+        result = await service.search(query)
+        assert result.hits == () and "the query has no words to search for" in result.warnings
+
+
+async def test_the_python_api_leaves_a_self_ignoring_state_folder(vault: Path) -> None:
+    write(vault, "MEMORY.md", "# M\n\nfrom the API\n")
+    settings = load_settings(vault, {"embedder.provider": "static"})
+    async with open_service(settings) as memory:
+        await memory.index()
+    assert (vault / ".memcore" / ".gitignore").read_text().strip().endswith("*")
+
+
+def test_report_summary_counts_in_words() -> None:
+    one = IndexReport(indexed=("a.md",), unchanged=1, chunks_embedded=1, elapsed_ms=1200)
+    assert one.summary() == "1 file indexed, 1 unchanged; 1 chunk embedded (1.2 s)"
+    many = IndexReport(
+        indexed=("a.md", "b.md"),
+        failed=(FileFailure("c.md", "binary file"),),
+        chunks_embedded=3,
+        chunks_pending=2,
+        warnings=("embedder unavailable, vectors pending: connection refused",),
+    )
+    assert many.summary() == (
+        "2 files indexed, 0 unchanged, 1 skipped (c.md); 3 chunks embedded, 2 waiting for "
+        "vectors (embedder unavailable, vectors pending: connection refused) (0.0 s)"
+    )
+
+
+def test_the_license_the_package_declares_is_there() -> None:
+    text = (Path(__file__).resolve().parent.parent / "LICENSE").read_text()
+    assert "Apache License" in text and "Version 2.0, January 2004" in text

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -174,3 +175,22 @@ def test_list_variables_take_json_lists_or_commas(vault: Path) -> None:
     assert load_settings(vault, env=env).index.include == ("MEMORY.md", "notes/*.md")
     with pytest.raises(ConfigError, match=r"index\.include: invalid value"):
         load_settings(vault, env={"MEMCORE_INDEX_INCLUDE": '["unclosed"'})
+
+
+def test_no_bench_or_package_variable_is_one_the_settings_loader_rejects(vault: Path) -> None:
+    """bench/ read MEMCORE_EVAL_DIR once, which load_settings refuses as an unknown setting."""
+    repo = Path(__file__).resolve().parent.parent
+    names = {
+        name
+        for folder in ("bench", "memcore")
+        for path in (repo / folder).rglob("*.py")
+        for name in re.findall(r"\b(MEMCORE_[A-Z_]+)\b", path.read_text(encoding="utf-8"))
+    }
+    assert "MEMCORE_VAULT" in names  # the scan sees the package's own variables
+    rejected = []
+    for name in sorted(names - {"MEMCORE_CONFIG"}):
+        try:
+            load_settings(vault, env={name: "1"})
+        except ConfigError as exc:
+            rejected += [name] if "unknown environment variable" in str(exc) else []
+    assert rejected == []

@@ -12,18 +12,41 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 
-from memcore.errors import ConfigError, MemcoreError
+from memcore.errors import ConfigError, MemcoreError, VaultNotFound
 from memcore.settings import Settings, load_settings
 
 T = TypeVar("T")
 
 app = typer.Typer(
     name="memcore",
-    help="Local-first memory for AI agents: Markdown is the truth, SQLite is the index.",
+    help="Local-first memory for AI agents: Markdown is the truth, SQLite is the index. "
+    "Global options (--vault, --db, --embedder, --verbose) may also follow the command.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
+
+# typer bundles its own click: reach its exception classes through typer's public ones.
+_UsageError: type[Exception] = next(
+    c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError"
+)
+_ClickException: type[Exception] = next(
+    c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException"
+)
+
+# Global options a user may also put after the command (`memcore search x --vault DIR`):
+# main() moves them in front of it, where click expects them.
+GLOBAL_VALUE_OPTIONS = frozenset({"--vault", "-V", "--db", "--embedder"})
+GLOBAL_FLAGS = frozenset({"--verbose", "-v"})
+
+
+def _version(value: bool) -> None:
+    if value:
+        from memcore import __version__
+
+        typer.echo(f"memcore {__version__}")
+        raise typer.Exit()
 
 
 @dataclass
@@ -38,7 +61,12 @@ def root(
     ctx: typer.Context,
     vault: Annotated[
         Path | None,
-        typer.Option("--vault", "-V", help="Vault folder (default: $MEMCORE_VAULT, else .)"),
+        typer.Option(
+            "--vault",
+            "-V",
+            help="Vault folder (default: $MEMCORE_VAULT, else the nearest folder at or above "
+            "this one with memcore.toml, .memcore/ or MEMORY.md)",
+        ),
     ] = None,
     db: Annotated[
         Path | None,
@@ -47,18 +75,26 @@ def root(
     embedder: Annotated[
         str | None, typer.Option("--embedder", help="local, static, ollama or openai")
     ] = None,
-    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Debug logging")] = False,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", "-v", help="Log what memcore does (to stderr)")
+    ] = False,
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_version, is_eager=True, help="Print the version"),
+    ] = False,
 ) -> None:
     ctx.obj = CliState(
         vault=vault,
         overrides={"storage.db": str(db) if db else None, "embedder.provider": embedder},
         verbose=verbose,
     )
+    # memcore's own debug lines; the libraries under it (aiosqlite, asyncio) stay at warnings
     logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.WARNING,
+        level=logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    logging.getLogger("memcore").setLevel(logging.DEBUG if verbose else logging.WARNING)
 
 
 def settings_of(ctx: typer.Context, **extra: object) -> Settings:
@@ -76,6 +112,8 @@ def run(ctx: typer.Context, job: Callable[[], Coroutine[Any, Any, T]]) -> T:
     verbose = bool(ctx.obj and ctx.obj.verbose)
     try:
         return asyncio.run(job())
+    except VaultNotFound as exc:
+        raise fail(str(exc), 2) from None
     except ConfigError as exc:
         raise fail(f"config error: {exc}", 2) from None
     except MemcoreError as exc:
@@ -92,7 +130,57 @@ def run(ctx: typer.Context, job: Callable[[], Coroutine[Any, Any, T]]) -> T:
         ) from None
 
 
-def main() -> None:
+def hoist_global_options(args: list[str]) -> list[str]:
+    """Move global options found after the command in front of it (up to a ``--``)."""
+    commands = set(typer.main.get_command(app).commands)  # type: ignore[attr-defined]
+    at, i = None, 0
+    while i < len(args) and at is None:
+        if args[i] in GLOBAL_VALUE_OPTIONS:
+            i += 1  # its value is not a command, even when it reads like one
+        elif args[i] in commands:
+            at = i
+        i += 1
+    if at is None:
+        return args
+    front, rest, tail = list(args[:at]), [args[at]], list(args[at + 1 :])
+    i = 0
+    while i < len(tail):
+        arg = tail[i]
+        name = arg.split("=", 1)[0]
+        if arg == "--":
+            rest += tail[i:]
+            break
+        if (name in GLOBAL_VALUE_OPTIONS and "=" in arg) or arg in GLOBAL_FLAGS:
+            front.append(arg)
+        elif arg in GLOBAL_VALUE_OPTIONS and i + 1 < len(tail):
+            front += [arg, tail[i + 1]]
+            i += 1
+        else:
+            rest.append(arg)
+        i += 1
+    return front + rest
+
+
+def main(args: list[str] | None = None) -> None:
+    """The `memcore` entry point: every usage error is one line on stderr and exit code 2."""
     from memcore.cli import index, search, watch  # noqa: F401 - registers the commands
 
-    app()
+    argv = hoist_global_options(list(sys.argv[1:] if args is None else args))
+    command = typer.main.get_command(app)
+    try:
+        code = command.main(argv, prog_name="memcore", standalone_mode=False)
+    except _UsageError as exc:
+        ctx = getattr(exc, "ctx", None)
+        if type(exc).__name__ == "NoArgsIsHelpError":
+            sys.exit(2)  # `memcore` alone (or `memcore service`): typer printed the help
+        where = ctx.command_path if ctx is not None else "memcore"
+        message = exc.format_message().rstrip(".")  # type: ignore[attr-defined]
+        typer.echo(f"memcore: {message} (see `{where} --help`)", err=True)
+        code = 2
+    except _ClickException as exc:
+        typer.echo(f"memcore: {exc.format_message()}", err=True)  # type: ignore[attr-defined]
+        code = exc.exit_code  # type: ignore[attr-defined]
+    except typer.Abort:
+        typer.echo("memcore: interrupted", err=True)
+        code = 130
+    sys.exit(code if isinstance(code, int) else 0)

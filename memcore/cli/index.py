@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -19,10 +19,10 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from memcore.app import ensure_state_dir, open_service
-from memcore.cli import app, run, settings_of
+from memcore.app import ensure_state_dir, index_exists, open_service
+from memcore.cli import app, fail, run, settings_of
 from memcore.daemon import daemon_status
-from memcore.models import IndexReport
+from memcore.models import IndexReport, plural
 from memcore.settings import VAULT_CONFIG, load_settings
 
 MEMORY_TEMPLATE = """# Memory
@@ -129,13 +129,16 @@ def status(
     ctx: typer.Context,
     as_json: Annotated[bool, typer.Option("--json", help="Print as JSON")] = False,
 ) -> None:
-    """Show what is indexed: files, chunks, pending vectors, model, size, daemon."""
+    """Show what is indexed: files, chunks, pending vectors, model, size, skipped files, watcher."""
 
     async def job() -> dict[str, object]:
         settings = settings_of(ctx)
-        async with open_service(settings) as service:
-            info = (await service.status()).to_dict()
-        info["vault"] = str(settings.vault)
+        info: dict[str, object] = {"vault": str(settings.vault), "indexed": False}
+        if index_exists(settings):
+            async with open_service(settings, create=False) as service:
+                info |= {"indexed": True, **(await service.status()).to_dict()}
+        else:
+            info["db_path"] = str(settings.db_path)
         info["daemon"] = daemon_status(settings)
         return info
 
@@ -143,33 +146,90 @@ def status(
     if as_json:
         typer.echo(json.dumps(info, ensure_ascii=False, indent=2))
         return
-    table = Table(show_header=False, box=None)
-    for key, value in info.items():
-        table.add_row(key, str(value))
-    Console().print(table)
+    _print_status(info)
+
+
+def _print_status(info: dict[str, Any]) -> None:
+    table = Table(show_header=False, box=None, pad_edge=False)
+    table.add_column(style="bold")
+    table.add_column()
+    table.add_row("vault", info["vault"])
+    if not info["indexed"]:
+        table.add_row("index", f"none yet at {info['db_path']} (run `memcore index`)")
+    else:
+        when = (info["last_indexed"] or "never").replace("T", " ")
+        table.add_row("index", f"{info['db_path']} ({_size(info['db_bytes'])}, last write {when})")
+        skipped = info["skipped"]
+        files = plural(info["files"], "file") + (f", {len(skipped)} skipped" if skipped else "")
+        table.add_row("files", files)
+        pending = info["vectors_pending"]
+        table.add_row(
+            "chunks",
+            f"{info['chunks']}" + (f" ({pending} waiting for vectors)" if pending else ""),
+        )
+        table.add_row("model", info["model_id"])
+        for model, count in info["other_models"].items():
+            table.add_row("", f"{plural(count, 'chunk')} still embedded with {model}")
+    table.add_row("watcher", _watcher_line(info["daemon"]))
+    console = Console()
+    console.print(table)
+    if info.get("skipped"):
+        console.print("skipped files:", style="bold")
+        for path, reason in info["skipped"].items():
+            console.print(f"  {path}: {reason}", highlight=False)
+
+
+def _watcher_line(daemon: dict[str, Any] | None) -> str:
+    if not daemon:
+        return "not running (`memcore watch --detach` starts it)"
+    state = "watching" if daemon.get("watching") else "catching up"
+    mode = ", polling" if daemon.get("polling") else ""
+    retrying = daemon.get("retrying") or {}
+    extra = f", {len(retrying)} retrying" if retrying else ""
+    return f"running (pid {daemon.get('pid')}), {state}{mode}{extra}"
+
+
+def _size(n: int) -> str:
+    size = float(n)
+    for unit in ("B", "KB", "MB", "GB"):
+        if size < 1024 or unit == "GB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{n} B"
 
 
 @app.command()
 def init(
     ctx: typer.Context,
-    directory: Annotated[Path, typer.Argument(help="Vault folder to create")] = Path("."),
+    directory: Annotated[
+        Path | None,
+        typer.Argument(help="Vault folder to create (default: --vault, else the current folder)"),
+    ] = None,
 ) -> None:
-    """Create a vault skeleton: MEMORY.md, memory/, memcore.toml and the .memcore index folder."""
+    """Create a vault: MEMORY.md, memory/, memcore.toml and .memcore/ (the index folder)."""
+    target = directory or ctx.obj.vault or Path(".")
+    if target.exists() and not target.is_dir():
+        raise fail(f"{target} is a file; init needs a folder", 2)
 
     async def job() -> list[str]:
-        directory.mkdir(parents=True, exist_ok=True)
+        target.mkdir(parents=True, exist_ok=True)
         created = []
-        for rel, content in (("MEMORY.md", MEMORY_TEMPLATE), (VAULT_CONFIG, CONFIG_TEMPLATE)):
-            target = directory / rel
-            if not target.exists():
-                target.write_text(content, encoding="utf-8")
-                created.append(rel)
-        if not (directory / "memory").exists():
-            (directory / "memory").mkdir()
+        if not any((target / name).exists() for name in ("MEMORY.md", "memory.md")):
+            (target / "MEMORY.md").write_text(MEMORY_TEMPLATE, encoding="utf-8")
+            created.append("MEMORY.md")
+        if not (target / VAULT_CONFIG).exists():
+            (target / VAULT_CONFIG).write_text(CONFIG_TEMPLATE, encoding="utf-8")
+            created.append(VAULT_CONFIG)
+        if not (target / "memory").exists():
+            (target / "memory").mkdir()
             created.append("memory/")
-        ensure_state_dir(load_settings(directory, ctx.obj.overrides))
+        settings = load_settings(target, ctx.obj.overrides)
+        had_state = settings.state_dir.exists()
+        ensure_state_dir(settings)
+        if not had_state and settings.state_dir.exists():
+            created.append(".memcore/")
         return created
 
     created = run(ctx, job)
-    where = directory.resolve()
+    where = target.resolve()
     typer.echo(f"vault ready at {where}" + (f" (created {', '.join(created)})" if created else ""))

@@ -13,7 +13,8 @@ import typer
 from memcore.app import open_service
 from memcore.cli import app, fail, run, settings_of
 from memcore.models import SearchFilters, SearchResult
-from memcore.settings import FUSIONS
+from memcore.searcher import has_words
+from memcore.settings import FUSIONS, SearchSettings
 
 
 def _iso_date(value: str | None, name: str) -> str | None:
@@ -36,11 +37,30 @@ def _filters(
     )
 
 
-LimitOpt = Annotated[int | None, typer.Option("--limit", "-n", min=1, max=1000, help="Results")]
-TagOpt = Annotated[str | None, typer.Option("--tag", help="Only chunks with this #tag")]
-PathOpt = Annotated[str | None, typer.Option("--path", help="Only files under this path prefix")]
-SinceOpt = Annotated[str | None, typer.Option("--since", help="Only memories dated on/after")]
-UntilOpt = Annotated[str | None, typer.Option("--until", help="Only memories dated on/before")]
+_DEFAULTS = SearchSettings()
+LimitOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--limit", "-n", min=1, max=1000,
+        help=f"How many results (default: search.limit = {_DEFAULTS.limit})",
+    ),
+]  # fmt: skip
+TagOpt = Annotated[str | None, typer.Option("--tag", help="Only chunks with this #tag (any case)")]
+PathOpt = Annotated[
+    str | None,
+    typer.Option("--path", help="Only files under this path (vault-relative, ./ or absolute)"),
+]
+SinceOpt = Annotated[
+    str | None, typer.Option("--since", help="Only memories dated on or after YYYY-MM-DD")
+]
+UntilOpt = Annotated[
+    str | None, typer.Option("--until", help="Only memories dated on or before YYYY-MM-DD")
+]
+
+
+def _check_query(query: str) -> None:
+    if not has_words(query):
+        raise fail("the query needs at least one word to search for", 2)
 
 
 @app.command()
@@ -53,18 +73,30 @@ def search(
     since: SinceOpt = None,
     until: UntilOpt = None,
     fusion: Annotated[
-        str | None, typer.Option("--fusion", help=f"One of: {', '.join(FUSIONS)}")
+        str | None,
+        typer.Option(
+            "--fusion",
+            help=f"How to combine meaning and keywords: {', '.join(FUSIONS)} "
+            f"(default: search.fusion = {_DEFAULTS.fusion})",
+        ),
     ] = None,
-    min_score: Annotated[float | None, typer.Option("--min-score", help="Drop weaker hits")] = None,
+    min_score: Annotated[
+        float | None,
+        typer.Option(
+            "--min-score",
+            help=f"Drop weaker hits (default: search.min_score = {_DEFAULTS.min_score})",
+        ),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print results as JSON")] = False,
 ) -> None:
     """Search memory by meaning and by keyword."""
+    _check_query(query)
     if fusion is not None and fusion not in FUSIONS:
         raise fail(f"--fusion must be one of {', '.join(FUSIONS)}", 2)
     filters = _filters(path, tag, since, until)
 
     async def job() -> SearchResult:
-        async with open_service(settings_of(ctx)) as service:
+        async with open_service(settings_of(ctx), create=False) as service:
             return await service.search(query, limit, filters, fusion, min_score)
 
     result = run(ctx, job)
@@ -88,7 +120,7 @@ def search(
 
 def _index_is_empty(ctx: typer.Context) -> Callable[[], Coroutine[Any, Any, bool]]:
     async def job() -> bool:
-        async with open_service(settings_of(ctx)) as service:
+        async with open_service(settings_of(ctx), create=False) as service:
             return (await service.status()).files == 0
 
     return job
@@ -98,15 +130,22 @@ def _index_is_empty(ctx: typer.Context) -> Callable[[], Coroutine[Any, Any, bool
 def context(
     ctx: typer.Context,
     query: Annotated[str, typer.Argument(help="The task or question to find memories for")],
-    limit: Annotated[int, typer.Option("--limit", "-n", min=1, max=50)] = 3,
+    limit: Annotated[
+        int, typer.Option("--limit", "-n", min=1, max=50, help="How many memories")
+    ] = 3,
     tag: TagOpt = None,
     path: PathOpt = None,
 ) -> None:
-    """Print a "## Relevant Memories" block to paste into a prompt."""
+    """Print a "## Relevant Memories" block to paste into a prompt (nothing when none match)."""
+    _check_query(query)
     filters = _filters(path, tag, None, None)
 
     async def job() -> str:
-        async with open_service(settings_of(ctx)) as service:
+        async with open_service(settings_of(ctx), create=False) as service:
             return await service.context(query, limit, filters)
 
-    typer.echo(run(ctx, job), nl=False)
+    block = run(ctx, job)
+    if not block:
+        typer.echo(f"memcore: no memories match {query!r}", err=True)
+        return
+    typer.echo(block, nl=False)

@@ -85,15 +85,16 @@ def _detach(ctx: typer.Context, poll: bool, json_logs: bool) -> None:
     settings = run(ctx, _settings_job(ctx))
     running = daemon_status(settings)
     if running:
-        raise fail(
-            f"another memcore watch (pid {running['pid']}) is already watching {settings.vault}"
-        )
+        # Idempotent, so a setup script (the README's first line) can run twice.
+        typer.echo(f"memcore watch is already running (pid {running['pid']}) for {settings.vault}")
+        return
     ensure_state_dir(settings)
     log_path = settings.state_dir / "daemon.log"
     cmd = [sys.executable, "-m", "memcore", "--vault", str(settings.vault)]
     for key, flag in (("storage.db", "--db"), ("embedder.provider", "--embedder")):
         if ctx.obj.overrides.get(key):
             cmd += [flag, str(ctx.obj.overrides[key])]
+    cmd += ["--verbose"] if ctx.obj.verbose else []
     cmd += ["watch", *(["--poll"] if poll else []), *(["--json-logs"] if json_logs else [])]
     with log_path.open("ab") as log_file:
         proc = subprocess.Popen(
