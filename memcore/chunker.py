@@ -12,6 +12,7 @@ import yaml
 from markdown_it import MarkdownIt
 from markdown_it.token import Token
 
+from memcore.memories import MemoryFile, is_memory_file, parse_memory_file
 from memcore.models import Chunk
 from memcore.vault import text_hash
 
@@ -309,6 +310,8 @@ def chunk_markdown(
     body = "\n".join(text.split("\n")[fm_lines:])
     fm_tags = _front_matter_tags(meta)
     date = file_date(path, meta, fallback_date, body)
+    if is_memory_file(meta):
+        return memory_chunks(parse_memory_file(path, meta, text, fm_lines), path, date), []
     budget = max(cfg.max_chars - cfg.overlap_chars - 1, cfg.chars_per_token)
     chunks: list[Chunk] = []
     for section in _sections(body, fm_lines, budget):
@@ -332,3 +335,31 @@ def chunk_markdown(
                 )
             )
     return chunks, [fm_error] if fm_error else []
+
+
+def memory_chunks(parsed: MemoryFile, path: str, date: str | None) -> list[Chunk]:
+    """One chunk per memory of a memory file, carrying its id, scope and fields."""
+    chunks: list[Chunk] = []
+    heading = (f"{parsed.category} memories",)
+    for item in parsed.items:
+        record = {
+            **item.fields(),
+            **parsed.scope.to_dict(),
+            "category": parsed.category,
+        }
+        tags = frozenset(_HASHTAG.findall(item.text))
+        chunks.append(
+            Chunk(
+                path=path,
+                index=len(chunks),
+                heading_path=heading,
+                start_line=item.start_line,
+                end_line=item.end_line,
+                text=item.text,
+                content_hash=text_hash(f"{heading[0]}\n{item.text}"),
+                tags=tuple(sorted(t for t in tags if not _HEX_COLOUR.fullmatch(t))),
+                date=(item.created[:10] or date) if item.created else date,
+                metadata={"memory": record},
+            )
+        )
+    return chunks

@@ -35,3 +35,16 @@ class EmbedderUnavailable(EmbedderError):
 
 class DaemonError(MemcoreError):
     """The watch daemon cannot start (for example, another one holds the vault)."""
+
+
+class InputError(MemcoreError):
+    """A caller's request is invalid (empty content, a path-like scope, bad metadata); nothing
+    was changed."""
+
+
+class NotFound(MemcoreError):
+    """No memory has that id (or key); nothing was changed."""
+
+
+class WriteConflict(MemcoreError):
+    """A memory file kept changing under a write (a person editing it); nothing was written."""

@@ -19,6 +19,7 @@ from pathlib import Path
 from memcore.chunker import ChunkerConfig
 from memcore.embedders.base import EmbeddingRunner
 from memcore.errors import EmbedderError, StorageError
+from memcore.history import HistoryLog, changes
 from memcore.indexing import (
     CHUNKING_KEY,
     PreparedFile,
@@ -28,7 +29,15 @@ from memcore.indexing import (
     embed_missing,
     prepare_files,
 )
-from memcore.models import DiskFile, FileFailure, FileState, IndexReport, SkippedFile
+from memcore.models import (
+    DiskFile,
+    FileFailure,
+    FileState,
+    IndexReport,
+    MemoryQuery,
+    MemoryRecord,
+    SkippedFile,
+)
 from memcore.planner import plan_changes
 from memcore.settings import Settings
 from memcore.storage.base import IndexWriter, Store
@@ -87,10 +96,17 @@ class PathLocks:
 class Indexer:
     """Reads changed memory files, chunks them, attaches vectors and writes them to the store."""
 
-    def __init__(self, settings: Settings, store: Store, embedder: EmbeddingRunner) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        store: Store,
+        embedder: EmbeddingRunner,
+        history: HistoryLog | None = None,
+    ) -> None:
         self.settings = settings
         self.store = store
         self.embedder = embedder
+        self.history = history  # memory edits made by hand are logged here
         ix = settings.index
         self.chunker = ChunkerConfig(
             ix.chunk_tokens, ix.overlap_tokens, ix.chars_per_token, ix.split
@@ -105,6 +121,7 @@ class Indexer:
         full: bool = False,
         progress: Progress = no_progress,
         stop: asyncio.Event | None = None,
+        history: bool = True,
     ) -> IndexReport:
         """Bring the index in line with the vault (or only with ``paths``, vault-relative).
 
@@ -112,7 +129,8 @@ class Indexer:
         run leaves every file fully old or fully new and the next run picks up the rest.
         ``stop`` is checked between batches of files; a stopped run reports what it did. A file
         that cannot be written right now (index busy) is reported in ``failed`` with
-        ``transient`` set; the others still go in.
+        ``transient`` set; the others still go in. With ``history``, changes to memories in
+        files that were indexed before are logged as a person's edits.
         """
         started = time.perf_counter()
         s = self.settings
@@ -130,6 +148,7 @@ class Indexer:
         # re-chunk everything when the chunking changed; unchanged chunk texts keep vectors
         rechunk = bool(states) and stamp != self.chunking and paths is None and not full
         full = full or rechunk
+        log_edits = history and self.history is not None and not full
         scope = None if paths is None else set(paths)
         plan = await asyncio.to_thread(plan_changes, disk, states, full, scope, skipped)
         kept_all = paths is None and not disk and bool(states)
@@ -163,9 +182,13 @@ class Indexer:
         for start in range(0, total, FILES_PER_BATCH):
             if stopped():
                 break
-            await self._index_batch(plan.to_read[start : start + FILES_PER_BATCH], states, tally)
+            await self._index_batch(
+                plan.to_read[start : start + FILES_PER_BATCH], states, tally, log_edits
+            )
             progress("files", min(start + FILES_PER_BATCH, total), total)
-        deleted = tuple(p for p in await self._delete(plan.to_delete, tally) if p in states)
+        deleted = tuple(
+            p for p in await self._delete(plan.to_delete, tally, log_edits) if p in states
+        )
         if not tally.embedder_down and not stopped():
             await self._fill_pending(tally, progress, stop)
         async with self.store.snapshot() as reader:
@@ -191,7 +214,11 @@ class Indexer:
             await tx.set_meta(CHUNKING_KEY, self.chunking)
 
     async def _index_batch(
-        self, files: Sequence[DiskFile], states: dict[str, FileState], tally: Tally
+        self,
+        files: Sequence[DiskFile],
+        states: dict[str, FileState],
+        tally: Tally,
+        log_edits: bool = False,
     ) -> None:
         s = self.settings
         async with self._paths.hold([f.path for f in files]):
@@ -224,10 +251,24 @@ class Indexer:
             if error is not None:
                 self._embedder_failed(tally, error)
             model = self.embedder.model_id
+            before = await self._memories_of(
+                [p.state.path for p in prepared if p.state.path in states] if log_edits else []
+            )
+            events = []
             for item in prepared:
                 write = partial(_replace, item, model)
                 if await self._write(tally, [item.state.path], write):
                     tally.indexed.append(item.state.path)
+                    path = item.state.path
+                    if path in before or (log_edits and path in states):
+                        after = {
+                            str(m["id"]): c.text
+                            for c in item.chunks
+                            if isinstance(m := c.metadata.get("memory"), dict)
+                        }
+                        events += changes(path, before.get(path, []), after, "person")
+            if events and self.history is not None:
+                await self.history.append_new(events)
 
     async def _write(self, tally: Tally, paths: list[str], job: WriteJob) -> bool:
         """Run one transaction; a storage failure becomes a transient failure of ``paths``."""
@@ -240,7 +281,9 @@ class Indexer:
             return False
         return True
 
-    async def _delete(self, paths: Sequence[str], tally: Tally) -> tuple[str, ...]:
+    async def _delete(
+        self, paths: Sequence[str], tally: Tally, log_edits: bool = False
+    ) -> tuple[str, ...]:
         """Drop files gone from disk; a file that came back meanwhile is left alone."""
         if not paths:
             return ()
@@ -250,13 +293,29 @@ class Indexer:
                 stat_memory_files, s.vault, list(paths), s.index.include, s.index.exclude
             )
             gone = [p for p in paths if p not in {f.path for f in back}]
+            before = await self._memories_of(gone if log_edits else [])
 
             async def job(tx: IndexWriter) -> None:
                 await tx.delete_files(gone)
 
             if gone and await self._write(tally, gone, job):
+                if before and self.history is not None:
+                    events = [e for p, rs in before.items() for e in changes(p, rs, {}, "person")]
+                    await self.history.append_new(events)
                 return tuple(gone)
         return ()
+
+    async def _memories_of(self, paths: Sequence[str]) -> dict[str, list[MemoryRecord]]:
+        """The indexed memories of these files (before a change is written)."""
+        if not paths:
+            return {}
+        out: dict[str, list[MemoryRecord]] = {}
+        async with self.store.snapshot() as reader:
+            for path in paths:
+                rows = await reader.memories(MemoryQuery(path=path, limit=1_000_000))
+                if rows:
+                    out[path] = rows
+        return out
 
     async def _fill_pending(
         self, tally: Tally, progress: Progress, stop: asyncio.Event | None = None

@@ -102,10 +102,84 @@ class SearchFilters:
     tag: str | None = None
     date_from: str | None = None
     date_to: str | None = None
+    # Memories (see memories.py). A scope keeps other users', agents' and runs' memories out;
+    # shared context (notes, memories with no scope) stays in unless ``scope_only``.
+    user_id: str | None = None
+    agent_id: str | None = None
+    run_id: str | None = None
+    scope_only: bool = False
+    category: str | None = None  # only memories of this category
+    metadata: Mapping[str, object] | None = None  # Mem0-style: {"k": v, "k2": {"in": [..]}},
+    # {"AND": [...]}, {"OR": [...]}; only memories whose metadata match
+
+    @property
+    def scoped(self) -> bool:
+        return any((self.user_id, self.agent_id, self.run_id))
+
+    @property
+    def about_memories(self) -> bool:
+        return self.scoped or self.category is not None or bool(self.metadata) or self.scope_only
 
     @property
     def active(self) -> bool:
-        return any((self.path_prefix, self.tag, self.date_from, self.date_to))
+        return any((self.path_prefix, self.tag, self.date_from, self.date_to)) or (
+            self.about_memories
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryRecord:
+    """One memory as the index knows it: its text, scope, fields and where it is written."""
+
+    id: str
+    text: str
+    path: str
+    start_line: int
+    end_line: int
+    category: str
+    user_id: str | None = None
+    agent_id: str | None = None
+    run_id: str | None = None
+    key: str | None = None
+    created: str = ""
+    updated: str = ""
+    metadata: Mapping[str, object] = field(default_factory=dict)
+    score: float | None = None
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "id": self.id,
+            "memory": self.text,
+            "user_id": self.user_id,
+            "agent_id": self.agent_id,
+            "run_id": self.run_id,
+            "category": self.category,
+            "key": self.key,
+            "metadata": dict(self.metadata),
+            "created_at": self.created,
+            "updated_at": self.updated,
+            "path": self.path,
+            "start_line": self.start_line,
+            "end_line": self.end_line,
+            **({"score": round(self.score, 4)} if self.score is not None else {}),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryQuery:
+    """Which memories to list or count (no text query): scope, category, key, metadata."""
+
+    user_id: str | None = None
+    agent_id: str | None = None
+    run_id: str | None = None
+    category: str | None = None
+    key: str | None = None
+    ids: tuple[str, ...] | None = None
+    metadata: Mapping[str, object] | None = None
+    tag: str | None = None
+    path: str | None = None  # only memories written in this file
+    limit: int = 100
+    offset: int = 0
 
 
 @dataclass(frozen=True, slots=True)

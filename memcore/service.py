@@ -14,12 +14,15 @@ from types import TracebackType
 from typing import Self
 
 from memcore.embedders.base import EmbeddingRunner
+from memcore.history import HistoryLog
 from memcore.indexer import Indexer, Progress, no_progress
+from memcore.memory_api import MemoryApi
 from memcore.models import IndexReport, IndexStatus, SearchFilters, SearchResult
 from memcore.prompt import relevant_memories
 from memcore.searcher import Searcher
 from memcore.settings import Settings
 from memcore.storage.base import Store, Vector
+from memcore.writer import MemoryWriter
 
 
 class MemoryService:
@@ -32,8 +35,10 @@ class MemoryService:
         self.settings = settings
         self.store = store
         self.embedder = embedder
-        self.indexer = Indexer(settings, store, embedder)
+        self.indexer = Indexer(settings, store, embedder, HistoryLog(settings.vault))
         self.searcher = Searcher(settings, store, embedder)
+        writer = MemoryWriter(settings.vault, store, self.indexer)
+        self.memories = MemoryApi(store, writer, self.searcher)  # add/get/update/delete/...
 
     async def __aenter__(self) -> Self:
         await self.store.__aenter__()

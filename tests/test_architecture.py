@@ -25,6 +25,7 @@ CONFINED = {
 # the pure core never imports I/O layers
 PURE = {
     "chunker.py",
+    "memories.py",
     "planner.py",
     "prompt.py",
     "debounce.py",

@@ -440,3 +440,24 @@ async def test_the_log_names_skipped_files_once_and_says_why_vectors_wait(
     assert "1 skipped (memory/bad.md)" in caught_up
     assert "waiting for vectors (embedder unavailable" in caught_up
     assert sum("skipped memory/bad.md: invalid UTF-8" in m for m in messages) == 1
+
+
+async def test_api_writes_under_a_running_watcher_are_logged_once(
+    vault: Path, settings: Settings
+) -> None:
+    s = fast(settings)
+    async with running(s) as (_, svc):
+        (added,) = await svc.memories.add("watched write", user_id="w")
+        await svc.memories.update(added.id, "watched write, changed")
+        await asyncio.sleep(0.6)  # the watcher's debounce passes; it finds nothing new
+        events = await svc.memories.history(added.id)
+        # a hand edit while it runs is noticed as a person's
+        path = vault / added.path
+        path.write_text(path.read_text().replace("watched write, changed", "edited by hand"))
+        await until(lambda: "edited by hand" in contents(s))
+        await asyncio.sleep(0.1)
+        after = await svc.memories.history(added.id)
+    assert [(e["event"], e["actor"]) for e in events] == [("ADD", "api"), ("UPDATE", "api")]
+    assert (after[-1]["event"], after[-1]["actor"], after[-1]["new_memory"]) == (
+        "UPDATE", "person", "edited by hand"
+    )  # fmt: skip

@@ -18,7 +18,14 @@ from typing import Protocol, Self
 import numpy as np
 import numpy.typing as npt
 
-from memcore.models import Chunk, FileState, SearchFilters, SkippedFile
+from memcore.models import (
+    Chunk,
+    FileState,
+    MemoryQuery,
+    MemoryRecord,
+    SearchFilters,
+    SkippedFile,
+)
 
 Vector = npt.NDArray[np.float32]
 
@@ -96,6 +103,16 @@ class IndexReader(Protocol):
 
     async def skipped_files(self) -> dict[str, SkippedFile]:
         """Files that could not be indexed, by path."""
+        ...
+
+    async def memories(self, query: MemoryQuery) -> list[MemoryRecord]:
+        """Memories matching a query, oldest first. Raises InputError for a bad filter."""
+        ...
+
+    async def count_memories(self, query: MemoryQuery) -> int: ...
+
+    async def memories_of_chunks(self, ids: Sequence[int]) -> dict[int, MemoryRecord]:
+        """The memory each of these chunks holds (chunks of plain notes are left out)."""
         ...
 
     async def get_meta(self, key: str) -> str | None: ...

@@ -12,7 +12,15 @@ from typing import TYPE_CHECKING, Any
 import aiosqlite
 import numpy as np
 
-from memcore.models import Chunk, FileState, SearchFilters, SkippedFile
+from memcore.errors import InputError
+from memcore.models import (
+    Chunk,
+    FileState,
+    MemoryQuery,
+    MemoryRecord,
+    SearchFilters,
+    SkippedFile,
+)
 from memcore.search.tokenize import fts_match_expression, has_cjk
 from memcore.search.vectors import VectorIndex, decode_vector, encode_vector
 from memcore.storage.base import ChunkRow, PendingChunk, StoreStats, Vector
@@ -48,7 +56,75 @@ def _filter_sql(filters: SearchFilters) -> tuple[str, list[object]]:
     if filters.date_to:
         clauses.append("c.date <= ?")
         params.append(filters.date_to)
+    if filters.about_memories:
+        clause, more = _scope_sql(filters)
+        clauses.append(clause)
+        params += more
     return (" AND " + " AND ".join(clauses) if clauses else ""), params
+
+
+_SCOPED = "(user_id IS NOT NULL OR agent_id IS NOT NULL OR run_id IS NOT NULL)"
+
+
+def _scope_sql(f: SearchFilters) -> tuple[str, list[object]]:
+    """Chunks a scoped search may see: memories of that scope, plus shared context (notes and
+    memories with no scope) unless scope_only. Category/metadata filters keep only memories."""
+    scope = [(f"m.{n} = ?", v) for n in ("user_id", "agent_id", "run_id") if (v := getattr(f, n))]
+    extra: list[tuple[str, list[object]]] = []
+    if f.category is not None:
+        extra.append(("m.category = ?", [f.category]))
+    if f.metadata:
+        extra.append(metadata_sql(f.metadata))
+    conds = [c for c, _ in scope] + [c for c, _ in extra]
+    params: list[object] = [v for _, v in scope] + [p for _, ps in extra for p in ps]
+    mine = f"c.id IN (SELECT m.chunk_id FROM memories m WHERE {' AND '.join(conds) or '1=1'})"
+    if not f.scoped or f.scope_only:
+        return mine, params
+    if extra:
+        shared_conds = " AND ".join(["m.user_id IS NULL", "m.agent_id IS NULL",
+                                     "m.run_id IS NULL", *(c for c, _ in extra)])  # fmt: skip
+        shared = f"c.id IN (SELECT m.chunk_id FROM memories m WHERE {shared_conds})"
+        return f"({mine} OR {shared})", params + [p for _, ps in extra for p in ps]
+    return f"({mine} OR c.id NOT IN (SELECT chunk_id FROM memories WHERE {_SCOPED}))", params
+
+
+_OPS = {"eq": "=", "ne": "IS NOT", "gt": ">", "gte": ">=", "lt": "<", "lte": "<="}
+
+
+def metadata_sql(
+    spec: Mapping[str, object], column: str = "m.metadata"
+) -> tuple[str, list[object]]:
+    """A Mem0-style metadata filter as SQL over a JSON column. Raises InputError."""
+    if not isinstance(spec, Mapping) or not spec:
+        raise InputError("a metadata filter must be a non-empty JSON object")
+    parts: list[str] = []
+    params: list[object] = []
+    for key, value in spec.items():
+        if key in ("AND", "OR"):
+            if not isinstance(value, list) or not value:
+                raise InputError(f"metadata filter {key} needs a non-empty list of filters")
+            subs = [metadata_sql(v, column) for v in value]
+            parts.append("(" + f" {key} ".join(sql for sql, _ in subs) + ")")
+            params += [p for _, ps in subs for p in ps]
+            continue
+        path = "$." + json.dumps(str(key), ensure_ascii=False)
+        ops = value if isinstance(value, Mapping) else {"eq": value}
+        for op, arg in ops.items():
+            if op == "in":
+                if not isinstance(arg, list) or not arg or not all(map(_scalar, arg)):
+                    raise InputError(f"metadata filter {key}.in needs a list of plain values")
+                parts.append(f"json_extract({column}, ?) IN ({_marks(len(arg))})")
+                params += [path, *arg]
+            elif op in _OPS and _scalar(arg):
+                parts.append(f"json_extract({column}, ?) {_OPS[op]} ?")
+                params += [path, arg]
+            else:
+                raise InputError(f"metadata filter {key}: unsupported {op!r} or value {arg!r}")
+    return "(" + " AND ".join(parts) + ")", params
+
+
+def _scalar(value: object) -> bool:
+    return value is None or isinstance(value, str | int | float | bool)
 
 
 def _marks(n: int) -> str:
@@ -228,9 +304,72 @@ class SqliteReader(_Queries):
         rows = await self._all("SELECT value FROM meta WHERE key = ?", (key,))
         return rows[0][0] if rows else None
 
+    async def memories(self, query: MemoryQuery) -> list[MemoryRecord]:
+        where, params = _memory_query_sql(query)
+        rows = await self._all(
+            f"{_MEMORY_SELECT} WHERE 1=1{where} ORDER BY m.created, m.memory_id LIMIT ? OFFSET ?",
+            [*params, query.limit, query.offset],
+        )
+        return [_memory_record(r) for r in rows]
+
+    async def count_memories(self, query: MemoryQuery) -> int:
+        where, params = _memory_query_sql(query)
+        rows = await self._all(
+            "SELECT count(*) FROM memories m JOIN memory_chunks c ON c.id = m.chunk_id "
+            f"WHERE 1=1{where}",
+            params,
+        )
+        return int(rows[0][0])
+
+    async def memories_of_chunks(self, ids: Sequence[int]) -> dict[int, MemoryRecord]:
+        out: dict[int, MemoryRecord] = {}
+        for i in range(0, len(ids), _BATCH):
+            part = list(ids[i : i + _BATCH])
+            rows = await self._all(
+                f"{_MEMORY_SELECT} WHERE m.chunk_id IN ({_marks(len(part))})", part
+            )
+            out.update((r[-1], _memory_record(r)) for r in rows)
+        return out
+
     async def skipped_files(self) -> dict[str, SkippedFile]:
         rows = await self._all("SELECT path, reason, size, mtime_ns FROM skipped_files")
         return {r[0]: SkippedFile(*r) for r in rows}
+
+
+_MEMORY_SELECT = (
+    "SELECT m.memory_id, c.content, m.path, c.start_line, c.end_line, m.category, m.user_id, "
+    "m.agent_id, m.run_id, m.key, m.created, m.updated, m.metadata, m.chunk_id "
+    "FROM memories m JOIN memory_chunks c ON c.id = m.chunk_id"
+)
+
+
+def _memory_record(r: Any) -> MemoryRecord:
+    return MemoryRecord(
+        id=r[0], text=r[1], path=r[2], start_line=r[3], end_line=r[4], category=r[5],
+        user_id=r[6], agent_id=r[7], run_id=r[8], key=r[9], created=r[10], updated=r[11],
+        metadata=json.loads(r[12] or "{}"),
+    )  # fmt: skip
+
+
+def _memory_query_sql(q: MemoryQuery) -> tuple[str, list[object]]:
+    clauses: list[str] = []
+    params: list[object] = []
+    for name in ("user_id", "agent_id", "run_id", "category", "key", "path"):
+        value = getattr(q, name)
+        if value is not None:
+            clauses.append(f"m.{name} = ?")
+            params.append(value)
+    if q.ids is not None:
+        clauses.append(f"m.memory_id IN ({_marks(len(q.ids))})" if q.ids else "0")
+        params += list(q.ids)
+    if q.tag:
+        clauses.append("EXISTS (SELECT 1 FROM json_each(c.tags) WHERE lower(value) = ?)")
+        params.append(q.tag.lstrip("#").lower())
+    if q.metadata:
+        sql, more = metadata_sql(q.metadata)
+        clauses.append(sql)
+        params += more
+    return (" AND " + " AND ".join(clauses) if clauses else ""), params
 
 
 def _file_states(rows: list[Any]) -> dict[str, FileState]:
@@ -306,6 +445,24 @@ class SqliteWriter(_Queries):
             )
         ]
         self.added += [(i, model_id, v) for i, v in zip(ids, vectors, strict=True) if v is not None]
+        memories = [
+            (
+                m["id"], i, state.path, m.get("user_id"), m.get("agent_id"), m.get("run_id"),
+                m.get("category") or "core", m.get("key"), m.get("created") or stamp,
+                m.get("updated") or m.get("created") or stamp,
+                json.dumps(m.get("metadata") or {}, ensure_ascii=False),
+            )
+            for c, i in zip(chunks, ids, strict=True)
+            if isinstance(m := c.metadata.get("memory"), dict)
+        ]  # fmt: skip
+        if memories:
+            # a memory pasted with its comment into a second place keeps its first home
+            await self.conn.executemany(
+                "INSERT INTO memories (memory_id, chunk_id, path, user_id, agent_id, run_id, "
+                "category, key, created, updated, metadata) VALUES (?,?,?,?,?,?,?,?,?,?,?) "
+                "ON CONFLICT(memory_id) DO NOTHING",
+                memories,
+            )
         return ids
 
     async def touch_file(self, state: FileState) -> None:

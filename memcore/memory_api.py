@@ -1,0 +1,250 @@
+"""MemoryApi: what an agent calls to remember and recall (Mem0- and RRClaw-style), scoped.
+
+Reached as ``service.memories``. Writes go to Markdown first (see writer.py) and are
+searchable when the call returns. Every method takes the scope as ``user_id``, ``agent_id``
+and ``run_id``; a scoped call never sees another scope's memories.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+
+from memcore.errors import InputError
+from memcore.memories import Scope, check_name
+from memcore.models import MemoryQuery, MemoryRecord, SearchFilters
+from memcore.searcher import Searcher
+from memcore.storage.base import Store
+from memcore.writer import MemoryWriter, NewMemory
+
+Message = Mapping[str, object]
+MAX_LIST = 10_000
+
+
+class MemoryApi:
+    def __init__(self, store: Store, writer: MemoryWriter, searcher: Searcher) -> None:
+        self.store = store
+        self.writer = writer
+        self.searcher = searcher
+
+    async def add(
+        self,
+        content: str | Sequence[Message],
+        *,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        run_id: str | None = None,
+        metadata: Mapping[str, object] | None = None,
+        category: str = "core",
+        key: str | None = None,
+        infer: bool = False,
+    ) -> list[MemoryRecord]:
+        """Remember ``content`` (a text, or chat messages: one memory per message with text).
+        With ``key``, replaces that key's memory in the same scope and category."""
+        if infer:
+            raise InputError("infer=True needs an LLM (llm.provider), which is not built yet")
+        scope = Scope(user_id, agent_id, run_id)
+        texts = [content] if isinstance(content, str) else _message_texts(content)
+        if key is not None and len(texts) != 1:
+            raise InputError("a key names one memory; give one text")
+        items = [NewMemory(t, scope, category, key, metadata) for t in texts]
+        return await self.writer.add_batch(items)
+
+    async def add_batch(self, memories: Sequence[NewMemory]) -> list[MemoryRecord]:
+        return await self.writer.add_batch(memories)
+
+    async def store_key(
+        self,
+        key: str,
+        content: str,
+        category: str = "core",
+        *,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        run_id: str | None = None,
+    ) -> MemoryRecord:
+        """RRClaw's store: insert or replace the memory under ``key`` in this scope/category."""
+        scope = Scope(user_id, agent_id, run_id)
+        return await self.writer.add(NewMemory(content, scope, category, key))
+
+    async def get(self, memory_id: str) -> MemoryRecord:
+        return await self.writer.get(memory_id)
+
+    async def get_all(
+        self,
+        *,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        run_id: str | None = None,
+        category: str | None = None,
+        key: str | None = None,
+        tag: str | None = None,
+        filters: Mapping[str, object] | None = None,
+        limit: int = 100,
+        offset: int = 0,
+    ) -> list[MemoryRecord]:
+        """Memories in a scope (oldest first), optionally of a category, key, #tag or with
+        metadata matching ``filters`` (``{"k": v}``, ``{"k": {"in": [...]}}``, AND/OR)."""
+        if not 1 <= limit <= MAX_LIST or offset < 0:
+            raise InputError(f"limit must be 1-{MAX_LIST} and offset >= 0")
+        query = self._query(user_id, agent_id, run_id, category, key, tag, filters)
+        return await self.writer.get_all(_paged(query, limit, offset))
+
+    async def get_memories_by_tag(self, tag: str, limit: int = 100) -> list[MemoryRecord]:
+        """Seed 003's listing by tag, with no query."""
+        return await self.get_all(tag=tag, limit=limit)
+
+    async def count(
+        self,
+        *,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        run_id: str | None = None,
+        category: str | None = None,
+    ) -> int:
+        return await self.writer.count(
+            self._query(user_id, agent_id, run_id, category, None, None, None)
+        )
+
+    async def categories(self, **scope: str | None) -> dict[str, int]:
+        rows = await self.get_all(**scope, limit=MAX_LIST)  # type: ignore[arg-type]
+        out: dict[str, int] = {}
+        for r in rows:
+            out[r.category] = out.get(r.category, 0) + 1
+        return out
+
+    async def update(
+        self,
+        memory_id: str,
+        content: str | None = None,
+        metadata: Mapping[str, object] | None = None,
+    ) -> MemoryRecord:
+        return await self.writer.update(memory_id, content, metadata)
+
+    async def delete(self, memory_id: str) -> None:
+        await self.writer.delete(memory_id)
+
+    async def forget(
+        self,
+        key: str,
+        *,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        run_id: str | None = None,
+        category: str | None = None,
+    ) -> bool:
+        """Delete the memory under ``key`` in this scope; whether one was there."""
+        rows = await self.writer.get_all(
+            self._query(user_id, agent_id, run_id, category, key, None, None)
+        )
+        return await self.writer.delete_many(rows) > 0
+
+    async def delete_all(
+        self,
+        *,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        run_id: str | None = None,
+        all: bool = False,
+    ) -> int:
+        """Delete every memory of a scope. With no scope, refuses unless ``all=True``."""
+        scope = Scope(user_id, agent_id, run_id)
+        if scope.empty and not all:
+            raise InputError("delete_all needs user_id, agent_id or run_id (or all=True)")
+        query = self._query(user_id, agent_id, run_id, None, None, None, None)
+        gone = 0
+        while rows := await self.writer.get_all(_paged(query, MAX_LIST, 0)):
+            removed = await self.writer.delete_many(rows)
+            gone += removed
+            if not removed:
+                break
+        return gone
+
+    async def reset(self) -> int:
+        """Forget every memory (notes written by people are not memories and stay)."""
+        return await self.delete_all(all=True)
+
+    async def history(self, memory_id: str) -> list[dict[str, object]]:
+        """ADD / UPDATE / DELETE events of a memory, oldest first, with who made them."""
+        return await self.writer.history_of(memory_id)
+
+    async def search(
+        self,
+        query: str,
+        *,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        run_id: str | None = None,
+        scope_only: bool = False,
+        category: str | None = None,
+        filters: Mapping[str, object] | None = None,
+        limit: int = 5,
+        threshold: float | None = None,
+    ) -> list[MemoryRecord]:
+        """Hybrid search as records. Shared notes come back too (id ``note:path#Lstart-end``,
+        category ``note``) unless ``scope_only`` or a category/metadata filter is given."""
+        for name, value in (("user_id", user_id), ("agent_id", agent_id), ("run_id", run_id)):
+            if value is not None:
+                check_name(value, name)
+        result = await self.searcher.search(
+            query,
+            limit,
+            SearchFilters(
+                user_id=user_id, agent_id=agent_id, run_id=run_id, scope_only=scope_only,
+                category=category, metadata=filters,
+            ),
+            min_score=threshold,
+        )  # fmt: skip
+        async with self.store.snapshot() as reader:
+            records = await reader.memories_of_chunks([h.chunk_id for h in result.hits])
+        out = []
+        for hit in result.hits:
+            record = records.get(hit.chunk_id)
+            if record is None:
+                record = MemoryRecord(
+                    id=f"note:{hit.path}#L{hit.start_line}-{hit.end_line}",
+                    text=hit.text, path=hit.path, start_line=hit.start_line,
+                    end_line=hit.end_line, category="note",
+                )  # fmt: skip
+            out.append(_scored(record, hit.score))
+        return out
+
+    def _query(
+        self,
+        user_id: str | None,
+        agent_id: str | None,
+        run_id: str | None,
+        category: str | None,
+        key: str | None,
+        tag: str | None,
+        filters: Mapping[str, object] | None,
+    ) -> MemoryQuery:
+        Scope(user_id, agent_id, run_id)  # validates the names
+        if category is not None:
+            check_name(category, "category")
+        return MemoryQuery(
+            user_id=user_id, agent_id=agent_id, run_id=run_id, category=category, key=key,
+            tag=tag, metadata=filters, limit=MAX_LIST,
+        )  # fmt: skip
+
+
+def _paged(query: MemoryQuery, limit: int, offset: int) -> MemoryQuery:
+    return dataclasses.replace(query, limit=limit, offset=offset)
+
+
+def _scored(record: MemoryRecord, score: float) -> MemoryRecord:
+    return dataclasses.replace(record, score=score)
+
+
+def _message_texts(messages: Sequence[Message]) -> list[str]:
+    texts = []
+    for m in messages:
+        if not isinstance(m, Mapping) or not isinstance(m.get("content"), str):
+            raise InputError("each message must be an object with a text 'content'")
+        text = str(m["content"]).strip()
+        if text:
+            role = str(m.get("role") or "user")
+            texts.append(text if role == "user" else f"{role}: {text}")
+    if not texts:
+        raise InputError("the messages hold no text to remember")
+    return texts

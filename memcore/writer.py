@@ -1,0 +1,376 @@
+"""MemoryWriter: add, update and delete memories by editing Markdown, then indexing it.
+
+Every write reads the memory file, changes only the lines of the memories it touches, and
+replaces the file atomically (temp file + rename) only if nobody changed the file since it was
+read; otherwise it reads again and re-applies the change (a person's edit is never overwritten).
+The file is indexed before the call returns, so the memory is searchable at once, and the
+history log gets one event per change.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import dataclasses
+import datetime as dt
+import errno
+import fcntl
+import os
+import secrets
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from memcore.chunker import split_front_matter
+from memcore.errors import InputError, NotFound, VaultError, WriteConflict
+from memcore.history import HistoryEvent, HistoryLog, now
+from memcore.indexer import Indexer, PathLocks
+from memcore.memories import (
+    MemoryFile,
+    MemoryItem,
+    Scope,
+    check_content,
+    check_metadata,
+    check_name,
+    edit_lines,
+    is_memory_file,
+    new_id,
+    new_memory_file,
+    parse_memory_file,
+    render_item,
+)
+from memcore.models import MemoryQuery, MemoryRecord
+from memcore.storage.base import Store
+
+WRITE_ATTEMPTS = 20
+
+
+@dataclass(frozen=True, slots=True)
+class NewMemory:
+    """One memory to add (``add_batch`` takes many)."""
+
+    content: str
+    scope: Scope = field(default_factory=Scope)
+    category: str = "core"
+    key: str | None = None
+    metadata: Mapping[str, object] | None = None
+    id: str = field(default_factory=new_id)
+
+
+@dataclass(slots=True)
+class _Edit:
+    """What one write does to a file: items to replace (empty list = delete), lines to append,
+    and the history events it makes."""
+
+    replace: dict[str, list[str]] = field(default_factory=dict)
+    append: list[list[str]] = field(default_factory=list)
+    events: list[HistoryEvent] = field(default_factory=list)
+    ids: list[str] = field(default_factory=list)
+
+
+Change = Callable[[MemoryFile], _Edit]
+
+
+class MemoryWriter:
+    """The write half of the memory API. Safe for many concurrent callers."""
+
+    def __init__(self, vault: Path, store: Store, indexer: Indexer) -> None:
+        self.vault = vault
+        self.store = store
+        self.indexer = indexer
+        self.history = HistoryLog(vault)
+        self._files = PathLocks()
+
+    # --- adding -------------------------------------------------------------------------
+
+    async def add(self, memory: NewMemory) -> MemoryRecord:
+        """Add one memory; with a ``key``, replace the memory holding that key in the same
+        scope and category instead (an upsert)."""
+        (record,) = await self.add_batch([memory])
+        return record
+
+    async def add_batch(self, memories: Sequence[NewMemory]) -> list[MemoryRecord]:
+        """Add many memories: one write and one index run per file they land in."""
+        checked = [self._checked(m) for m in memories]
+        by_file: dict[str, list[tuple[int, NewMemory]]] = {}
+        for n, m in enumerate(checked):
+            by_file.setdefault(self.file_for(m.scope, m.category), []).append((n, m))
+        ids: list[str] = [""] * len(checked)
+        for _ in range(WRITE_ATTEMPTS):
+            for rel, group in by_file.items():
+                first = group[0][1]
+                edit_ids = await self._write(rel, first.scope, first.category, _adder(group, rel))
+                for (n, _), mid in zip(group, edit_ids, strict=True):
+                    ids[n] = mid
+            await self.indexer.index(list(by_file), history=False)
+            found = {r.id for r in await self._records(ids, missing_ok=True)}
+            # An editor that saved a buffer read before our write drops our lines: add again.
+            by_file = {
+                rel: [(n, m) for n, m in group if ids[n] not in found]
+                for rel, group in by_file.items()
+            }
+            by_file = {rel: group for rel, group in by_file.items() if group}
+            if not by_file:
+                return await self._records(ids)
+        raise WriteConflict("the memory file kept losing new memories to other writers")
+
+    def _checked(self, m: NewMemory) -> NewMemory:
+        check_name(m.category, "category")
+        if m.key is not None and (not isinstance(m.key, str) or not m.key.strip()):
+            raise InputError("key must be a non-empty string")
+        return dataclasses.replace(
+            m, content=check_content(m.content), metadata=check_metadata(m.metadata)
+        )
+
+    def file_for(self, scope: Scope, category: str, day: dt.date | None = None) -> str:
+        """memory/<users/u/agents/a/runs/r>/<category>.md; daily memories get a file per day."""
+        folder = "/".join(p for p in ("memory", scope.folder()) if p)
+        if category == "daily":
+            return f"{folder}/daily/{(day or dt.date.today()).isoformat()}.md"
+        return f"{folder}/{category}.md"
+
+    # --- reading ------------------------------------------------------------------------
+
+    async def get(self, memory_id: str) -> MemoryRecord:
+        found = await self._records([memory_id], missing_ok=True)
+        if not found:
+            raise NotFound(f"no memory with id {memory_id!r}")
+        return found[0]
+
+    async def get_all(self, query: MemoryQuery) -> list[MemoryRecord]:
+        async with self.store.snapshot() as reader:
+            return await reader.memories(query)
+
+    async def count(self, query: MemoryQuery) -> int:
+        async with self.store.snapshot() as reader:
+            return await reader.count_memories(query)
+
+    async def history_of(self, memory_id: str) -> list[dict[str, object]]:
+        return await self.history.of(memory_id)
+
+    async def _records(self, ids: Sequence[str], missing_ok: bool = False) -> list[MemoryRecord]:
+        async with self.store.snapshot() as reader:
+            rows = await reader.memories(MemoryQuery(ids=tuple(ids), limit=max(len(ids), 1)))
+        by_id = {r.id: r for r in rows}
+        if not missing_ok and len(by_id) < len(set(ids)):
+            lost = next(i for i in ids if i not in by_id)
+            raise WriteConflict(f"memory {lost} was written but is not in the index")
+        return [by_id[i] for i in ids if i in by_id]
+
+    # --- changing -----------------------------------------------------------------------
+
+    async def update(
+        self,
+        memory_id: str,
+        content: str | None = None,
+        metadata: Mapping[str, object] | None = None,
+    ) -> MemoryRecord:
+        """Change a memory's text and/or metadata (metadata replaces the old one)."""
+        text = check_content(content) if content is not None else None
+        meta = check_metadata(metadata) if metadata is not None else None
+        if text is None and meta is None:
+            raise InputError("update needs new content or metadata")
+        record = await self.get(memory_id)
+
+        def change(f: MemoryFile) -> _Edit:
+            item = _must_find(f, memory_id)
+            new = dataclasses.replace(
+                item,
+                text=text if text is not None else item.text,
+                metadata=meta if meta is not None else item.metadata,
+                updated=now(),
+            )
+            edit = _Edit(replace={item.id: render_item(new)}, ids=[item.id])
+            if new.text != item.text:
+                edit.events.append(_event(item.id, "UPDATE", item.text, new.text, record.path))
+            return edit
+
+        await self._change(record, change)
+        return await self.get(memory_id)
+
+    async def delete(self, memory_id: str) -> None:
+        record = await self.get(memory_id)
+
+        def change(f: MemoryFile) -> _Edit:
+            item = _must_find(f, memory_id)
+            return _Edit(
+                replace={item.id: []},
+                events=[_event(item.id, "DELETE", item.text, None, record.path)],
+            )
+
+        await self._change(record, change)
+
+    async def delete_many(self, records: Sequence[MemoryRecord]) -> int:
+        """Delete these memories, one write per file; returns how many went."""
+        by_file: dict[str, set[str]] = {}
+        for r in records:
+            by_file.setdefault(r.path, set()).add(r.id)
+        gone = 0
+        for rel, ids in by_file.items():
+
+            def change(f: MemoryFile, ids: set[str] = ids, rel: str = rel) -> _Edit:
+                items = [i for i in f.items if i.id in ids]
+                return _Edit(
+                    replace={i.id: [] for i in items},
+                    events=[_event(i.id, "DELETE", i.text, None, rel) for i in items],
+                    ids=[i.id for i in items],
+                )
+
+            gone += len(await self._write(rel, None, None, change))
+        await self.indexer.index(list(by_file), history=False)
+        return gone
+
+    async def _change(self, record: MemoryRecord, change: Change) -> None:
+        await self._write(record.path, None, None, change)
+        await self.indexer.index([record.path], history=False)
+
+    async def _write(
+        self, rel: str, scope: Scope | None, category: str | None, change: Change
+    ) -> list[str]:
+        """Apply ``change`` to a memory file and replace it atomically, re-reading and retrying
+        while someone else changes it. Returns the ids the change names."""
+        target = self.vault / rel
+        async with self._files.hold([rel]):
+            for _ in range(WRITE_ATTEMPTS):
+                before = await asyncio.to_thread(_read_or_none, target)
+                if before is None and scope is None:
+                    raise NotFound(f"{rel} is gone (deleted by hand?)")
+                text = (
+                    _decode(before, rel)
+                    if before is not None
+                    else new_memory_file(scope or Scope(), category or "core")
+                )
+                meta, fm_lines, _ = split_front_matter(text)
+                if not is_memory_file(meta):
+                    raise VaultError(f"{rel} exists and is not a memory file; memcore leaves it")
+                parsed = parse_memory_file(rel, meta, text, fm_lines)
+                edit = change(parsed)
+                _record_unrecorded(parsed, edit)
+                new_text = edit_lines(parsed.lines, edit.replace, parsed.items, edit.append)
+                if await asyncio.to_thread(_replace_if_unchanged, target, new_text, before):
+                    await self.history.append(edit.events)
+                    return edit.ids
+                await asyncio.sleep(0.005 + secrets.randbelow(20) / 1000)  # let the edit land
+        raise WriteConflict(f"{rel} kept changing while memcore tried to write it; try again")
+
+
+def _adder(group: Sequence[tuple[int, NewMemory]], rel: str) -> Change:
+    def change(f: MemoryFile) -> _Edit:
+        edit = _Edit()
+        stamp = now()
+        for _, m in group:
+            old = f.find_key(m.key) if m.key is not None else None
+            if old is not None:
+                new = dataclasses.replace(
+                    old, text=m.content, metadata=m.metadata or old.metadata, updated=stamp
+                )
+                edit.replace[old.id] = render_item(new)
+                if new.text != old.text:
+                    edit.events.append(_event(old.id, "UPDATE", old.text, new.text, rel))
+                edit.ids.append(old.id)
+                continue
+            if f.find(m.id) is not None:  # written by an earlier attempt and still there
+                edit.ids.append(m.id)
+                continue
+            item = MemoryItem(m.id, m.content, m.key, stamp, stamp, m.metadata or {})
+            edit.append.append(render_item(item))
+            edit.events.append(_event(item.id, "ADD", None, item.text, rel))
+            edit.ids.append(item.id)
+        return edit
+
+    return change
+
+
+def _record_unrecorded(parsed: MemoryFile, edit: _Edit) -> None:
+    """Items added by hand get their (derived) id written down now that the file is rewritten."""
+    stamp = now()
+    for item in parsed.items:
+        if not item.recorded and item.id not in edit.replace:
+            edit.replace[item.id] = render_item(
+                dataclasses.replace(item, created=item.created or stamp, updated=stamp)
+            )
+
+
+def _event(mid: str, kind: str, old: str | None, new: str | None, path: str) -> HistoryEvent:
+    return HistoryEvent(mid, kind, old, new, "api", now(), path)  # type: ignore[arg-type]
+
+
+def _must_find(f: MemoryFile, memory_id: str) -> MemoryItem:
+    item = f.find(memory_id)
+    if item is None:
+        raise NotFound(f"memory {memory_id!r} is no longer in its file (edited by hand?)")
+    return item
+
+
+def _decode(data: bytes, rel: str) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise VaultError(f"{rel} is not valid UTF-8 (byte {exc.start}); fix it by hand") from None
+
+
+def _read_or_none(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        return None
+
+
+def _replace_if_unchanged(path: Path, text: str, expected: bytes | None) -> bool:
+    """Write ``text`` to a temp file and rename it over ``path``, unless ``path`` no longer
+    holds ``expected`` (None: must not exist). False when someone changed it meanwhile."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.memcore-{secrets.token_hex(4)}")
+    try:
+        with tmp.open("wb") as fh:
+            fh.write(text.encode("utf-8"))
+            fh.flush()
+            os.fsync(fh.fileno())
+        if expected is None:
+            try:
+                os.link(tmp, path)  # create only if absent, atomically
+            except FileExistsError:
+                return False
+            return True
+        try:
+            current = path.open("rb")
+        except FileNotFoundError:
+            return False
+        with current:
+            # Another memcore process checks and replaces under the same lock; a person's save
+            # is caught by the check, or, landing between check and rename, by the exchange.
+            fcntl.flock(current, fcntl.LOCK_EX)
+            if _read_or_none(path) != expected:
+                return False
+            if not _exchange(tmp, path):
+                os.replace(tmp, path)  # no renameat2 here: the check above is all we have
+                return True
+            if _read_or_none(tmp) == expected:
+                return True  # what we replaced is what we read
+            _exchange(tmp, path)  # a save landed in between: put it back, try again
+            return False
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+_RENAME_EXCHANGE = 2
+_AT_FDCWD = -100
+_renameat2: Any
+try:
+    _renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+except (AttributeError, OSError):
+    _renameat2 = None
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two paths atomically (Linux renameat2 RENAME_EXCHANGE); False where unsupported."""
+    if _renameat2 is None:
+        return False
+    res = _renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE)
+    if res == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP):
+        return False  # a file system without exchange
+    raise OSError(err, os.strerror(err), str(b))

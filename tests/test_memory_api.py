@@ -1,0 +1,257 @@
+"""The memory write API, through the public service only: Markdown first, scoped, safe."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from memcore.errors import InputError, NotFound
+from memcore.models import MemoryRecord
+from memcore.service import MemoryService
+from memcore.settings import Settings
+from tests.conftest import REPO, make_service
+from tests.support import FakeEmbedder, write
+
+
+def fields(r: MemoryRecord) -> tuple[object, ...]:
+    return (r.id, r.text, r.user_id, r.agent_id, r.run_id, r.category, r.key, r.created,
+            r.updated, dict(r.metadata), r.path)  # fmt: skip
+
+
+async def test_an_added_memory_is_markdown_and_searchable_at_once(
+    vault: Path, service: MemoryService
+) -> None:
+    (added,) = await service.memories.add(
+        "Alice prefers dark mode in every editor.", user_id="alice", metadata={"src": "chat"}
+    )
+    assert added.path == "memory/users/alice/core.md" and added.id.startswith("m-")
+    text = (vault / added.path).read_text()
+    assert "- Alice prefers dark mode in every editor. <!-- memcore {" in text
+    assert "memcore: memories" in text and 'user_id: "alice"' in text
+    found = await service.memories.search("which editor theme", user_id="alice")
+    assert found[0].id == added.id and found[0].metadata == {"src": "chat"}
+    assert (await service.memories.get(added.id)).text == added.text
+
+
+async def test_reindex_from_markdown_recovers_every_memory_and_its_history(
+    vault: Path, settings: Settings, embedder: FakeEmbedder
+) -> None:
+    async with make_service(settings, embedder) as svc:
+        await svc.memories.add("one", user_id="u1", category="prefs", key="k1")
+        (two,) = await svc.memories.add("two\nsecond line", agent_id="bot", metadata={"n": 2})
+        await svc.memories.update(two.id, "two, changed")
+        before = sorted(map(fields, await svc.memories.get_all()))
+        history = await svc.memories.history(two.id)
+    shutil.rmtree(vault / ".memcore")
+    async with make_service(settings, embedder) as svc:
+        await svc.index()
+        assert sorted(map(fields, await svc.memories.get_all())) == before
+        assert await svc.memories.history(two.id) == history
+        assert [e["event"] for e in history] == ["ADD", "UPDATE"]
+
+
+async def test_hand_edits_are_updates_deletes_and_adds(vault: Path, service: MemoryService) -> None:
+    (a,) = await service.memories.add("the build runs on Jenkins", user_id="alice")
+    (b,) = await service.memories.add("lunch is at noon", user_id="alice")
+    path = vault / a.path
+    text = path.read_text().replace("the build runs on Jenkins", "the build runs on GitHub")
+    text = "\n".join(line for line in text.split("\n") if "lunch is at noon" not in line)
+    path.write_text(text + "- a note added by hand\n")
+    await service.index()
+    assert (await service.memories.get(a.id)).text == "the build runs on GitHub"
+    with pytest.raises(NotFound):
+        await service.memories.get(b.id)
+    events = await service.memories.history(a.id)
+    assert events[-1]["event"] == "UPDATE" and events[-1]["actor"] == "person"
+    assert (await service.memories.history(b.id))[-1]["actor"] == "person"
+    hand = next(r for r in await service.memories.get_all(user_id="alice") if "by hand" in r.text)
+    # the next API write to the file records the hand-added item's id
+    await service.memories.add("another", user_id="alice")
+    assert hand.id in path.read_text()
+    assert (await service.memories.get(hand.id)).text == "a note added by hand"
+
+
+async def test_scopes_never_leak_and_shared_notes_are_context(
+    vault: Path, service: MemoryService
+) -> None:
+    write(vault, "MEMORY.md", "# Team\n\nThe team's editor theme is solarized.\n")
+    await service.index()
+    await service.memories.add("editor theme: dark", user_id="alice")
+    await service.memories.add("editor theme: light", user_id="bob")
+    await service.memories.add("editor theme: high contrast", user_id="alice", agent_id="bot")
+    await service.memories.add("editor theme: sepia", agent_id="bot")
+
+    async def texts(**kw: object) -> set[str]:
+        return {r.text for r in await service.memories.search("editor theme", limit=20, **kw)}  # type: ignore[arg-type]
+
+    alice = await texts(user_id="alice")
+    assert "editor theme: light" not in alice and "editor theme: sepia" not in alice
+    assert {"editor theme: dark", "editor theme: high contrast"} <= alice
+    assert any("solarized" in t for t in alice)  # shared context
+    assert await texts(user_id="alice", scope_only=True) == {
+        "editor theme: dark", "editor theme: high contrast"
+    }  # fmt: skip
+    assert await texts(user_id="alice", agent_id="bot", scope_only=True) == {
+        "editor theme: high contrast"
+    }
+    assert {r.text for r in await service.memories.get_all(user_id="bob")} == {
+        "editor theme: light"
+    }
+
+
+async def test_key_upsert_forget_and_counts(service: MemoryService) -> None:
+    first = await service.memories.store_key("tz", "UTC+8", user_id="alice")
+    second = await service.memories.store_key("tz", "UTC+1", user_id="alice")
+    other = await service.memories.store_key("tz", "UTC-5", user_id="bob")
+    assert second.id == first.id and second.text == "UTC+1" and other.id != first.id
+    assert await service.memories.count(user_id="alice") == 1
+    assert await service.memories.forget("tz", user_id="alice") is True
+    assert await service.memories.forget("tz", user_id="alice") is False
+    assert await service.memories.count(user_id="bob") == 1
+    daily = await service.memories.add("standup moved", user_id="bob", category="daily")
+    assert "/daily/" in daily[0].path
+    assert await service.memories.categories(user_id="bob") == {"core": 1, "daily": 1}
+
+
+async def test_delete_all_needs_a_scope_and_keeps_other_scopes(service: MemoryService) -> None:
+    await service.memories.add("a1", user_id="a")
+    await service.memories.add("a2", user_id="a", category="work")
+    await service.memories.add("b1", user_id="b")
+    with pytest.raises(InputError, match="needs user_id"):
+        await service.memories.delete_all()
+    assert await service.memories.delete_all(user_id="a") == 2
+    assert [r.text for r in await service.memories.get_all()] == ["b1"]
+    assert await service.memories.reset() == 1 and await service.memories.count() == 0
+
+
+async def test_metadata_filters_equality_in_and_or(service: MemoryService) -> None:
+    for n, (src, prio) in enumerate([("chat", 1), ("mail", 2), ("chat", 3)]):
+        await service.memories.add(f"item {n}", user_id="u", metadata={"src": src, "prio": prio})
+
+    async def texts(f: dict[str, object]) -> list[str]:
+        return [r.text for r in await service.memories.get_all(user_id="u", filters=f)]
+
+    assert await texts({"src": "chat"}) == ["item 0", "item 2"]
+    assert await texts({"prio": {"in": [2, 3]}}) == ["item 1", "item 2"]
+    assert await texts({"AND": [{"src": "chat"}, {"prio": {"gte": 2}}]}) == ["item 2"]
+    assert await texts({"OR": [{"src": "mail"}, {"prio": 1}]}) == ["item 0", "item 1"]
+    with pytest.raises(InputError, match="unsupported"):
+        await texts({"src": {"regex": ".*"}})
+
+
+@pytest.mark.parametrize("name", ["../x", "/", "a/b", "a\x00b", "x" * 200, "", ".hidden"])
+async def test_path_like_scope_names_are_refused_and_nothing_is_written(
+    vault: Path, service: MemoryService, name: str
+) -> None:
+    with pytest.raises(InputError, match="not a valid name"):
+        await service.memories.add("hello", user_id=name)
+    with pytest.raises(InputError, match="not a valid name"):
+        await service.memories.add("hello", category=name)
+    assert list((vault / "memory").rglob("*.md")) == []
+
+
+@pytest.mark.parametrize(
+    ("content", "metadata", "message"),
+    [
+        ("", None, "empty"),
+        ("   \n", None, "empty"),
+        ("x" * 1_000_001, None, "over 1,000,000 bytes"),
+        ("bad \udcff surrogate", None, "not valid text"),
+        ("fine", {"when": object()}, "metadata is not JSON"),
+        ("fine", {1: "x"}, "string keys"),
+        ("fine", ["not", "a", "dict"], "string keys"),
+    ],
+)
+async def test_bad_input_is_one_clear_error_and_changes_nothing(
+    vault: Path, service: MemoryService, content: str, metadata: object, message: str
+) -> None:
+    with pytest.raises(InputError, match=message):
+        await service.memories.add(content, user_id="u", metadata=metadata)  # type: ignore[arg-type]
+    assert not (vault / "memory" / "users").exists()
+    with pytest.raises(NotFound):
+        await service.memories.update("m-0000000000000000", "new text")
+    with pytest.raises(NotFound):
+        await service.memories.delete("m-0000000000000000")
+
+
+async def test_concurrent_api_writes_and_hand_edits_lose_nothing(
+    vault: Path, service: MemoryService
+) -> None:
+    (seed,) = await service.memories.add("seed", user_id="team")
+    path = vault / seed.path
+    stop = threading.Event()
+    hand_written: list[str] = []
+
+    def person() -> None:  # an editor saving the file again and again, atomically
+        n = 0
+        while not stop.is_set():
+            text = path.read_text()
+            line = f"hand note {n}"
+            tmp = path.with_name(".edit.tmp")
+            tmp.write_text(text + f"- {line}\n")
+            os.replace(tmp, path)
+            hand_written.append(line)
+            n += 1
+            stop.wait(0.02)  # a person saving fifty times a second
+
+    editor = threading.Thread(target=person)
+    editor.start()
+    try:
+        results = await asyncio.gather(
+            *(service.memories.add(f"api note {i}", user_id="team") for i in range(40))
+        )
+    finally:
+        stop.set()
+        editor.join()
+    await service.index()
+    final = path.read_text()
+    assert all(f"- api note {i} <!--" in final for i in range(40))
+    assert all(line in final for line in hand_written)
+    stored = {r.text for r in await service.memories.get_all(user_id="team", limit=1000)}
+    assert {f"api note {i}" for i in range(40)} <= stored
+    assert set(hand_written) <= stored
+    assert len({r[0].id for r in results}) == 40
+
+
+SECOND_PROCESS = """
+import asyncio, sys
+from memcore.embedders.base import EmbeddingRunner
+from memcore.service import MemoryService
+from memcore.settings import load_settings
+from memcore.storage.sqlite import SqliteStore
+from tests.support import FakeEmbedder
+
+async def main() -> None:
+    settings = load_settings(sys.argv[1])
+    async with MemoryService(settings, SqliteStore(settings.db_path),
+                             EmbeddingRunner(FakeEmbedder())) as svc:
+        for i in range(int(sys.argv[2])):
+            await svc.memories.add(f"from the other process {i}", user_id="team")
+
+asyncio.run(main())
+"""
+
+
+async def test_two_processes_adding_to_one_file_lose_nothing(
+    vault: Path, service: MemoryService
+) -> None:
+    await service.memories.add("first", user_id="team")
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", SECOND_PROCESS, str(vault), "25", env=env, cwd=REPO,
+        stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    for i in range(25):
+        await service.memories.add(f"from this process {i}", user_id="team")
+    _, err = await proc.communicate()
+    assert proc.returncode == 0, err.decode()[-800:]
+    await service.index()
+    texts = {r.text for r in await service.memories.get_all(user_id="team", limit=1000)}
+    assert {f"from the other process {i}" for i in range(25)} <= texts
+    assert {f"from this process {i}" for i in range(25)} <= texts
