@@ -118,14 +118,20 @@ async def attach_vectors(
 ) -> EmbedderError | None:
     """Give every chunk its cached vector, embedding the rest unless the embedder is down.
     Chunks left without one stay pending; the embedder's error is returned, not raised."""
-    hashes = [c.content_hash for p in prepared for c in p.chunks]
     async with store.snapshot() as reader:
+        # chunks the file already holds with a vector stay as they are (see replace_file)
+        kept = await reader.embedded_hashes([p.state.path for p in prepared], embedder.model_id)
+        hashes = [
+            c.content_hash for p in prepared for c in p.chunks if (p.state.path, c.content_hash)
+            not in kept
+        ]  # fmt: skip
         cached = await reader.cached_vectors(hashes, embedder.model_id)
-    tally.reused += sum(1 for h in hashes if h in cached)
+    total = sum(len(p.chunks) for p in prepared)
+    tally.reused += total - len(hashes) + sum(1 for h in hashes if h in cached)
     missing: dict[str, str] = {}
     for p in prepared:
         for c in p.chunks:
-            if c.content_hash not in cached:
+            if c.content_hash not in cached and (p.state.path, c.content_hash) not in kept:
                 missing.setdefault(c.content_hash, c.embed_text)
     error: EmbedderError | None = None
     if missing and not tally.embedder_down:

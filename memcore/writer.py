@@ -233,26 +233,35 @@ class MemoryWriter:
         target = self.vault / rel
         async with self._files.hold([rel]):
             for _ in range(WRITE_ATTEMPTS):
-                before = await asyncio.to_thread(_read_or_none, target)
-                if before is None and scope is None:
-                    raise NotFound(f"{rel} is gone (deleted by hand?)")
-                text = (
-                    _decode(before, rel)
-                    if before is not None
-                    else new_memory_file(scope or Scope(), category or "core")
-                )
-                meta, fm_lines, _ = split_front_matter(text)
-                if not is_memory_file(meta):
-                    raise VaultError(f"{rel} exists and is not a memory file; memcore leaves it")
-                parsed = parse_memory_file(rel, meta, text, fm_lines)
-                edit = change(parsed)
-                _record_unrecorded(parsed, edit)
-                new_text = edit_lines(parsed.lines, edit.replace, parsed.items, edit.append)
-                if await asyncio.to_thread(_replace_if_unchanged, target, new_text, before):
+                edit = await asyncio.to_thread(_apply, target, rel, scope, category, change)
+                if edit is not None:
                     await self.history.append(edit.events)
                     return edit.ids
                 await asyncio.sleep(0.005 + secrets.randbelow(20) / 1000)  # let the edit land
         raise WriteConflict(f"{rel} kept changing while memcore tried to write it; try again")
+
+
+def _apply(
+    target: Path, rel: str, scope: Scope | None, category: str | None, change: Change
+) -> _Edit | None:
+    """Read, parse, change and replace a memory file (blocking: run in a worker thread).
+    None when the file changed under us and the write must be tried again."""
+    before = _read_or_none(target)
+    if before is None and scope is None:
+        raise NotFound(f"{rel} is gone (deleted by hand?)")
+    text = (
+        _decode(before, rel)
+        if before is not None
+        else new_memory_file(scope or Scope(), category or "core")
+    )
+    meta, fm_lines, _ = split_front_matter(text)
+    if not is_memory_file(meta):
+        raise VaultError(f"{rel} exists and is not a memory file; memcore leaves it")
+    parsed = parse_memory_file(rel, meta, text, fm_lines)
+    edit = change(parsed)
+    _record_unrecorded(parsed, edit)
+    new_text = edit_lines(parsed.lines, edit.replace, parsed.items, edit.append)
+    return edit if _replace_if_unchanged(target, new_text, before) else None
 
 
 def _adder(group: Sequence[tuple[int, NewMemory]], rel: str) -> Change:

@@ -334,3 +334,39 @@ def test_help_shows_plain_metavars_date_format_and_defaults(
     out = cli("search", "--help")[1]
     assert "<bool>" not in out and "{query}" not in out and "QUERY" in out
     assert "YYYY-MM-DD" in out and "(default: search.limit = 5)" in out
+
+
+def test_memory_commands_round_trip(static_vault: Path) -> None:
+    v = ["--vault", str(static_vault)]
+    code, out, err = cli(*v, "add", "Deploys happen on Tuesdays", "--user", "alice",
+                         "--key", "deploys", "--meta", "prio=2", "--json")  # fmt: skip
+    assert code == 0, err
+    (added,) = json.loads(out)
+    assert added["user_id"] == "alice" and added["metadata"] == {"prio": 2}
+    assert "Deploys happen on Tuesdays" in (static_vault / added["path"]).read_text()
+    code, out, _ = cli(*v, "search", "when do deploys happen", "--json")
+    assert json.loads(out)["results"][0]["path"] == added["path"]
+    assert cli(*v, "update", added["id"], "Deploys happen on Thursdays")[0] == 0
+    code, out, _ = cli(*v, "get", added["id"], "--json")
+    assert json.loads(out)[0]["memory"] == "Deploys happen on Thursdays"
+    code, out, _ = cli(*v, "list", "--user", "alice")
+    assert out.startswith(added["id"]) and "key=deploys" in out
+    assert cli(*v, "count", "--user", "alice")[1].strip() == "1"
+    code, out, _ = cli(*v, "history", added["id"])
+    assert code == 0 and "ADD" in out and "UPDATE" in out and "by api" in out
+    assert cli(*v, "forget", "deploys", "--key", "--user", "alice")[0] == 0
+    code, _, err = cli(*v, "forget", "deploys", "--key", "--user", "alice")
+    assert code == 1 and "no memory under key 'deploys'" in err
+    assert cli(*v, "count", "--user", "alice")[1].strip() == "0"
+
+
+def test_memory_command_errors_are_one_line(static_vault: Path) -> None:
+    v = ["--vault", str(static_vault)]
+    for args, code_wanted, message in [
+        (["add", "  "], 2, "memory content is empty"),
+        (["add", "x", "--user", "../etc"], 2, "is not a valid name"),
+        (["add", "x", "--meta", "novalue"], 2, "--meta takes key=value"),
+        (["get", "m-0123456789abcdef"], 1, "no memory with id"),
+    ]:
+        code, _, err = cli(*v, *args)
+        assert code == code_wanted and err.count("\n") == 1 and message in err, (args, err)

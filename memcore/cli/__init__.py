@@ -12,7 +12,7 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 
-from memcore.errors import ConfigError, MemcoreError, VaultNotFound
+from memcore.errors import ConfigError, InputError, MemcoreError, VaultNotFound
 from memcore.settings import Settings, load_settings
 
 T = TypeVar("T")
@@ -112,7 +112,7 @@ def run(ctx: typer.Context, job: Callable[[], Coroutine[Any, Any, T]]) -> T:
     verbose = bool(ctx.obj and ctx.obj.verbose)
     try:
         return asyncio.run(job())
-    except VaultNotFound as exc:
+    except (VaultNotFound, InputError) as exc:
         raise fail(str(exc), 2) from None
     except ConfigError as exc:
         raise fail(f"config error: {exc}", 2) from None
@@ -163,7 +163,7 @@ def hoist_global_options(args: list[str]) -> list[str]:
 
 def main(args: list[str] | None = None) -> None:
     """The `memcore` entry point: every usage error is one line on stderr and exit code 2."""
-    from memcore.cli import index, search, watch  # noqa: F401 - registers the commands
+    from memcore.cli import index, memory, search, watch  # noqa: F401 - registers the commands
 
     argv = hoist_global_options(list(sys.argv[1:] if args is None else args))
     command = typer.main.get_command(app)

@@ -105,6 +105,11 @@ class IndexReader(Protocol):
         """Files that could not be indexed, by path."""
         ...
 
+    async def embedded_hashes(self, paths: Sequence[str], model_id: str) -> set[tuple[str, str]]:
+        """(path, content hash) of chunks of these files that hold a vector of ``model_id``:
+        replace_file keeps those rows and their vectors, so nobody needs to look them up."""
+        ...
+
     async def memories(self, query: MemoryQuery) -> list[MemoryRecord]:
         """Memories matching a query, oldest first. Raises InputError for a bad filter."""
         ...
@@ -130,7 +135,8 @@ class IndexWriter(Protocol):
         vectors: Sequence[Vector | None],
         model_id: str,
     ) -> list[int]:
-        """Replace a file's chunks (``None`` = vector pending); the new chunk ids in order."""
+        """Replace a file's chunks; the chunk ids in order. A chunk whose text the file
+        already held keeps its row and vector; for the others ``None`` = vector pending."""
         ...
 
     async def touch_file(self, state: FileState) -> None:

@@ -304,6 +304,18 @@ class SqliteReader(_Queries):
         rows = await self._all("SELECT value FROM meta WHERE key = ?", (key,))
         return rows[0][0] if rows else None
 
+    async def embedded_hashes(self, paths: Sequence[str], model_id: str) -> set[tuple[str, str]]:
+        out: set[tuple[str, str]] = set()
+        for i in range(0, len(paths), _BATCH):
+            part = list(paths[i : i + _BATCH])
+            rows = await self._all(
+                "SELECT source_file, content_hash FROM memory_chunks WHERE embedding_model = ? "
+                f"AND source_file IN ({_marks(len(part))})",
+                [model_id, *part],
+            )
+            out.update((r[0], r[1]) for r in rows)
+        return out
+
     async def memories(self, query: MemoryQuery) -> list[MemoryRecord]:
         where, params = _memory_query_sql(query)
         rows = await self._all(
@@ -372,6 +384,22 @@ def _memory_query_sql(q: MemoryQuery) -> tuple[str, list[object]]:
     return (" AND " + " AND ".join(clauses) if clauses else ""), params
 
 
+def _kept_changes(
+    chunks: Sequence[Chunk], kept: Mapping[int, Any]
+) -> list[tuple[int, bool, tuple[Any, ...]]]:
+    """(row id, moved, new fields) of kept rows whose position or fields differ. Pure CPU
+    (two JSON encodings a row): run in a worker thread."""
+    changed = []
+    for n, row in kept.items():
+        c = chunks[n]
+        new = (n, c.heading, c.start_line, c.end_line,
+               json.dumps(list(c.tags), ensure_ascii=False), c.date,
+               json.dumps(dict(c.metadata), ensure_ascii=False, default=str))  # fmt: skip
+        if tuple(row[2:9]) != new:
+            changed.append((row[0], row[2] != n, new))
+    return changed
+
+
 def _file_states(rows: list[Any]) -> dict[str, FileState]:
     return {r[0]: FileState(r[0], r[1], r[2], r[3]) for r in rows}
 
@@ -409,45 +437,135 @@ class SqliteWriter(_Queries):
         vectors: Sequence[Vector | None],
         model_id: str,
     ) -> list[int]:
-        self.chunks_changed = True
+        # Incremental: a chunk whose text is unchanged keeps its row, full-text entry and
+        # vector (only its position and fields are updated), so appending one memory to a
+        # file of a thousand costs one insert, not a thousand.
         stamp = now()
-        self.removed += await self._ids_of([state.path])
-        await self._unskip([state.path])
+        path = state.path
+        await self._unskip([path])
         await self.conn.execute(
             "INSERT INTO files (path, content_hash, size, mtime_ns, indexed_at) "
             "VALUES (?, ?, ?, ?, ?) ON CONFLICT(path) DO UPDATE SET "
             "content_hash=excluded.content_hash, size=excluded.size, "
             "mtime_ns=excluded.mtime_ns, indexed_at=excluded.indexed_at",
-            (state.path, state.content_hash, state.size, state.mtime_ns, stamp),
+            (path, state.content_hash, state.size, state.mtime_ns, stamp),
         )
-        await self.conn.execute("DELETE FROM memory_chunks WHERE source_file = ?", (state.path,))
-        rows = [
+        old = await self._all(
+            "SELECT id, content_hash, chunk_index, heading_path, start_line, end_line, tags, "
+            "date, metadata, embedding_model FROM memory_chunks WHERE source_file = ? "
+            "ORDER BY chunk_index",
+            (path,),
+        )
+        pool: dict[str, list[Any]] = {}
+        for row in old:
+            pool.setdefault(row[1], []).append(row)
+        kept: dict[int, Any] = {}
+        for n, c in enumerate(chunks):
+            if pool.get(c.content_hash):
+                kept[n] = pool[c.content_hash].pop(0)
+        gone = [row[0] for rows in pool.values() for row in rows]
+        await self._delete_chunks(gone)
+        refreshed = await self._move_kept(chunks, kept, stamp)
+        await self._revector_kept(kept, vectors, model_id)
+        fresh = [
             (
-                c.path, c.index, c.heading, c.start_line, c.end_line, c.text, c.heading, c.text,
+                c.path, n, c.heading, c.start_line, c.end_line, c.text, c.heading, c.text,
                 c.content_hash, None if v is None else encode_vector(v),
                 None if v is None else model_id, json.dumps(list(c.tags), ensure_ascii=False),
                 c.date, json.dumps(dict(c.metadata), ensure_ascii=False, default=str), stamp,
             )
-            for c, v in zip(chunks, vectors, strict=True)
+            for n, (c, v) in enumerate(zip(chunks, vectors, strict=True))
+            if n not in kept
         ]  # fmt: skip
-        await self.conn.executemany(
-            "INSERT INTO memory_chunks (source_file, chunk_index, heading_path, start_line, "
-            "end_line, content, fts_text, content_hash, embedding, embedding_model, tags, date, "
-            "metadata, updated_at) "
-            "VALUES (?, ?, ?, ?, ?, ?, memcore_fts(?, ?), ?, ?, ?, ?, ?, ?, ?)",
-            rows,
-        )
-        ids = [
-            r[0]
-            for r in await self._all(
-                "SELECT id FROM memory_chunks WHERE source_file = ? ORDER BY chunk_index",
-                (state.path,),
+        if fresh:
+            self.chunks_changed = True
+            await self.conn.executemany(
+                "INSERT INTO memory_chunks (source_file, chunk_index, heading_path, start_line, "
+                "end_line, content, fts_text, content_hash, embedding, embedding_model, tags, "
+                "date, metadata, updated_at) "
+                "VALUES (?, ?, ?, ?, ?, ?, memcore_fts(?, ?), ?, ?, ?, ?, ?, ?, ?)",
+                fresh,
             )
+        by_index = dict(
+            await self._all(
+                "SELECT chunk_index, id FROM memory_chunks WHERE source_file = ?", (path,)
+            )
+        )
+        ids = [by_index[n] for n in range(len(chunks))]
+        self.added += [
+            (ids[n], model_id, v) for n, v in enumerate(vectors) if v is not None and n not in kept
         ]
-        self.added += [(i, model_id, v) for i, v in zip(ids, vectors, strict=True) if v is not None]
+        touched = [n for n in range(len(chunks)) if n not in kept or n in refreshed]
+        await self._put_memories(
+            path, [chunks[n] for n in touched], [ids[n] for n in touched], stamp
+        )
+        return ids
+
+    async def _delete_chunks(self, ids: Sequence[int]) -> None:
+        if not ids:
+            return
+        self.chunks_changed = True
+        self.removed += ids
+        for i in range(0, len(ids), _BATCH):
+            part = list(ids[i : i + _BATCH])
+            await self.conn.execute(
+                f"DELETE FROM memory_chunks WHERE id IN ({_marks(len(part))})", part
+            )
+
+    async def _move_kept(
+        self, chunks: Sequence[Chunk], kept: Mapping[int, Any], stamp: str
+    ) -> set[int]:
+        """Give kept rows their new position and fields; chunk_index goes through -id first
+        so no two rows of a file ever share one (a UNIQUE constraint). Returns the chunk
+        numbers whose metadata changed (their memory rows need writing)."""
+        changed = await asyncio.to_thread(_kept_changes, chunks, kept)
+        if not changed:
+            return set()
+        moving = [(rid,) for rid, moved, _ in changed if moved]
+        await self.conn.executemany(
+            "UPDATE memory_chunks SET chunk_index = -id WHERE id = ?", moving
+        )
+        await self.conn.executemany(
+            "UPDATE memory_chunks SET chunk_index = ?, heading_path = ?, start_line = ?, "
+            "end_line = ?, tags = ?, date = ?, metadata = ?, updated_at = ? WHERE id = ?",
+            [(*new, stamp, rid) for rid, _, new in changed],
+        )
+        meta = {row[0]: row[8] for row in kept.values()}
+        return {int(new[0]) for rid, _, new in changed if new[6] != meta[rid]}
+
+    async def _revector_kept(
+        self, kept: Mapping[int, Any], vectors: Sequence[Vector | None], model_id: str
+    ) -> None:
+        """A kept row embedded by another model (or not yet) takes the vector given now."""
+        rows = [
+            (row[0], vectors[n])
+            for n, row in kept.items()
+            if vectors[n] is not None and row[9] != model_id
+        ]
+        if not rows:
+            return
+        self.chunks_changed = True
+        await self.conn.executemany(
+            "UPDATE memory_chunks SET embedding = ?, embedding_model = ? WHERE id = ?",
+            [(encode_vector(v), model_id, rid) for rid, v in rows if v is not None],
+        )
+        self.removed += [rid for rid, _ in rows]
+        self.added += [(rid, model_id, v) for rid, v in rows if v is not None]
+
+    async def _put_memories(
+        self, path: str, chunks: Sequence[Chunk], ids: Sequence[int], stamp: str
+    ) -> None:
+        """Memory rows of new or changed chunks (rows of deleted chunks went with them)."""
+        if not ids:
+            return
+        for i in range(0, len(ids), _BATCH):
+            part = list(ids[i : i + _BATCH])
+            await self.conn.execute(
+                f"DELETE FROM memories WHERE chunk_id IN ({_marks(len(part))})", part
+            )
         memories = [
             (
-                m["id"], i, state.path, m.get("user_id"), m.get("agent_id"), m.get("run_id"),
+                m["id"], i, path, m.get("user_id"), m.get("agent_id"), m.get("run_id"),
                 m.get("category") or "core", m.get("key"), m.get("created") or stamp,
                 m.get("updated") or m.get("created") or stamp,
                 json.dumps(m.get("metadata") or {}, ensure_ascii=False),
@@ -456,14 +574,16 @@ class SqliteWriter(_Queries):
             if isinstance(m := c.metadata.get("memory"), dict)
         ]  # fmt: skip
         if memories:
-            # a memory pasted with its comment into a second place keeps its first home
+            # a memory pasted with its comment into a second file keeps its first home
             await self.conn.executemany(
                 "INSERT INTO memories (memory_id, chunk_id, path, user_id, agent_id, run_id, "
                 "category, key, created, updated, metadata) VALUES (?,?,?,?,?,?,?,?,?,?,?) "
-                "ON CONFLICT(memory_id) DO NOTHING",
+                "ON CONFLICT(memory_id) DO UPDATE SET chunk_id = excluded.chunk_id, "
+                "category = excluded.category, key = excluded.key, "
+                "created = excluded.created, updated = excluded.updated, "
+                "metadata = excluded.metadata WHERE memories.path = excluded.path",
                 memories,
             )
-        return ids
 
     async def touch_file(self, state: FileState) -> None:
         await self._unskip([state.path])

@@ -1,0 +1,193 @@
+"""Commands that write and list memories: add, get, list, update, forget, history, count."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Coroutine
+from typing import Annotated, Any
+
+import typer
+
+from memcore.app import open_service
+from memcore.cli import app, fail, run, settings_of
+from memcore.models import MemoryRecord
+from memcore.service import MemoryService
+
+UserOpt = Annotated[str | None, typer.Option("--user", help="user_id scope")]
+AgentOpt = Annotated[str | None, typer.Option("--agent", help="agent_id scope")]
+RunOpt = Annotated[str | None, typer.Option("--run", help="run_id scope")]
+CategoryOpt = Annotated[
+    str | None, typer.Option("--category", help="core, daily, conversation or your own name")
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON")]
+MetaOpt = Annotated[
+    list[str] | None, typer.Option("--meta", help="Metadata as key=value (repeatable)")
+]
+
+
+def _metadata(pairs: list[str] | None) -> dict[str, object] | None:
+    if not pairs:
+        return None
+    out: dict[str, object] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep or not key:
+            raise fail(f"--meta takes key=value, got {pair!r}", 2)
+        try:
+            out[key] = json.loads(raw)  # numbers, true/false, JSON lists stay typed
+        except ValueError:
+            out[key] = raw
+    return out
+
+
+def _with_service(
+    ctx: typer.Context, use: Callable[[MemoryService], Coroutine[Any, Any, Any]]
+) -> Any:
+    async def job() -> Any:
+        async with open_service(settings_of(ctx)) as service:
+            return await use(service)
+
+    return run(ctx, job)
+
+
+def _show(records: list[MemoryRecord], as_json: bool) -> None:
+    if as_json:
+        typer.echo(json.dumps([r.to_dict() for r in records], ensure_ascii=False, indent=2))
+        return
+    for r in records:
+        scope = " ".join(
+            f"{k}={v}" for k, v in (("user", r.user_id), ("agent", r.agent_id),
+                                    ("run", r.run_id)) if v
+        )  # fmt: skip
+        key = f" key={r.key}" if r.key else ""
+        typer.echo(f"{r.id}  [{r.category}{' ' + scope if scope else ''}{key}]  {r.text}")
+
+
+@app.command()
+def add(
+    ctx: typer.Context,
+    content: Annotated[str, typer.Argument(help="What to remember ('-' reads stdin)")],
+    user: UserOpt = None,
+    agent: AgentOpt = None,
+    run_id: RunOpt = None,
+    category: CategoryOpt = None,
+    key: Annotated[
+        str | None, typer.Option("--key", help="Replace the memory under this key")
+    ] = None,
+    meta: MetaOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Remember something: written to the vault's Markdown, searchable at once."""
+    text = typer.get_text_stream("stdin").read() if content == "-" else content
+    metadata = _metadata(meta)
+    records = _with_service(
+        ctx,
+        lambda s: s.memories.add(
+            text, user_id=user, agent_id=agent, run_id=run_id, metadata=metadata,
+            category=category or "core", key=key,
+        ),
+    )  # fmt: skip
+    _show(records, as_json)
+
+
+@app.command()
+def get(
+    ctx: typer.Context,
+    memory_id: Annotated[str, typer.Argument(help="The memory's id")],
+    as_json: JsonOpt = False,
+) -> None:
+    """Show one memory."""
+    _show([_with_service(ctx, lambda s: s.memories.get(memory_id))], as_json)
+
+
+@app.command(name="list")
+def list_memories(
+    ctx: typer.Context,
+    user: UserOpt = None,
+    agent: AgentOpt = None,
+    run_id: RunOpt = None,
+    category: CategoryOpt = None,
+    tag: Annotated[str | None, typer.Option("--tag", help="Only memories with this #tag")] = None,
+    limit: Annotated[int, typer.Option("--limit", "-n", min=1, max=10_000)] = 100,
+    offset: Annotated[int, typer.Option("--offset", min=0)] = 0,
+    as_json: JsonOpt = False,
+) -> None:
+    """List memories, oldest first."""
+    records = _with_service(
+        ctx,
+        lambda s: s.memories.get_all(
+            user_id=user, agent_id=agent, run_id=run_id, category=category, tag=tag,
+            limit=limit, offset=offset,
+        ),
+    )  # fmt: skip
+    _show(records, as_json)
+
+
+@app.command()
+def update(
+    ctx: typer.Context,
+    memory_id: Annotated[str, typer.Argument(help="The memory's id")],
+    content: Annotated[str | None, typer.Argument(help="New text")] = None,
+    meta: MetaOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Change a memory's text (and/or replace its metadata); its id stays."""
+    metadata = _metadata(meta)
+    record = _with_service(ctx, lambda s: s.memories.update(memory_id, content, metadata))
+    _show([record], as_json)
+
+
+@app.command()
+def forget(
+    ctx: typer.Context,
+    target: Annotated[str, typer.Argument(help="A memory id, or a key with --key")],
+    by_key: Annotated[bool, typer.Option("--key", help="TARGET is a key")] = False,
+    user: UserOpt = None,
+    agent: AgentOpt = None,
+    run_id: RunOpt = None,
+) -> None:
+    """Delete a memory (its lines leave the Markdown; its history stays)."""
+
+    async def use(s: MemoryService) -> bool:
+        if by_key:
+            return await s.memories.forget(target, user_id=user, agent_id=agent, run_id=run_id)
+        await s.memories.delete(target)
+        return True
+
+    if not _with_service(ctx, use):
+        raise fail(f"no memory under key {target!r} in that scope")
+    typer.echo(f"forgot {target}")
+
+
+@app.command()
+def history(
+    ctx: typer.Context,
+    memory_id: Annotated[str, typer.Argument(help="The memory's id")],
+    as_json: JsonOpt = False,
+) -> None:
+    """What happened to a memory: ADD / UPDATE / DELETE, when, and by the API or a person."""
+    events = _with_service(ctx, lambda s: s.memories.history(memory_id))
+    if as_json:
+        typer.echo(json.dumps(events, ensure_ascii=False, indent=2))
+        return
+    if not events:
+        raise fail(f"no history for {memory_id!r}")
+    for e in events:
+        change = e["new_memory"] if e["event"] != "DELETE" else e["old_memory"]
+        typer.echo(f"{e['created_at']}  {e['event']:<6} by {e['actor']:<6}  {change}")
+
+
+@app.command()
+def count(
+    ctx: typer.Context,
+    user: UserOpt = None,
+    agent: AgentOpt = None,
+    run_id: RunOpt = None,
+    category: CategoryOpt = None,
+) -> None:
+    """How many memories a scope holds."""
+    n = _with_service(
+        ctx,
+        lambda s: s.memories.count(user_id=user, agent_id=agent, run_id=run_id, category=category),
+    )
+    typer.echo(str(n))
