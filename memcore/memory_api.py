@@ -67,6 +67,10 @@ class MemoryApi:
         scope = Scope(user_id, agent_id, run_id)
         return await self.writer.add(NewMemory(content, scope, category, key))
 
+    async def write_memory(self, content: str, file: str = "MEMORY.md") -> str:
+        """Seed 003's write_memory: append Markdown to a vault file and index it."""
+        return await self.writer.append_note(file, content)
+
     async def get(self, memory_id: str) -> MemoryRecord:
         return await self.writer.get(memory_id)
 

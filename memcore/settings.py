@@ -92,6 +92,12 @@ class WatchSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class HookSettings:
+    markers: tuple[str, ...] = ("[Memory]",)  # a commit message with one of these is a memory
+    file: str = "MEMORY.md"  # where the git hook writes its summaries
+
+
+@dataclass(frozen=True, slots=True)
 class Settings:
     vault: Path
     index: IndexSettings = field(default_factory=IndexSettings)
@@ -101,6 +107,7 @@ class Settings:
     search: SearchSettings = field(default_factory=SearchSettings)
     storage: StorageSettings = field(default_factory=StorageSettings)
     watch: WatchSettings = field(default_factory=WatchSettings)
+    hook: HookSettings = field(default_factory=HookSettings)
 
     @property
     def state_dir(self) -> Path:

@@ -42,6 +42,7 @@ from memcore.memories import (
 )
 from memcore.models import MemoryQuery, MemoryRecord
 from memcore.storage.base import Store
+from memcore.vault import is_memory_path
 
 WRITE_ATTEMPTS = 20
 
@@ -129,6 +130,24 @@ class MemoryWriter:
         if category == "daily":
             return f"{folder}/daily/{(day or dt.date.today()).isoformat()}.md"
         return f"{folder}/{category}.md"
+
+    async def append_note(self, rel: str, text: str) -> str:
+        """Seed 003's write_memory(content, file): append a block of Markdown to a memory file
+        of the vault (created if missing) and index it. Returns the vault-relative path."""
+        content = check_content(text)
+        ix = self.indexer.settings.index
+        if not is_memory_path(rel, ix.include, ix.exclude) or ".." in rel.split("/"):
+            raise InputError(f"{rel} is not a memory file of this vault (see index.include)")
+        target = self.vault / rel
+        for _ in range(WRITE_ATTEMPTS):
+            done = await asyncio.to_thread(_append_block, target, rel, content)
+            if done:
+                break
+            await asyncio.sleep(0.005 + secrets.randbelow(20) / 1000)
+        else:
+            raise WriteConflict(f"{rel} kept changing while memcore tried to write it")
+        await self.indexer.index([rel])
+        return rel
 
     # --- reading ------------------------------------------------------------------------
 
@@ -262,6 +281,12 @@ def _apply(
     _record_unrecorded(parsed, edit)
     new_text = edit_lines(parsed.lines, edit.replace, parsed.items, edit.append)
     return edit if _replace_if_unchanged(target, new_text, before) else None
+
+
+def _append_block(target: Path, rel: str, content: str) -> bool:
+    before = _read_or_none(target)
+    text = _decode(before, rel).rstrip("\n") + "\n\n" if before else ""
+    return _replace_if_unchanged(target, text + content + "\n", before)
 
 
 def _adder(group: Sequence[tuple[int, NewMemory]], rel: str) -> Change:
