@@ -13,6 +13,7 @@ from collections.abc import Collection
 from types import TracebackType
 from typing import Self
 
+from memcore.conversations import Conversations
 from memcore.embedders.base import EmbeddingRunner
 from memcore.history import HistoryLog
 from memcore.indexer import Indexer, Progress, no_progress
@@ -39,6 +40,7 @@ class MemoryService:
         self.searcher = Searcher(settings, store, embedder)
         writer = MemoryWriter(settings.vault, store, self.indexer)
         self.memories = MemoryApi(store, writer, self.searcher)  # add/get/update/delete/...
+        self.conversations = Conversations(writer)  # transcripts, chat and tool-call items
 
     async def __aenter__(self) -> Self:
         await self.store.__aenter__()

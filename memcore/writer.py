@@ -179,6 +179,28 @@ class MemoryWriter:
 
     # --- changing -----------------------------------------------------------------------
 
+    async def replace_all(
+        self, scope: Scope, category: str, memories: Sequence[NewMemory]
+    ) -> list[MemoryRecord]:
+        """Make a memory file hold exactly these memories, in one write (a transcript)."""
+        checked = [self._checked(m) for m in memories]
+        rel = self.file_for(scope, category)
+
+        def change(f: MemoryFile) -> _Edit:
+            stamp = now()
+            edit = _Edit(replace={i.id: [] for i in f.items})
+            edit.events += [_event(i.id, "DELETE", i.text, None, rel) for i in f.items]
+            for m in checked:
+                item = MemoryItem(m.id, m.content, m.key, stamp, stamp, m.metadata or {})
+                edit.append.append(render_item(item))
+                edit.events.append(_event(item.id, "ADD", None, item.text, rel))
+                edit.ids.append(item.id)
+            return edit
+
+        ids = await self._write(rel, scope, category, change)
+        await self.indexer.index([rel], history=False)
+        return await self._records(ids)
+
     async def update(
         self,
         memory_id: str,

@@ -370,3 +370,16 @@ def test_memory_command_errors_are_one_line(static_vault: Path) -> None:
     ]:
         code, _, err = cli(*v, *args)
         assert code == code_wanted and err.count("\n") == 1 and message in err, (args, err)
+
+
+def test_conversation_save_and_load(static_vault: Path, tmp_path: Path) -> None:
+    messages = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]
+    source = tmp_path / "m.json"
+    source.write_text(json.dumps(messages))
+    v = ["--vault", str(static_vault)]
+    assert cli(*v, "conversation", "save", "s1", str(source))[1].strip() == "saved 2 turns of s1"
+    assert json.loads(cli(*v, "conversation", "load", "s1")[1]) == messages
+    assert json.loads(cli(*v, "conversation", "load", "s1", "-n", "1")[1]) == messages[1:]
+    source.write_text("{not json")
+    code, _, err = cli(*v, "conversation", "save", "s1", str(source))
+    assert code == 2 and "not JSON" in err

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from memcore.conversations import as_messages
 from memcore.errors import InputError, NotFound
 from memcore.models import MemoryRecord
 from memcore.service import MemoryService
@@ -255,3 +256,38 @@ async def test_two_processes_adding_to_one_file_lose_nothing(
     texts = {r.text for r in await service.memories.get_all(user_id="team", limit=1000)}
     assert {f"from the other process {i}" for i in range(25)} <= texts
     assert {f"from this process {i}" for i in range(25)} <= texts
+
+
+async def test_conversations_save_load_items_and_reset(vault: Path, service: MemoryService) -> None:
+    convo = service.conversations
+    messages = [
+        {"role": "system", "content": "You are a build assistant."},
+        {"role": "user", "content": "Why did the nightly build fail?"},
+        {"role": "assistant", "content": "Checking the CI log.", "name": "helper"},
+        {"role": "tool", "content": "error: DX12 shader cache missing", "tool_call_id": "c1"},
+        {"role": "assistant", "content": "The shader cache was missing."},
+    ]
+    await convo.save("s-1", messages)
+    assert await convo.load("s-1") == messages
+    assert await convo.load("s-1", limit=2) == messages[-2:]
+    assert (vault / "memory" / "runs" / "s-1" / "conversation.md").is_file()
+    # saving again replaces, in one write
+    await convo.save("s-1", messages[:2])
+    assert await convo.load("s-1") == messages[:2]
+    await convo.add_message("s-1", "assistant", "Looking now.")
+    await convo.add_tool_result("s-1", "c2", "cache rebuilt", name="rebuild")
+    items = await convo.retrieve("s-1")
+    assert [i.metadata["kind"] for i in items] == ["message"] * 3 + ["tool_result"]
+    assert as_messages(items[-1:]) == [
+        {"role": "tool", "content": "cache rebuilt", "tool_call_id": "c2", "name": "rebuild"}
+    ]
+    # turns are searchable, and only within their session when scoped to it
+    await convo.save("s-2", [{"role": "user", "content": "nightly build question elsewhere"}])
+    found = await service.memories.search("nightly build", run_id="s-1", scope_only=True)
+    assert found and {r.run_id for r in found} == {"s-1"}
+    assert await convo.reset("s-1") == 4 and await convo.retrieve("s-1") == []
+    assert len(await convo.retrieve("s-2")) == 1
+    with pytest.raises(InputError, match="tool_call_id"):
+        await convo.save("s-3", [{"role": "tool", "content": "x"}])
+    with pytest.raises(InputError, match="not a valid name"):
+        await convo.load("../s")

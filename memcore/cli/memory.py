@@ -191,3 +191,44 @@ def count(
         lambda s: s.memories.count(user_id=user, agent_id=agent, run_id=run_id, category=category),
     )
     typer.echo(str(n))
+
+
+conversation_app = typer.Typer(help="Session transcripts (chat and tool-call turns).")
+app.add_typer(conversation_app, name="conversation")
+
+
+@conversation_app.command("save")
+def conversation_save(
+    ctx: typer.Context,
+    session: Annotated[str, typer.Argument(help="Session id")],
+    source: Annotated[str, typer.Argument(help="JSON file of messages ('-' reads stdin)")] = "-",
+) -> None:
+    """Replace a session's transcript with a JSON list of {role, content, ...} messages."""
+    raw = typer.get_text_stream("stdin").read() if source == "-" else _read(source)
+    try:
+        messages = json.loads(raw)
+    except ValueError as exc:
+        raise fail(f"the messages are not JSON: {exc}", 2) from None
+    if not isinstance(messages, list):
+        raise fail("the messages must be a JSON list", 2)
+    records = _with_service(ctx, lambda s: s.conversations.save(session, messages))
+    typer.echo(f"saved {len(records)} turns of {session}")
+
+
+@conversation_app.command("load")
+def conversation_load(
+    ctx: typer.Context,
+    session: Annotated[str, typer.Argument(help="Session id")],
+    limit: Annotated[int | None, typer.Option("--limit", "-n", min=1, help="Last N")] = None,
+) -> None:
+    """Print a session's transcript as JSON chat messages, oldest first."""
+    messages = _with_service(ctx, lambda s: s.conversations.load(session, limit))
+    typer.echo(json.dumps(messages, ensure_ascii=False, indent=2))
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return fh.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise fail(f"cannot read {path}: {exc}", 2) from None

@@ -111,7 +111,8 @@ class IndexReader(Protocol):
         ...
 
     async def memories(self, query: MemoryQuery) -> list[MemoryRecord]:
-        """Memories matching a query, oldest first. Raises InputError for a bad filter."""
+        """Memories matching a query, oldest first (ties in file order). Raises InputError for a
+        bad filter."""
         ...
 
     async def count_memories(self, query: MemoryQuery) -> int: ...

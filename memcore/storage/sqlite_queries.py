@@ -319,7 +319,8 @@ class SqliteReader(_Queries):
     async def memories(self, query: MemoryQuery) -> list[MemoryRecord]:
         where, params = _memory_query_sql(query)
         rows = await self._all(
-            f"{_MEMORY_SELECT} WHERE 1=1{where} ORDER BY m.created, m.memory_id LIMIT ? OFFSET ?",
+            f"{_MEMORY_SELECT} WHERE 1=1{where} "
+            "ORDER BY m.created, m.path, c.chunk_index LIMIT ? OFFSET ?",
             [*params, query.limit, query.offset],
         )
         return [_memory_record(r) for r in rows]
