@@ -8,6 +8,7 @@ from contextlib import asynccontextmanager
 
 from memcore.embedders.base import Embedder, EmbeddingRunner
 from memcore.errors import ConfigError, VaultError
+from memcore.llm.base import LLM
 from memcore.service import MemoryService
 from memcore.settings import Settings
 from memcore.storage.base import Store
@@ -48,6 +49,23 @@ def build_embedder(settings: Settings) -> Embedder:
     )
 
 
+def build_llm(settings: Settings) -> LLM | None:
+    """The chat model for infer=True, or None when llm.provider is not set."""
+    s = settings.llm
+    if s.provider == "ollama":
+        from memcore.llm.ollama import OllamaLLM
+
+        return OllamaLLM(s.host, s.model or "llama3.1", s.timeout)
+    if s.provider == "openai":
+        from memcore.llm.openai import OpenAILLM
+
+        key = os.environ.get(s.api_key_env)
+        if not key and not s.base_url:
+            raise ConfigError(f"llm.provider = openai needs an API key: set {s.api_key_env}")
+        return OpenAILLM(s.model or "gpt-4o-mini", key or "not-needed", s.base_url, s.timeout)
+    return None
+
+
 def build_store(settings: Settings) -> Store:
     from memcore.storage.sqlite import SqliteStore
 
@@ -59,7 +77,7 @@ def build_service(settings: Settings, embedder: Embedder | None = None) -> Memor
     runner = EmbeddingRunner(
         embedder or build_embedder(settings), retries=settings.embedder.retries
     )
-    return MemoryService(settings, build_store(settings), runner)
+    return MemoryService(settings, build_store(settings), runner, build_llm(settings))
 
 
 def ensure_state_dir(settings: Settings) -> None:

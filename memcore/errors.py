@@ -48,3 +48,7 @@ class NotFound(MemcoreError):
 
 class WriteConflict(MemcoreError):
     """A memory file kept changing under a write (a person editing it); nothing was written."""
+
+
+class LLMError(MemcoreError):
+    """The chat model behind infer=True failed or answered something unusable."""

@@ -10,7 +10,9 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 
-from memcore.errors import InputError
+from memcore import infer
+from memcore.errors import ConfigError, InputError
+from memcore.llm.base import LLM
 from memcore.memories import Scope, check_name
 from memcore.models import MemoryQuery, MemoryRecord, SearchFilters
 from memcore.searcher import Searcher
@@ -22,10 +24,13 @@ MAX_LIST = 10_000
 
 
 class MemoryApi:
-    def __init__(self, store: Store, writer: MemoryWriter, searcher: Searcher) -> None:
+    def __init__(
+        self, store: Store, writer: MemoryWriter, searcher: Searcher, llm: LLM | None = None
+    ) -> None:
         self.store = store
         self.writer = writer
         self.searcher = searcher
+        self.llm = llm
 
     async def add(
         self,
@@ -40,15 +45,60 @@ class MemoryApi:
         infer: bool = False,
     ) -> list[MemoryRecord]:
         """Remember ``content`` (a text, or chat messages: one memory per message with text).
-        With ``key``, replaces that key's memory in the same scope and category."""
-        if infer:
-            raise InputError("infer=True needs an LLM (llm.provider), which is not built yet")
+        With ``key``, replaces that key's memory in the same scope and category. With
+        ``infer``, an LLM extracts facts and adds, updates or deletes memories of the scope;
+        the records say which (``event``)."""
         scope = Scope(user_id, agent_id, run_id)
+        if infer:
+            if self.llm is None:
+                raise ConfigError("infer=True needs an LLM: set llm.provider to ollama or openai")
+            messages = (
+                [{"role": "user", "content": content}] if isinstance(content, str) else content
+            )
+            _message_texts(messages)  # validates them
+            return await self._infer(messages, scope, category, metadata)
         texts = [content] if isinstance(content, str) else _message_texts(content)
         if key is not None and len(texts) != 1:
             raise InputError("a key names one memory; give one text")
         items = [NewMemory(t, scope, category, key, metadata) for t in texts]
         return await self.writer.add_batch(items)
+
+    async def _infer(
+        self,
+        messages: Sequence[Message],
+        scope: Scope,
+        category: str,
+        metadata: Mapping[str, object] | None,
+    ) -> list[MemoryRecord]:
+        assert self.llm is not None
+        answer = await self.llm.json_chat(infer.EXTRACT, infer.conversation_text(messages))
+        facts = infer.parse_facts(answer)
+        if not facts:
+            return []
+        similar: dict[str, MemoryRecord] = {}
+        for fact in facts:
+            found = await self.search(
+                fact, user_id=scope.user_id, agent_id=scope.agent_id, run_id=scope.run_id,
+                scope_only=True, limit=5,
+            )  # fmt: skip
+            for r in found:
+                similar.setdefault(r.id, r)
+        existing = list(similar.values())
+        answer = await self.llm.json_chat(infer.RECONCILE, infer.reconcile_prompt(existing, facts))
+        decisions = infer.parse_decisions(answer, existing)
+        adds = [NewMemory(d.text, scope, category, None, metadata) for d in decisions
+                if d.event == "ADD"]  # fmt: skip
+        out = [dataclasses.replace(r, event="ADD") for r in await self.writer.add_batch(adds)]
+        for d in decisions:
+            if d.target is None or d.event == "NONE":
+                continue
+            if d.event == "UPDATE":
+                updated = await self.writer.update(d.target.id, d.text)
+                out.append(dataclasses.replace(updated, event="UPDATE"))
+            else:
+                await self.writer.delete(d.target.id)
+                out.append(dataclasses.replace(d.target, event="DELETE", score=None))
+        return out
 
     async def add_batch(self, memories: Sequence[NewMemory]) -> list[MemoryRecord]:
         return await self.writer.add_batch(memories)

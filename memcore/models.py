@@ -145,11 +145,13 @@ class MemoryRecord:
     updated: str = ""
     metadata: Mapping[str, object] = field(default_factory=dict)
     score: float | None = None
+    event: str | None = None  # what add(..., infer=True) did: ADD, UPDATE or DELETE
 
     def to_dict(self) -> dict[str, object]:
         return {
             "id": self.id,
             "memory": self.text,
+            **({"event": self.event} if self.event else {}),
             "user_id": self.user_id,
             "agent_id": self.agent_id,
             "run_id": self.run_id,

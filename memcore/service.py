@@ -17,6 +17,7 @@ from memcore.conversations import Conversations
 from memcore.embedders.base import EmbeddingRunner
 from memcore.history import HistoryLog
 from memcore.indexer import Indexer, Progress, no_progress
+from memcore.llm.base import LLM
 from memcore.memory_api import MemoryApi
 from memcore.models import IndexReport, IndexStatus, SearchFilters, SearchResult
 from memcore.prompt import relevant_memories
@@ -32,14 +33,21 @@ class MemoryService:
     Use as ``async with MemoryService(settings, store, runner) as svc``.
     """
 
-    def __init__(self, settings: Settings, store: Store, embedder: EmbeddingRunner) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        store: Store,
+        embedder: EmbeddingRunner,
+        llm: LLM | None = None,
+    ) -> None:
         self.settings = settings
         self.store = store
         self.embedder = embedder
+        self.llm = llm
         self.indexer = Indexer(settings, store, embedder, HistoryLog(settings.vault))
         self.searcher = Searcher(settings, store, embedder)
         writer = MemoryWriter(settings.vault, store, self.indexer)
-        self.memories = MemoryApi(store, writer, self.searcher)  # add/get/update/delete/...
+        self.memories = MemoryApi(store, writer, self.searcher, llm)  # add/get/update/delete/...
         self.conversations = Conversations(writer)  # transcripts, chat and tool-call items
 
     async def __aenter__(self) -> Self:
@@ -54,6 +62,8 @@ class MemoryService:
     ) -> None:
         try:
             await self.embedder.aclose()
+            if self.llm is not None:
+                await self.llm.aclose()
         finally:
             await self.store.__aexit__(exc_type, exc, tb)
 

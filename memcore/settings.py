@@ -92,6 +92,18 @@ class WatchSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class LLMSettings:
+    """The chat model `add(..., infer=True)` uses to extract and reconcile facts."""
+
+    provider: str = ""  # "" = none; ollama or openai
+    model: str = ""  # default: llama3.1 (ollama), gpt-4o-mini (openai)
+    host: str = "http://127.0.0.1:11434"  # ollama
+    base_url: str = ""  # openai-compatible servers; empty = api.openai.com
+    api_key_env: str = "OPENAI_API_KEY"
+    timeout: float = 120.0
+
+
+@dataclass(frozen=True, slots=True)
 class HookSettings:
     markers: tuple[str, ...] = ("[Memory]",)  # a commit message with one of these is a memory
     file: str = "MEMORY.md"  # where the git hook writes its summaries
@@ -108,6 +120,7 @@ class Settings:
     storage: StorageSettings = field(default_factory=StorageSettings)
     watch: WatchSettings = field(default_factory=WatchSettings)
     hook: HookSettings = field(default_factory=HookSettings)
+    llm: LLMSettings = field(default_factory=LLMSettings)
 
     @property
     def state_dir(self) -> Path:
@@ -126,7 +139,11 @@ SECTIONS: dict[str, type[Any]] = {
 
 # A vault's own memcore.toml travels with the vault (git clone); it must not be able to send
 # memory to another endpoint, read another key, or move the database.
-VAULT_FORBIDDEN = frozenset({"ollama.host", "openai.base_url", "openai.api_key_env", "storage.db"})
+VAULT_FORBIDDEN = frozenset(
+    {"ollama.host", "openai.base_url", "openai.api_key_env", "storage.db", "llm.host",
+     "llm.base_url", "llm.api_key_env"}
+)  # fmt: skip
+LLM_PROVIDERS = ("", "ollama", "openai")
 VAULT_PROVIDERS = ("local", "static", "ollama")
 
 ENV_ALIASES = {"MEMCORE_DB": "storage.db", "MEMCORE_EMBEDDER": "embedder.provider"}
@@ -205,6 +222,11 @@ def load_settings(
             raise ConfigError(
                 f"{vault_file}: embedder.provider = {provider!r} sends memory off this machine; "
                 "set it in your user config, MEMCORE_EMBEDDER or --embedder instead"
+            )
+        if found.values["llm"].get("provider") == "openai":
+            raise ConfigError(
+                f"{vault_file}: llm.provider = 'openai' sends memory off this machine; "
+                "set it in your user config or MEMCORE_LLM_PROVIDER instead"
             )
     for dotted, (name, raw) in _env_values(env).items():
         found.set(dotted, raw, name)
@@ -360,6 +382,7 @@ def _problems(s: Settings) -> Iterator[str]:
     """Invalid values, each as "section.key: what is wrong"."""
     choices = {
         "embedder.provider": (s.embedder.provider, PROVIDERS),
+        "llm.provider": (s.llm.provider, LLM_PROVIDERS),
         "index.split": (s.index.split, SPLITS),
         "search.fusion": (s.search.fusion, FUSIONS),
     }

@@ -93,6 +93,8 @@ class MemoryWriter:
 
     async def add_batch(self, memories: Sequence[NewMemory]) -> list[MemoryRecord]:
         """Add many memories: one write and one index run per file they land in."""
+        if not memories:
+            return []
         checked = [self._checked(m) for m in memories]
         by_file: dict[str, list[tuple[int, NewMemory]]] = {}
         for n, m in enumerate(checked):

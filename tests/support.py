@@ -70,12 +70,13 @@ class WireBehaviour:
     known_models: tuple[str, ...] = ("nomic-embed-text", "text-embedding-3-small")
     dim: int = 16
     requests: list[dict[str, Any]] = field(default_factory=list)
+    chat_replies: list[Any] = field(default_factory=list)  # dicts or functions, in order
     in_flight: int = 0
     max_in_flight: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
-def _make_handler(b: WireBehaviour) -> type[BaseHTTPRequestHandler]:
+def _make_handler(b: WireBehaviour) -> type[BaseHTTPRequestHandler]:  # noqa: C901 - one fake API
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
@@ -107,6 +108,9 @@ def _make_handler(b: WireBehaviour) -> type[BaseHTTPRequestHandler]:
                     self._send(b.fail_status, {"error": "server busy, try again"})
                     return
                 model = payload.get("model", "")
+                if self.path in ("/api/chat", "/v1/chat/completions"):
+                    self._chat(model)
+                    return
                 texts = payload.get("input", [])
                 texts = [texts] if isinstance(texts, str) else texts
                 vectors = [hash_vector(t, b.dim).tolist() for t in texts]
@@ -159,11 +163,42 @@ def _make_handler(b: WireBehaviour) -> type[BaseHTTPRequestHandler]:
                 with b.lock:
                     b.in_flight -= 1
 
+        def _chat(self, model: str) -> None:
+            status, body = chat_answer(b, self.path, model, self.headers, b.requests[-1])
+            self._send(status, body)
+
     return Handler
 
 
+def chat_answer(
+    b: WireBehaviour, path: str, model: str, headers: Any, request: dict[str, Any]
+) -> tuple[int, dict[str, Any]]:
+    """A scripted chat model: the next reply in line (a dict, or a function of the request's
+    user message), answered as JSON text in Ollama's or OpenAI's response shape."""
+    with b.lock:
+        script = b.chat_replies.pop(0) if b.chat_replies else {}
+    if callable(script):
+        script = script(request["body"]["messages"][-1]["content"])
+    reply = json.dumps(script)
+    if path == "/api/chat":
+        return 200, {
+            "model": model, "created_at": "2026-11-23T00:00:00Z",
+            "message": {"role": "assistant", "content": reply},
+            "done": True, "done_reason": "stop",
+        }  # fmt: skip
+    if headers.get("Authorization") != "Bearer sk-test":
+        return 401, {"error": {"message": "Incorrect API key", "type": "invalid_request_error"}}
+    return 200, {
+        "id": "chatcmpl-1", "object": "chat.completion", "created": 0, "model": model,
+        "choices": [{"index": 0, "finish_reason": "stop",
+                     "message": {"role": "assistant", "content": reply}}],
+        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+    }  # fmt: skip
+
+
 class WireServer:
-    """A real HTTP server on 127.0.0.1 that speaks the Ollama and OpenAI embedding APIs."""
+    """A real HTTP server on 127.0.0.1 that speaks the Ollama and OpenAI embedding and chat
+    APIs (chat answers are scripted by the test)."""
 
     def __init__(self, behaviour: WireBehaviour | None = None) -> None:
         self.behaviour = behaviour or WireBehaviour()

@@ -11,8 +11,8 @@ PKG = Path(__file__).resolve().parent.parent / "memcore"
 CONFINED = {
     "aiosqlite": {"storage/sqlite.py", "storage/sqlite_queries.py"},
     "watchdog": {"watcher.py"},
-    "ollama": {"embedders/ollama.py"},
-    "openai": {"embedders/openai.py"},
+    "ollama": {"embedders/ollama.py", "llm/ollama.py"},
+    "openai": {"embedders/openai.py", "llm/openai.py"},
     "httpx": {"embedders/ollama.py", "api.py"},
     "typer": {"cli/"},
     "rich": {"cli/"},

@@ -75,6 +75,9 @@ def add(
         str | None, typer.Option("--key", help="Replace the memory under this key")
     ] = None,
     meta: MetaOpt = None,
+    infer: Annotated[
+        bool, typer.Option("--infer", help="Let the LLM (llm.provider) extract and reconcile facts")
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Remember something: written to the vault's Markdown, searchable at once."""
@@ -84,9 +87,15 @@ def add(
         ctx,
         lambda s: s.memories.add(
             text, user_id=user, agent_id=agent, run_id=run_id, metadata=metadata,
-            category=category or "core", key=key,
+            category=category or "core", key=key, infer=infer,
         ),
     )  # fmt: skip
+    if infer and not as_json:
+        for r in records:
+            typer.echo(f"{r.event:<6} {r.id}  {r.text}")
+        if not records:
+            typer.echo("nothing new to remember")
+        return
     _show(records, as_json)
 
 
