@@ -13,9 +13,11 @@ import pytest
 
 from memcore.conversations import as_messages
 from memcore.errors import InputError, NotFound
+from memcore.memories import Scope
 from memcore.models import MemoryRecord
 from memcore.service import MemoryService
 from memcore.settings import Settings
+from memcore.writer import NewMemory
 from tests.conftest import REPO, make_service
 from tests.support import FakeEmbedder, write
 
@@ -291,3 +293,25 @@ async def test_conversations_save_load_items_and_reset(vault: Path, service: Mem
         await convo.save("s-3", [{"role": "tool", "content": "x"}])
     with pytest.raises(InputError, match="not a valid name"):
         await convo.load("../s")
+
+
+async def test_batches_tags_and_write_memory(vault: Path, service: MemoryService) -> None:
+    batch = [NewMemory(f"batch fact {i} #ops", Scope(user_id=f"u{i % 2}")) for i in range(6)]
+    records = await service.memories.add_batch(batch)
+    assert [r.text for r in records] == [m.content for m in batch]
+    assert {r.path for r in records} == {"memory/users/u0/core.md", "memory/users/u1/core.md"}
+    assert len(await service.memories.get_memories_by_tag("OPS")) == 6
+    write(vault, "MEMORY.md", "# Memory\n\nFirst line.\n")
+    await service.index()
+    assert await service.memories.write_memory("## [2026-11-23] Shipped v2\n\nAll green.") == (
+        "MEMORY.md"
+    )
+    assert (vault / "MEMORY.md").read_text() == (
+        "# Memory\n\nFirst line.\n\n## [2026-11-23] Shipped v2\n\nAll green.\n"
+    )
+    hits = await service.search("shipped v2 all green")
+    assert hits.hits[0].path == "MEMORY.md"
+    with pytest.raises(InputError, match="not a memory file"):
+        await service.memories.write_memory("x", "../outside.md")
+    with pytest.raises(InputError, match="not a memory file"):
+        await service.memories.write_memory("x", "notes.txt")
