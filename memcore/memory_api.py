@@ -27,7 +27,7 @@ class MemoryApi:
     def __init__(
         self, store: Store, writer: MemoryWriter, searcher: Searcher, llm: LLM | None = None
     ) -> None:
-        self.store = store
+        self._store = store
         self.writer = writer
         self.searcher = searcher
         self.llm = llm
@@ -103,7 +103,7 @@ class MemoryApi:
     async def add_batch(self, memories: Sequence[NewMemory]) -> list[MemoryRecord]:
         return await self.writer.add_batch(memories)
 
-    async def store_key(
+    async def store(
         self,
         key: str,
         content: str,
@@ -249,7 +249,7 @@ class MemoryApi:
             ),
             min_score=threshold,
         )  # fmt: skip
-        async with self.store.snapshot() as reader:
+        async with self._store.snapshot() as reader:
             records = await reader.memories_of_chunks([h.chunk_id for h in result.hits])
         out = []
         for hit in result.hits:

@@ -109,9 +109,9 @@ async def test_scopes_never_leak_and_shared_notes_are_context(
 
 
 async def test_key_upsert_forget_and_counts(service: MemoryService) -> None:
-    first = await service.memories.store_key("tz", "UTC+8", user_id="alice")
-    second = await service.memories.store_key("tz", "UTC+1", user_id="alice")
-    other = await service.memories.store_key("tz", "UTC-5", user_id="bob")
+    first = await service.memories.store("tz", "UTC+8", user_id="alice")
+    second = await service.memories.store("tz", "UTC+1", user_id="alice")
+    other = await service.memories.store("tz", "UTC-5", user_id="bob")
     assert second.id == first.id and second.text == "UTC+1" and other.id != first.id
     assert await service.memories.count(user_id="alice") == 1
     assert await service.memories.forget("tz", user_id="alice") is True
