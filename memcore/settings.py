@@ -147,7 +147,7 @@ LLM_PROVIDERS = ("", "ollama", "openai")
 VAULT_PROVIDERS = ("local", "static", "ollama")
 
 ENV_ALIASES = {"MEMCORE_DB": "storage.db", "MEMCORE_EMBEDDER": "embedder.provider"}
-ENV_SPECIAL = frozenset({"MEMCORE_VAULT", "MEMCORE_CONFIG"})
+ENV_SPECIAL = frozenset({"MEMCORE_VAULT", "MEMCORE_CONFIG", "MEMCORE_TOKEN"})
 
 
 def user_config_dir(env: Mapping[str, str] | None = None) -> Path:

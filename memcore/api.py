@@ -1,0 +1,295 @@
+"""The HTTP API (Starlette): memcore's own routes under /api, Mem0's REST routes (mem0_api.py).
+
+Every route calls the one MemoryService the process shares with its watcher. Errors are one
+line of JSON (``{"error": "..."}``) with a 4xx/5xx status; bodies are capped; requests need the
+bearer token when one is set (always, off loopback: `memcore serve` refuses to start without).
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+from collections.abc import Awaitable, Callable, Collection, Mapping
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from memcore.errors import (
+    ConfigError,
+    InputError,
+    LLMError,
+    MemcoreError,
+    NotFound,
+    StorageBusy,
+    VaultError,
+    WriteConflict,
+)
+from memcore.models import SearchFilters
+from memcore.service import MemoryService
+
+MAX_BODY = 2_000_000  # a memory may hold 1 MB of text; JSON escaping can double it
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+class BadRequest(Exception):
+    """A request memcore cannot take: 400 with this message."""
+
+
+def error(status: int, message: str) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=status)
+
+
+STATUS: list[tuple[type[Exception], int]] = [
+    (BadRequest, 400),
+    (InputError, 400),
+    (ConfigError, 400),
+    (NotFound, 404),
+    (WriteConflict, 409),
+    (VaultError, 409),
+    (StorageBusy, 503),
+    (LLMError, 502),
+    (MemcoreError, 500),
+]
+
+
+def handle(fn: Handler) -> Handler:
+    """Map memcore's errors to one-line JSON responses (the one place that does)."""
+
+    async def wrapped(request: Request) -> Response:
+        try:
+            return await fn(request)
+        except Exception as exc:
+            for kind, status in STATUS:
+                if isinstance(exc, kind):
+                    return error(status, str(exc))
+            raise
+
+    return wrapped
+
+
+async def body_of(
+    request: Request, allowed: Collection[str], required: Collection[str] = ()
+) -> dict[str, Any]:
+    """The JSON object body, with only ``allowed`` keys and every ``required`` one."""
+    raw = await request.body()
+    try:
+        data = json.loads(raw or b"{}")
+    except ValueError as exc:
+        raise BadRequest(f"the body is not JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise BadRequest("the body must be a JSON object")
+    unknown = set(data) - set(allowed)
+    if unknown:
+        raise BadRequest(f"unknown field(s): {', '.join(sorted(unknown))}")
+    missing = set(required) - set(data)
+    if missing:
+        raise BadRequest(f"missing field(s): {', '.join(sorted(missing))}")
+    return data
+
+
+def typed(
+    data: Mapping[str, Any], key: str, kind: type | tuple[type, ...], default: Any = None
+) -> Any:
+    value = data.get(key, default)
+    if value is not None and (
+        not isinstance(value, kind) or (isinstance(value, bool) and kind is int)
+    ):
+        raise BadRequest(f"{key} has the wrong type")
+    return value
+
+
+class Guard:
+    """ASGI middleware: bearer token (when set) and a cap on body size."""
+
+    def __init__(self, app: ASGIApp, token: str | None) -> None:
+        self.app = app
+        self.token = token
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        if self.token is not None and scope["path"] != "/health":
+            given = headers.get("authorization", "")
+            scheme, _, value = given.partition(" ")
+            ok = scheme.lower() in ("bearer", "token") and hmac.compare_digest(
+                value.strip().encode(), self.token.encode()
+            )
+            if not ok:
+                await error(401, "missing or wrong token")(scope, receive, send)
+                return
+        length = headers.get("content-length")
+        if length is not None and (not length.isdigit() or int(length) > MAX_BODY):
+            await error(413, f"request body over {MAX_BODY:,} bytes")(scope, receive, send)
+            return
+        await self.app(scope, _capped(receive), send)
+
+
+def _capped(receive: Receive) -> Receive:
+    seen = 0
+
+    async def wrapped() -> Any:
+        nonlocal seen
+        message = await receive()
+        seen += len(message.get("body", b""))
+        if seen > MAX_BODY:
+            raise BadRequest(f"request body over {MAX_BODY:,} bytes")
+        return message
+
+    return wrapped
+
+
+def native_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a route table
+    """memcore's own API: search, context, status and the memory operations."""
+    m = service.memories
+
+    def scope_of(data: Mapping[str, Any]) -> dict[str, Any]:
+        return {k: typed(data, k, str) for k in ("user_id", "agent_id", "run_id")}
+
+    @handle
+    async def search(request: Request) -> Response:
+        data = await body_of(
+            request,
+            {"query", "limit", "user_id", "agent_id", "run_id", "scope_only", "category",
+             "filters", "tag", "path", "since", "until", "threshold"},
+            {"query"},
+        )  # fmt: skip
+        limit = typed(data, "limit", int, 5)
+        if not 1 <= limit <= 1000:
+            raise BadRequest("limit must be 1-1000")
+        filters = SearchFilters(
+            path_prefix=typed(data, "path", str), tag=typed(data, "tag", str),
+            date_from=typed(data, "since", str), date_to=typed(data, "until", str),
+            scope_only=bool(typed(data, "scope_only", bool, False)),
+            category=typed(data, "category", str), metadata=typed(data, "filters", dict),
+            **scope_of(data),
+        )  # fmt: skip
+        query = typed(data, "query", str)
+        result = await service.search(
+            query, limit, filters, min_score=typed(data, "threshold", (int, float))
+        )
+        async with service.store.snapshot() as reader:
+            records = await reader.memories_of_chunks([h.chunk_id for h in result.hits])
+        out = result.to_dict()
+        for hit, row in zip(result.hits, out["results"], strict=True):  # type: ignore[call-overload]
+            row["memory_id"] = records[hit.chunk_id].id if hit.chunk_id in records else None
+        return JSONResponse(out)
+
+    @handle
+    async def context(request: Request) -> Response:
+        data = await body_of(request, {"query", "limit", "tag", "path"}, {"query"})
+        filters = SearchFilters(tag=typed(data, "tag", str), path_prefix=typed(data, "path", str))
+        block = await service.context(
+            typed(data, "query", str), typed(data, "limit", int, 3), filters
+        )
+        return JSONResponse({"context": block})
+
+    @handle
+    async def status(request: Request) -> Response:
+        return JSONResponse((await service.status()).to_dict())
+
+    @handle
+    async def add(request: Request) -> Response:
+        data = await body_of(
+            request,
+            {"content", "messages", "user_id", "agent_id", "run_id", "metadata", "category",
+             "key", "infer"},
+        )  # fmt: skip
+        content = data.get("messages", data.get("content"))
+        if not isinstance(content, str | list):
+            raise BadRequest("give content (text) or messages (a list)")
+        records = await m.add(
+            content, metadata=typed(data, "metadata", dict), key=typed(data, "key", str),
+            category=typed(data, "category", str, "core"),
+            infer=bool(typed(data, "infer", bool, False)), **scope_of(data),
+        )  # fmt: skip
+        return JSONResponse({"results": [r.to_dict() for r in records]})
+
+    @handle
+    async def list_all(request: Request) -> Response:
+        q = request.query_params
+        unknown = set(q) - {"user_id", "agent_id", "run_id", "category", "tag", "limit", "offset"}
+        if unknown:
+            raise BadRequest(f"unknown parameter(s): {', '.join(sorted(unknown))}")
+        try:
+            limit, offset = int(q.get("limit", "100")), int(q.get("offset", "0"))
+        except ValueError:
+            raise BadRequest("limit and offset must be numbers") from None
+        records = await m.get_all(
+            user_id=q.get("user_id"), agent_id=q.get("agent_id"), run_id=q.get("run_id"),
+            category=q.get("category"), tag=q.get("tag"), limit=limit, offset=offset,
+        )  # fmt: skip
+        return JSONResponse({"results": [r.to_dict() for r in records]})
+
+    @handle
+    async def one(request: Request) -> Response:
+        memory_id = request.path_params["memory_id"]
+        if request.method == "GET":
+            return JSONResponse((await m.get(memory_id)).to_dict())
+        if request.method == "DELETE":
+            await m.delete(memory_id)
+            return JSONResponse({"deleted": memory_id})
+        data = await body_of(request, {"content", "metadata"})
+        record = await m.update(
+            memory_id, typed(data, "content", str), typed(data, "metadata", dict)
+        )
+        return JSONResponse(record.to_dict())
+
+    @handle
+    async def history(request: Request) -> Response:
+        return JSONResponse({"results": await m.history(request.path_params["memory_id"])})
+
+    @handle
+    async def conversation(request: Request) -> Response:
+        session = request.path_params["session_id"]
+        if request.method == "GET":
+            raw = request.query_params.get("limit")
+            limit = int(raw) if raw and raw.isdigit() else None
+            return JSONResponse({"messages": await service.conversations.load(session, limit)})
+        if request.method == "DELETE":
+            return JSONResponse({"deleted": await service.conversations.reset(session)})
+        data = await body_of(request, {"messages"}, {"messages"})
+        messages = typed(data, "messages", list)
+        saved = await service.conversations.save(session, messages)
+        return JSONResponse({"saved": len(saved)})
+
+    return [
+        Route("/api/memory/search", search, methods=["POST"]),
+        Route("/api/memory/context", context, methods=["POST"]),
+        Route("/api/status", status, methods=["GET"]),
+        Route("/api/memories", add, methods=["POST"]),
+        Route("/api/memories", list_all, methods=["GET"]),
+        Route("/api/memories/{memory_id}", one, methods=["GET", "PUT", "DELETE"]),
+        Route("/api/memories/{memory_id}/history", history, methods=["GET"]),
+        Route("/api/conversations/{session_id}", conversation, methods=["GET", "PUT", "DELETE"]),
+    ]
+
+
+def build_app(service: MemoryService, token: str | None) -> Starlette:
+    from memcore.mem0_api import mem0_routes
+
+    async def health(request: Request) -> Response:
+        return JSONResponse({"ok": True})
+
+    routes = [Route("/health", health), *native_routes(service), *mem0_routes(service)]
+
+    async def not_found(request: Request, exc: Exception) -> Response:
+        return error(404, f"no route {request.method} {request.url.path}")
+
+    async def bad(request: Request, exc: Exception) -> Response:
+        return error(400, str(exc))
+
+    async def crash(request: Request, exc: Exception) -> Response:
+        return error(500, f"internal error: {type(exc).__name__}")
+
+    return Starlette(
+        routes=routes,
+        middleware=[Middleware(Guard, token=token)],
+        exception_handlers={404: not_found, 405: not_found, BadRequest: bad, Exception: crash},
+    )

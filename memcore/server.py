@@ -1,0 +1,79 @@
+"""`memcore serve`: the HTTP API (uvicorn) and the watcher in one process, on one service."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import logging
+from collections.abc import Iterator
+
+import uvicorn
+
+from memcore.api import build_app
+from memcore.daemon import Daemon
+from memcore.errors import ConfigError
+from memcore.service import MemoryService
+
+log = logging.getLogger(__name__)
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_binding(host: str, token: str | None) -> None:
+    """Off loopback, every request must carry a token: refuse to start without one."""
+    if not is_loopback(host) and not token:
+        raise ConfigError(
+            f"serving on {host} (not loopback) needs a token: pass --token or set MEMCORE_TOKEN"
+        )
+
+
+class _Server(uvicorn.Server):
+    """uvicorn without its own signal handling: our stop event ends it (and the watcher)."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+async def serve(
+    service: MemoryService,
+    host: str,
+    port: int,
+    token: str | None,
+    stop: asyncio.Event,
+    daemon: Daemon | None = None,
+    started: asyncio.Event | None = None,
+) -> None:
+    """Answer HTTP on host:port (and keep the index current with ``daemon``) until ``stop``."""
+    check_binding(host, token)
+    config = uvicorn.Config(
+        build_app(service, token), host=host, port=port, log_level="warning", lifespan="off",
+        access_log=False, timeout_graceful_shutdown=5,
+    )  # fmt: skip
+    server = _Server(config)
+
+    async def until_stopped() -> None:
+        while not server.started and not server.should_exit:  # noqa: ASYNC110 - no event
+            await asyncio.sleep(0.02)  # uvicorn sets a flag, not an event
+        if server.started:
+            log.info("serving http://%s:%d", host, port)
+            if started is not None:
+                started.set()
+        await stop.wait()
+        server.should_exit = True
+
+    async with asyncio.TaskGroup() as tg:
+        tg.create_task(server.serve())
+        tg.create_task(until_stopped())
+        if daemon is not None:
+            tg.create_task(daemon.run())
+    if not server.started:
+        raise ConfigError(f"could not listen on {host}:{port} (in use?)")

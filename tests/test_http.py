@@ -1,0 +1,200 @@
+"""The HTTP API on a real loopback server: memcore's routes with httpx, Mem0's with mem0ai."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import httpx
+import pytest
+
+from memcore.errors import ConfigError
+from memcore.server import serve
+from memcore.service import MemoryService
+from tests.conftest import REPO
+from tests.support import write
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@asynccontextmanager
+async def server(service: MemoryService, token: str | None = None) -> AsyncIterator[str]:
+    port = free_port()
+    stop, started = asyncio.Event(), asyncio.Event()
+    task = asyncio.create_task(serve(service, "127.0.0.1", port, token, stop, started=started))
+    await asyncio.wait_for(started.wait(), 10)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 10)
+
+
+@pytest.fixture(autouse=True)
+def no_mem0_telemetry(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MEM0_TELEMETRY", "false")
+
+
+async def test_native_search_context_status_and_memories(
+    vault: Path, service: MemoryService
+) -> None:
+    write(vault, "MEMORY.md", "# Engine\n\nDiveAdstra uses DX12 by default. #engine\n")
+    await service.index()
+    async with server(service) as url, httpx.AsyncClient(base_url=url) as http:
+        added = (await http.post("/api/memories", json={"content": "Alice likes tea",
+                                                        "user_id": "alice"})).json()  # fmt: skip
+        mid = added["results"][0]["id"]
+        found = (await http.post("/api/memory/search", json={"query": "DX12 default"})).json()
+        assert found["results"][0]["path"] == "MEMORY.md" and found["mode"] == "hybrid"
+        assert found["results"][0]["memory_id"] is None
+        ask = {"query": "tea", "user_id": "alice", "scope_only": True}
+        mine = (await http.post("/api/memory/search", json=ask)).json()
+        assert [r["memory_id"] for r in mine["results"]] == [mid]
+        block = (await http.post("/api/memory/context", json={"query": "DX12"})).json()
+        assert block["context"].startswith("## Relevant Memories")
+        assert (await http.get("/api/status")).json()["files"] == 2
+        upd = await http.put(f"/api/memories/{mid}", json={"content": "Alice likes green tea"})
+        assert upd.json()["memory"] == "Alice likes green tea"
+        hist = (await http.get(f"/api/memories/{mid}/history")).json()["results"]
+        assert [e["event"] for e in hist] == ["ADD", "UPDATE"]
+        listed = (await http.get("/api/memories", params={"user_id": "alice"})).json()
+        assert [r["id"] for r in listed["results"]] == [mid]
+        convo = [{"role": "user", "content": "hi"}]
+        assert (
+            await http.put("/api/conversations/s1", json={"messages": convo})
+        ).status_code == 200
+        assert (await http.get("/api/conversations/s1")).json()["messages"] == convo
+        assert (await http.delete(f"/api/memories/{mid}")).status_code == 200
+        assert (await http.get(f"/api/memories/{mid}")).status_code == 404
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "kwargs", "status", "message"),
+    [
+        ("POST", "/api/memory/search", {"content": b"{not json"}, 400, "not JSON"),
+        ("POST", "/api/memory/search", {"json": {"query": "x", "bogus": 1}}, 400, "unknown field"),
+        ("POST", "/api/memory/search", {"json": {"limit": 3}}, 400, "missing field(s): query"),
+        ("POST", "/api/memory/search", {"json": {"query": "x", "limit": "3"}}, 400, "wrong type"),
+        ("POST", "/api/memories", {"json": {"content": "x", "user_id": "../etc"}}, 400,
+         "not a valid name"),
+        ("POST", "/api/memories", {"json": {"content": ""}}, 400, "empty"),
+        ("POST", "/api/memories", {"content": b"{" + b" " * 2_100_000 + b"}"}, 413, "over"),
+        ("GET", "/api/memories/..%2F..%2Fetc", {}, 404, "no route"),
+        ("GET", "/api/memories/m-..", {}, 404, "no memory"),
+        ("GET", "/nowhere", {}, 404, "no route"),
+    ],
+)  # fmt: skip
+async def test_bad_requests_are_one_line_4xx_and_change_nothing(
+    vault: Path,
+    service: MemoryService,
+    method: str,
+    path: str,
+    kwargs: dict[str, object],
+    status: int,
+    message: str,
+) -> None:
+    async with server(service) as url, httpx.AsyncClient(base_url=url) as http:
+        resp = await http.request(method, path, **kwargs)  # type: ignore[arg-type]
+        assert resp.status_code == status, resp.text
+        assert message in resp.json()["error"] and "\n" not in resp.json()["error"]
+        fts = await http.post("/api/memory/search", json={"query": 'AND( "x* NEAR'})
+        assert fts.status_code == 200  # and the server keeps serving
+    assert await service.memories.count() == 0
+
+
+async def test_tokens_off_loopback_and_wrong_tokens(service: MemoryService) -> None:
+    with pytest.raises(ConfigError, match="needs a token"):
+        await serve(service, "0.0.0.0", free_port(), None, asyncio.Event())
+    async with server(service, token="s3cret") as url, httpx.AsyncClient(base_url=url) as http:
+        assert (await http.get("/api/status")).status_code == 401
+        wrong = await http.get("/api/status", headers={"Authorization": "Bearer nope"})
+        assert wrong.status_code == 401 and wrong.json() == {"error": "missing or wrong token"}
+        ok = await http.get("/api/status", headers={"Authorization": "Bearer s3cret"})
+        assert ok.status_code == 200
+
+
+async def test_the_official_mem0_client_works_against_memcore(service: MemoryService) -> None:
+    from mem0 import MemoryClient
+
+    async with server(service, token="m0-key") as url:
+
+        def session() -> dict[str, object]:
+            client = MemoryClient(api_key="m0-key", host=url)
+            out: dict[str, object] = {}
+            out["add"] = client.add([{"role": "user", "content": "I love hiking in the Alps"}],
+                                    user_id="alice", metadata={"topic": "sport"})  # fmt: skip
+            client.add("I prefer window seats", user_id="alice", metadata={"topic": "travel"})
+            client.add("Bob plays chess", user_id="bob")
+            out["search"] = client.search("hiking", filters={"user_id": "alice"})
+            out["meta"] = client.get_all(filters={"AND": [{"user_id": "alice"},
+                                                          {"topic": "travel"}]})  # fmt: skip
+            out["all"] = client.get_all(filters={"user_id": "alice"})
+            first = out["add"]["results"][0]["id"]  # type: ignore[index]
+            out["get"] = client.get(first)
+            client.update(first, text="I love hiking in the Dolomites")
+            out["history"] = client.history(first)
+            client.batch_update([{"memory_id": first, "text": "I love hiking anywhere"}])
+            out["after"] = client.get(first)
+            client.delete(first)
+            out["bob_left"] = client.get_all(filters={"user_id": "bob"})
+            client.delete_all(user_id="alice")
+            out["alice_left"] = client.get_all(filters={"user_id": "alice"})
+            client.client.close()
+            return out
+
+        out = await asyncio.to_thread(session)
+    results = out["search"]["results"]  # type: ignore[index]
+    assert results[0]["memory"] == "I love hiking in the Alps"
+    assert {r["user_id"] for r in results} == {"alice"}  # type: ignore[union-attr]
+    assert [r["memory"] for r in out["meta"]["results"]] == ["I prefer window seats"]  # type: ignore[index]
+    assert out["all"]["count"] == 2  # type: ignore[index]
+    assert out["get"]["memory"] == "I love hiking in the Alps"  # type: ignore[index]
+    assert [e["event"] for e in out["history"]] == ["ADD", "UPDATE"]  # type: ignore[attr-defined]
+    assert out["after"]["memory"] == "I love hiking anywhere"  # type: ignore[index]
+    assert out["alice_left"]["results"] == []  # type: ignore[index]
+    assert [r["memory"] for r in out["bob_left"]["results"]] == ["Bob plays chess"]  # type: ignore[index]
+
+
+CLIENT_PROCESS = """
+import sys, httpx
+url, n = sys.argv[1], int(sys.argv[2])
+with httpx.Client(base_url=url, timeout=30) as http:
+    for i in range(n):
+        r = http.post("/api/memories", json={"content": f"remote note {i}", "user_id": "team"})
+        r.raise_for_status()
+        http.post("/api/memory/search", json={"query": "remote note"}).raise_for_status()
+"""
+
+
+async def test_many_clients_and_a_second_process_at_once(service: MemoryService) -> None:
+    async with server(service) as url, httpx.AsyncClient(base_url=url, timeout=30) as http:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", CLIENT_PROCESS, url, "20", cwd=REPO,
+            env={**os.environ, "PYTHONPATH": str(REPO)}, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+
+        async def client(n: int) -> None:
+            for i in range(10):
+                if i % 5 == 0:
+                    note = {"content": f"local {n}.{i}", "user_id": "team"}
+                    r = await http.post("/api/memories", json=note)
+                else:
+                    r = await http.post("/api/memory/search", json={"query": f"local {n}"})
+                assert r.status_code == 200, r.text
+
+        await asyncio.gather(*(client(n) for n in range(10)))
+        _, err = await proc.communicate()
+        assert proc.returncode == 0, err.decode()[-500:]
+        listed = await http.get("/api/memories", params={"user_id": "team", "limit": "500"})
+        texts = {r["memory"] for r in listed.json()["results"]}
+    assert {f"remote note {i}" for i in range(20)} <= texts
+    assert {f"local {n}.{i}" for n in range(10) for i in (0, 5)} <= texts
