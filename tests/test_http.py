@@ -198,3 +198,27 @@ async def test_many_clients_and_a_second_process_at_once(service: MemoryService)
         texts = {r["memory"] for r in listed.json()["results"]}
     assert {f"remote note {i}" for i in range(20)} <= texts
     assert {f"local {n}.{i}" for n in range(10) for i in (0, 5)} <= texts
+
+
+async def test_cli_search_and_context_can_ask_a_running_server(
+    vault: Path, service: MemoryService
+) -> None:
+    write(vault, "MEMORY.md", "# Engine\n\nDiveAdstra uses DX12 by default.\n")
+    await service.index()
+    async with server(service, token="t0k") as url:
+        base = [sys.executable, "-m", "memcore", "--vault", str(vault)]
+
+        async def run(*args: str) -> tuple[int, str, str]:
+            proc = await asyncio.create_subprocess_exec(
+                *base, *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+            )
+            out, err = await proc.communicate()
+            return proc.returncode or 0, out.decode(), err.decode()
+
+        code, out, err = await run("search", "DX12", "--remote", url, "--token", "t0k", "--json")
+        assert code == 0, err
+        assert '"path": "MEMORY.md"' in out
+        code, out, _ = await run("context", "DX12", "--remote", url, "--token", "t0k")
+        assert out.startswith("## Relevant Memories")
+        code, _, err = await run("search", "DX12", "--remote", url, "--token", "wrong")
+        assert code == 2 and "missing or wrong token" in err and err.count("\n") == 1

@@ -10,6 +10,7 @@ from typing import Annotated, Any
 
 import typer
 
+from memcore import remote
 from memcore.app import open_service
 from memcore.cli import app, fail, run, settings_of
 from memcore.models import SearchFilters, SearchResult
@@ -58,6 +59,15 @@ UntilOpt = Annotated[
 ]
 
 
+RemoteOpt = Annotated[
+    str | None,
+    typer.Option("--remote", help="Ask a running `memcore serve` at this URL instead"),
+]
+TokenOpt = Annotated[
+    str | None, typer.Option("--token", envvar="MEMCORE_TOKEN", help="Token for --remote")
+]
+
+
 def _check_query(query: str) -> None:
     if not has_words(query):
         raise fail("the query needs at least one word to search for", 2)
@@ -88,6 +98,8 @@ def search(
         ),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print results as JSON")] = False,
+    remote_url: RemoteOpt = None,
+    token: TokenOpt = None,
 ) -> None:
     """Search memory by meaning and by keyword."""
     _check_query(query)
@@ -96,6 +108,8 @@ def search(
     filters = _filters(path, tag, since, until)
 
     async def job() -> SearchResult:
+        if remote_url:
+            return await remote.search(remote_url, token, query, limit, filters, min_score)
         async with open_service(settings_of(ctx), create=False) as service:
             return await service.search(query, limit, filters, fusion, min_score)
 
@@ -107,7 +121,7 @@ def search(
         return
     if not result.hits:
         typer.echo("no matches")
-        if not run(ctx, _index_is_empty(ctx)):
+        if remote_url or not run(ctx, _index_is_empty(ctx)):
             return
         typer.echo("memcore: the index is empty; run `memcore index` or `memcore watch`", err=True)
         return
@@ -135,12 +149,16 @@ def context(
     ] = 3,
     tag: TagOpt = None,
     path: PathOpt = None,
+    remote_url: RemoteOpt = None,
+    token: TokenOpt = None,
 ) -> None:
     """Print a "## Relevant Memories" block to paste into a prompt (nothing when none match)."""
     _check_query(query)
     filters = _filters(path, tag, None, None)
 
     async def job() -> str:
+        if remote_url:
+            return await remote.context(remote_url, token, query, limit, filters)
         async with open_service(settings_of(ctx), create=False) as service:
             return await service.context(query, limit, filters)
 
