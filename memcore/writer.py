@@ -82,6 +82,9 @@ class MemoryWriter:
         self.indexer = indexer
         self.history = HistoryLog(vault)
         self._files = PathLocks()
+        self._queued: dict[str, list[tuple[list[NewMemory], asyncio.Future[list[str]]]]] = {}
+        self._draining: set[str] = set()
+        self._drains: set[asyncio.Task[None]] = set()
 
     # --- adding -------------------------------------------------------------------------
 
@@ -92,31 +95,63 @@ class MemoryWriter:
         return record
 
     async def add_batch(self, memories: Sequence[NewMemory]) -> list[MemoryRecord]:
-        """Add many memories: one write and one index run per file they land in."""
+        """Add many memories: one write and one index run per file they land in. Adds to one
+        file from concurrent callers are grouped the same way (one write for all waiting)."""
         if not memories:
             return []
         checked = [self._checked(m) for m in memories]
-        by_file: dict[str, list[tuple[int, NewMemory]]] = {}
-        for n, m in enumerate(checked):
-            by_file.setdefault(self.file_for(m.scope, m.category), []).append((n, m))
-        ids: list[str] = [""] * len(checked)
+        by_file: dict[str, list[NewMemory]] = {}
+        for m in checked:
+            by_file.setdefault(self.file_for(m.scope, m.category), []).append(m)
+        loop = asyncio.get_running_loop()
+        waits = []
+        for rel, group in by_file.items():
+            done: asyncio.Future[list[str]] = loop.create_future()
+            self._queued.setdefault(rel, []).append((group, done))
+            if rel not in self._draining:
+                self._draining.add(rel)
+                self._drains.add(task := asyncio.create_task(self._drain(rel)))
+                task.add_done_callback(self._drains.discard)
+            waits.append((group, done))
+        by_id: dict[str, str] = {}
+        for group, done in waits:
+            by_id |= {m.id: mid for m, mid in zip(group, await done, strict=True)}
+        return await self._records([by_id[m.id] for m in checked])
+
+    async def _drain(self, rel: str) -> None:
+        """Write everything queued for one file, in rounds, until nothing is left."""
+        try:
+            while batch := self._queued.pop(rel, []):
+                items = [m for group, _ in batch for m in group]
+                try:
+                    ids = await self._add_to_file(rel, items)
+                except Exception as exc:  # every caller in this round gets the error
+                    for _, done in batch:
+                        if not done.done():
+                            done.set_exception(exc)
+                    continue
+                at = 0
+                for group, done in batch:
+                    if not done.done():
+                        done.set_result(ids[at : at + len(group)])
+                    at += len(group)
+        finally:
+            self._draining.discard(rel)
+
+    async def _add_to_file(self, rel: str, items: Sequence[NewMemory]) -> list[str]:
+        ids: list[str] = []
+        todo = list(items)
         for _ in range(WRITE_ATTEMPTS):
-            for rel, group in by_file.items():
-                first = group[0][1]
-                edit_ids = await self._write(rel, first.scope, first.category, _adder(group, rel))
-                for (n, _), mid in zip(group, edit_ids, strict=True):
-                    ids[n] = mid
-            await self.indexer.index(list(by_file), history=False)
+            written = await self._write(rel, items[0].scope, items[0].category, _adder(todo, rel))
+            if not ids:
+                ids = written
+            await self.indexer.index([rel], history=False)
             found = {r.id for r in await self._records(ids, missing_ok=True)}
             # An editor that saved a buffer read before our write drops our lines: add again.
-            by_file = {
-                rel: [(n, m) for n, m in group if ids[n] not in found]
-                for rel, group in by_file.items()
-            }
-            by_file = {rel: group for rel, group in by_file.items() if group}
-            if not by_file:
-                return await self._records(ids)
-        raise WriteConflict("the memory file kept losing new memories to other writers")
+            todo = [m for m, mid in zip(items, ids, strict=True) if mid not in found]
+            if not todo:
+                return ids
+        raise WriteConflict(f"{rel} kept losing new memories to other writers")
 
     def _checked(self, m: NewMemory) -> NewMemory:
         check_name(m.category, "category")
@@ -313,25 +348,35 @@ def _append_block(target: Path, rel: str, content: str) -> bool:
     return _replace_if_unchanged(target, text + content + "\n", before)
 
 
-def _adder(group: Sequence[tuple[int, NewMemory]], rel: str) -> Change:
+def _adder(group: Sequence[NewMemory], rel: str) -> Change:
     def change(f: MemoryFile) -> _Edit:
         edit = _Edit()
         stamp = now()
-        for _, m in group:
+        pending: dict[str, tuple[int, str]] = {}  # key -> (place in edit.append, id)
+        for m in group:
             old = f.find_key(m.key) if m.key is not None else None
             if old is not None:
                 new = dataclasses.replace(
                     old, text=m.content, metadata=m.metadata or old.metadata, updated=stamp
                 )
-                edit.replace[old.id] = render_item(new)
                 if new.text != old.text:
                     edit.events.append(_event(old.id, "UPDATE", old.text, new.text, rel))
+                edit.replace[old.id] = render_item(new)
                 edit.ids.append(old.id)
                 continue
             if f.find(m.id) is not None:  # written by an earlier attempt and still there
                 edit.ids.append(m.id)
                 continue
+            if m.key is not None and m.key in pending:  # the same key twice in one write
+                at, first = pending[m.key]
+                item = MemoryItem(first, m.content, m.key, stamp, stamp, m.metadata or {})
+                edit.append[at] = render_item(item)
+                edit.events.append(_event(first, "UPDATE", None, item.text, rel))
+                edit.ids.append(first)
+                continue
             item = MemoryItem(m.id, m.content, m.key, stamp, stamp, m.metadata or {})
+            if m.key is not None:
+                pending[m.key] = (len(edit.append), m.id)
             edit.append.append(render_item(item))
             edit.events.append(_event(item.id, "ADD", None, item.text, rel))
             edit.ids.append(item.id)

@@ -315,3 +315,20 @@ async def test_batches_tags_and_write_memory(vault: Path, service: MemoryService
         await service.memories.write_memory("x", "../outside.md")
     with pytest.raises(InputError, match="not a memory file"):
         await service.memories.write_memory("x", "notes.txt")
+
+
+async def test_concurrent_adds_to_one_file_share_writes_and_keys_stay_unique(
+    vault: Path, service: MemoryService
+) -> None:
+    results = await asyncio.gather(
+        *(service.memories.add(f"grouped {i}", user_id="g") for i in range(30)),
+        *(service.memories.store("mood", f"mood {i}", user_id="g") for i in range(5)),
+    )
+    texts = [r.text for r in await service.memories.get_all(user_id="g", limit=100)]
+    assert sorted(t for t in texts if t.startswith("grouped")) == sorted(
+        f"grouped {i}" for i in range(30)
+    )
+    moods = [t for t in texts if t.startswith("mood")]
+    assert len(moods) == 1  # one memory per key, whichever write came last
+    assert len({r.id for r in results[30:]}) == 1
+    assert (vault / "memory" / "users" / "g" / "core.md").read_text().count("- grouped") == 30
