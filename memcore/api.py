@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import hmac
 import json
-from collections.abc import Awaitable, Callable, Collection, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from memcore.errors import (
@@ -271,13 +271,16 @@ def native_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a rout
     ]
 
 
-def build_app(service: MemoryService, token: str | None) -> Starlette:
+def build_app(
+    service: MemoryService, token: str | None, extra: Sequence[BaseRoute] = ()
+) -> Starlette:
+    """The whole HTTP app: health, memcore's routes, Mem0's, and ``extra`` (the MCP endpoint)."""
     from memcore.mem0_api import mem0_routes
 
     async def health(request: Request) -> Response:
         return JSONResponse({"ok": True})
 
-    routes = [Route("/health", health), *native_routes(service), *mem0_routes(service)]
+    routes = [Route("/health", health), *native_routes(service), *mem0_routes(service), *extra]
 
     async def not_found(request: Request, exc: Exception) -> Response:
         return error(404, f"no route {request.method} {request.url.path}")

@@ -13,6 +13,7 @@ import uvicorn
 from memcore.api import build_app
 from memcore.daemon import Daemon
 from memcore.errors import ConfigError
+from memcore.mcp_server import build_mcp
 from memcore.service import MemoryService
 
 log = logging.getLogger(__name__)
@@ -54,9 +55,11 @@ async def serve(
 ) -> None:
     """Answer HTTP on host:port (and keep the index current with ``daemon``) until ``stop``."""
     check_binding(host, token)
+    mcp = build_mcp(service)
+    mcp_routes = mcp.streamable_http_app(streamable_http_path="/mcp", host=host).routes
     config = uvicorn.Config(
-        build_app(service, token), host=host, port=port, log_level="warning", lifespan="off",
-        access_log=False, timeout_graceful_shutdown=5,
+        build_app(service, token, mcp_routes), host=host, port=port, log_level="warning",
+        lifespan="off", access_log=False, timeout_graceful_shutdown=5,
     )  # fmt: skip
     server = _Server(config)
 
@@ -70,7 +73,7 @@ async def serve(
         await stop.wait()
         server.should_exit = True
 
-    async with asyncio.TaskGroup() as tg:
+    async with mcp.session_manager.run(), asyncio.TaskGroup() as tg:
         tg.create_task(server.serve())
         tg.create_task(until_stopped())
         if daemon is not None:

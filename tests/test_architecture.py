@@ -17,6 +17,7 @@ CONFINED = {
     "typer": {"cli/"},
     "starlette": {"api.py", "mem0_api.py"},
     "uvicorn": {"server.py"},
+    "mcp": {"mcp_server.py"},
     "rich": {"cli/"},
     "markdown_it": {"chunker.py"},
     "onnxruntime": {"embedders/local.py"},
