@@ -29,7 +29,7 @@ from memcore.errors import (
     VaultError,
     WriteConflict,
 )
-from memcore.models import SearchFilters
+from memcore.models import MemoryRecord, SearchFilters
 from memcore.service import MemoryService
 
 MAX_BODY = 2_000_000  # a memory may hold 1 MB of text; JSON escaping can double it
@@ -40,12 +40,44 @@ class BadRequest(Exception):
     """A request memcore cannot take: 400 with this message."""
 
 
+class Forbidden(Exception):
+    """The token may not do this (it is bound to another scope): 403."""
+
+
+SCOPE_KEYS = ("user_id", "agent_id", "run_id")
+
+
+def bound(request: Request) -> dict[str, str]:
+    """The scope the request's token is bound to ({} for a full-access token)."""
+    return dict(request.scope.get("state", {}).get("bound") or {})
+
+
+def within(request: Request, given: Mapping[str, Any]) -> dict[str, Any]:
+    """The caller's scope with the token's binding applied: a bound field is filled in, and
+    asking for another value of it is refused."""
+    scope = {k: given.get(k) for k in SCOPE_KEYS}
+    for key, value in bound(request).items():
+        if scope[key] not in (None, value):
+            raise Forbidden(f"this token is bound to {key}={value}")
+        scope[key] = value
+    return scope
+
+
+def owned(request: Request, record: MemoryRecord) -> MemoryRecord:
+    """A record the token may see; to a bound token another scope's memory does not exist."""
+    for key, value in bound(request).items():
+        if getattr(record, key) != value:
+            raise NotFound(f"no memory with id {record.id!r}")
+    return record
+
+
 def error(status: int, message: str) -> JSONResponse:
     return JSONResponse({"error": message}, status_code=status)
 
 
 STATUS: list[tuple[type[Exception], int]] = [
     (BadRequest, 400),
+    (Forbidden, 403),
     (InputError, 400),
     (ConfigError, 400),
     (NotFound, 404),
@@ -104,26 +136,38 @@ def typed(
 
 
 class Guard:
-    """ASGI middleware: bearer token (when set) and a cap on body size."""
+    """ASGI middleware: bearer token (when set; a scoped token binds the request to its scope)
+    and a cap on body size."""
 
-    def __init__(self, app: ASGIApp, token: str | None) -> None:
+    def __init__(
+        self, app: ASGIApp, token: str | None, scoped: Mapping[str, Mapping[str, str]]
+    ) -> None:
         self.app = app
-        self.token = token
+        self.tokens: dict[str, Mapping[str, str]] = dict(scoped)
+        if token is not None:
+            self.tokens[token] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
-        if self.token is not None and scope["path"] != "/health":
-            given = headers.get("authorization", "")
-            scheme, _, value = given.partition(" ")
-            ok = scheme.lower() in ("bearer", "token") and hmac.compare_digest(
-                value.strip().encode(), self.token.encode()
-            )
-            if not ok:
+        if self.tokens and scope["path"] != "/health":
+            scheme, _, value = headers.get("authorization", "").partition(" ")
+            binding = next(
+                (
+                    b for t, b in self.tokens.items()
+                    if hmac.compare_digest(value.strip().encode(), t.encode())
+                ),
+                None,
+            ) if scheme.lower() in ("bearer", "token") else None  # fmt: skip
+            if binding is None:
                 await error(401, "missing or wrong token")(scope, receive, send)
                 return
+            if binding and scope["path"].startswith("/mcp"):
+                await error(403, "a scope-bound token cannot use /mcp yet")(scope, receive, send)
+                return
+            scope.setdefault("state", {})["bound"] = binding
         length = headers.get("content-length")
         if length is not None and (not length.isdigit() or int(length) > MAX_BODY):
             await error(413, f"request body over {MAX_BODY:,} bytes")(scope, receive, send)
@@ -149,8 +193,8 @@ def native_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a rout
     """memcore's own API: search, context, status and the memory operations."""
     m = service.memories
 
-    def scope_of(data: Mapping[str, Any]) -> dict[str, Any]:
-        return {k: typed(data, k, str) for k in ("user_id", "agent_id", "run_id")}
+    def scope_of(request: Request, data: Mapping[str, Any]) -> dict[str, Any]:
+        return within(request, {k: typed(data, k, str) for k in SCOPE_KEYS})
 
     @handle
     async def search(request: Request) -> Response:
@@ -168,7 +212,7 @@ def native_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a rout
             date_from=typed(data, "since", str), date_to=typed(data, "until", str),
             scope_only=bool(typed(data, "scope_only", bool, False)),
             category=typed(data, "category", str), metadata=typed(data, "filters", dict),
-            **scope_of(data),
+            **scope_of(request, data),
         )  # fmt: skip
         query = typed(data, "query", str)
         result = await service.search(
@@ -184,7 +228,9 @@ def native_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a rout
     @handle
     async def context(request: Request) -> Response:
         data = await body_of(request, {"query", "limit", "tag", "path"}, {"query"})
-        filters = SearchFilters(tag=typed(data, "tag", str), path_prefix=typed(data, "path", str))
+        filters = SearchFilters(
+            tag=typed(data, "tag", str), path_prefix=typed(data, "path", str), **within(request, {})
+        )
         block = await service.context(
             typed(data, "query", str), typed(data, "limit", int, 3), filters
         )
@@ -207,7 +253,7 @@ def native_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a rout
         records = await m.add(
             content, metadata=typed(data, "metadata", dict), key=typed(data, "key", str),
             category=typed(data, "category", str, "core"),
-            infer=bool(typed(data, "infer", bool, False)), **scope_of(data),
+            infer=bool(typed(data, "infer", bool, False)), **scope_of(request, data),
         )  # fmt: skip
         return JSONResponse({"results": [r.to_dict() for r in records]})
 
@@ -222,16 +268,17 @@ def native_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a rout
         except ValueError:
             raise BadRequest("limit and offset must be numbers") from None
         records = await m.get_all(
-            user_id=q.get("user_id"), agent_id=q.get("agent_id"), run_id=q.get("run_id"),
-            category=q.get("category"), tag=q.get("tag"), limit=limit, offset=offset,
+            **within(request, q), category=q.get("category"), tag=q.get("tag"), limit=limit,
+            offset=offset,
         )  # fmt: skip
         return JSONResponse({"results": [r.to_dict() for r in records]})
 
     @handle
     async def one(request: Request) -> Response:
         memory_id = request.path_params["memory_id"]
+        found = owned(request, await m.get(memory_id))
         if request.method == "GET":
-            return JSONResponse((await m.get(memory_id)).to_dict())
+            return JSONResponse(found.to_dict())
         if request.method == "DELETE":
             await m.delete(memory_id)
             return JSONResponse({"deleted": memory_id})
@@ -243,11 +290,16 @@ def native_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a rout
 
     @handle
     async def history(request: Request) -> Response:
-        return JSONResponse({"results": await m.history(request.path_params["memory_id"])})
+        memory_id = request.path_params["memory_id"]
+        if bound(request):
+            owned(request, await m.get(memory_id))  # (a deleted one's history: full access only)
+        return JSONResponse({"results": await m.history(memory_id)})
 
     @handle
     async def conversation(request: Request) -> Response:
         session = request.path_params["session_id"]
+        if bound(request) and within(request, {"run_id": session})["user_id"] is not None:
+            raise Forbidden("conversations have no user; a user-bound token cannot reach them")
         if request.method == "GET":
             raw = request.query_params.get("limit")
             limit = int(raw) if raw and raw.isdigit() else None
@@ -272,7 +324,10 @@ def native_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a rout
 
 
 def build_app(
-    service: MemoryService, token: str | None, extra: Sequence[BaseRoute] = ()
+    service: MemoryService,
+    token: str | None,
+    extra: Sequence[BaseRoute] = (),
+    scoped: Mapping[str, Mapping[str, str]] | None = None,
 ) -> Starlette:
     """The whole HTTP app: health, memcore's routes, Mem0's, and ``extra`` (the MCP endpoint)."""
     from memcore.mem0_api import mem0_routes
@@ -293,6 +348,6 @@ def build_app(
 
     return Starlette(
         routes=routes,
-        middleware=[Middleware(Guard, token=token)],
+        middleware=[Middleware(Guard, token=token, scoped=scoped or {})],
         exception_handlers={404: not_found, 405: not_found, BadRequest: bad, Exception: crash},
     )

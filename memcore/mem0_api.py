@@ -14,7 +14,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from memcore.api import BadRequest, body_of, handle, typed
+from memcore.api import BadRequest, body_of, bound, handle, owned, typed, within
 from memcore.models import MemoryRecord
 from memcore.service import MemoryService
 
@@ -79,7 +79,7 @@ def mem0_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a route 
         infer = typed(data, "infer", bool, service.llm is not None)
         records = await m.add(
             messages, metadata=typed(data, "metadata", dict), infer=infer,
-            **{k: typed(data, k, str) for k in SCOPE_KEYS},
+            **within(request, {k: typed(data, k, str) for k in SCOPE_KEYS}),
         )  # fmt: skip
         out = [{**record(r), "event": r.event or "ADD"} for r in records]
         return JSONResponse({"results": out})
@@ -87,7 +87,8 @@ def mem0_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a route 
     @handle
     async def get_all(request: Request) -> Response:
         data = await body_of(request, {"filters", "page", "page_size", *IGNORED})
-        scope, meta = split_filters(data.get("filters"))
+        given, meta = split_filters(data.get("filters"))
+        scope = within(request, given)
         try:
             page = int(request.query_params.get("page", data.get("page", 1)))
             size = int(request.query_params.get("page_size", data.get("page_size", 100)))
@@ -108,21 +109,23 @@ def mem0_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a route 
         data = await body_of(
             request, {"query", "filters", "top_k", "limit", "threshold", *IGNORED}, {"query"}
         )
-        scope, meta = split_filters(data.get("filters"))
+        given, meta = split_filters(data.get("filters"))
+        scope = within(request, given)
         limit = typed(data, "top_k", int) or typed(data, "limit", int) or 10
         if not 1 <= limit <= 1000:
             raise BadRequest("top_k must be 1-1000")
         rows = await m.search(
             typed(data, "query", str), **scope, filters=meta, limit=limit,
-            threshold=typed(data, "threshold", (int, float)), scope_only=bool(scope),
+            threshold=typed(data, "threshold", (int, float)), scope_only=any(scope.values()),
         )  # fmt: skip
         return JSONResponse({"results": [record(r) for r in rows]})
 
     @handle
     async def one(request: Request) -> Response:
         memory_id = request.path_params["memory_id"]
+        found = owned(request, await m.get(memory_id))
         if request.method == "GET":
-            return JSONResponse(record(await m.get(memory_id)))
+            return JSONResponse(record(found))
         if request.method == "DELETE":
             await m.delete(memory_id)
             return JSONResponse({"message": "Memory deleted successfully!"})
@@ -136,14 +139,14 @@ def mem0_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a route 
         unknown = set(q) - {*SCOPE_KEYS, *IGNORED}
         if unknown:
             raise BadRequest(f"unknown parameter(s): {', '.join(sorted(unknown))}")
-        gone = await m.delete_all(
-            user_id=q.get("user_id"), agent_id=q.get("agent_id"), run_id=q.get("run_id")
-        )
+        gone = await m.delete_all(**within(request, q))
         return JSONResponse({"message": f"Memories deleted successfully! ({gone})"})
 
     @handle
     async def history(request: Request) -> Response:
         memory_id = request.path_params["memory_id"]
+        if bound(request):
+            owned(request, await m.get(memory_id))
         events = await m.history(memory_id)
         return JSONResponse([{"id": f"{memory_id}:{n}", **e} for n, e in enumerate(events)])
 
@@ -156,6 +159,7 @@ def mem0_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a route 
         for item in items:
             if not isinstance(item.get("memory_id"), str):
                 raise BadRequest("each memory needs a memory_id")
+            owned(request, await m.get(item["memory_id"]))
         if request.method == "DELETE":
             for item in items:
                 await m.delete(item["memory_id"])

@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import ipaddress
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 import uvicorn
 
@@ -28,9 +28,9 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def check_binding(host: str, token: str | None) -> None:
+def check_binding(host: str, token: str | None, scoped: Mapping[str, object] | None = None) -> None:
     """Off loopback, every request must carry a token: refuse to start without one."""
-    if not is_loopback(host) and not token:
+    if not is_loopback(host) and not token and not scoped:
         raise ConfigError(
             f"serving on {host} (not loopback) needs a token: pass --token or set MEMCORE_TOKEN"
         )
@@ -52,13 +52,15 @@ async def serve(
     stop: asyncio.Event,
     daemon: Daemon | None = None,
     started: asyncio.Event | None = None,
+    scoped: Mapping[str, Mapping[str, str]] | None = None,
 ) -> None:
-    """Answer HTTP on host:port (and keep the index current with ``daemon``) until ``stop``."""
-    check_binding(host, token)
+    """Answer HTTP on host:port (and keep the index current with ``daemon``) until ``stop``.
+    ``scoped`` maps extra tokens to the scope (user_id/agent_id/run_id) their holder is held to."""
+    check_binding(host, token, scoped)
     mcp = build_mcp(service)
     mcp_routes = mcp.streamable_http_app(streamable_http_path="/mcp", host=host).routes
     config = uvicorn.Config(
-        build_app(service, token, mcp_routes), host=host, port=port, log_level="warning",
+        build_app(service, token, mcp_routes, scoped), host=host, port=port, log_level="warning",
         lifespan="off", access_log=False, timeout_graceful_shutdown=5,
     )  # fmt: skip
     server = _Server(config)

@@ -27,10 +27,16 @@ def free_port() -> int:
 
 
 @asynccontextmanager
-async def server(service: MemoryService, token: str | None = None) -> AsyncIterator[str]:
+async def server(
+    service: MemoryService,
+    token: str | None = None,
+    scoped: dict[str, dict[str, str]] | None = None,
+) -> AsyncIterator[str]:
     port = free_port()
     stop, started = asyncio.Event(), asyncio.Event()
-    task = asyncio.create_task(serve(service, "127.0.0.1", port, token, stop, started=started))
+    task = asyncio.create_task(
+        serve(service, "127.0.0.1", port, token, stop, started=started, scoped=scoped)
+    )
     await asyncio.wait_for(started.wait(), 10)
     try:
         yield f"http://127.0.0.1:{port}"
@@ -222,3 +228,41 @@ async def test_cli_search_and_context_can_ask_a_running_server(
         assert out.startswith("## Relevant Memories")
         code, _, err = await run("search", "DX12", "--remote", url, "--token", "wrong")
         assert code == 2 and "missing or wrong token" in err and err.count("\n") == 1
+
+
+async def test_a_scope_bound_token_never_sees_other_scopes(service: MemoryService) -> None:
+    from mem0 import MemoryClient
+
+    (bobs,) = await service.memories.add("Bob's secret plan", user_id="bob")
+    await service.memories.add("a shared team note")
+    tokens = {"alice-t": {"user_id": "alice"}}
+    async with server(service, token="admin", scoped=tokens) as url:
+        alice = httpx.AsyncClient(base_url=url, headers={"Authorization": "Bearer alice-t"})
+        async with alice:
+            added = await alice.post("/api/memories", json={"content": "Alice's plan"})
+            assert added.json()["results"][0]["user_id"] == "alice"  # filled in
+            asked = await alice.post("/api/memories", json={"content": "x", "user_id": "bob"})
+            assert asked.status_code == 403 and "bound to user_id=alice" in asked.json()["error"]
+            found = await alice.post("/api/memory/search", json={"query": "secret plan"})
+            texts = [r["text"] for r in found.json()["results"]]
+            assert "Alice's plan" in texts and "Bob's secret plan" not in texts
+            assert (await alice.get(f"/api/memories/{bobs.id}")).status_code == 404
+            assert (await alice.delete(f"/api/memories/{bobs.id}")).status_code == 404
+            assert (await alice.get(f"/api/memories/{bobs.id}/history")).status_code == 404
+            listed = (await alice.get("/api/memories")).json()["results"]
+            assert [r["memory"] for r in listed] == ["Alice's plan"]
+            assert (await alice.post("/mcp", json={})).status_code == 403
+
+        def as_mem0() -> tuple[object, object]:
+            client = MemoryClient(api_key="alice-t", host=url)
+            out = client.search("plan", filters={"user_id": "*"})
+            everything = client.get_all()
+            client.delete_all()  # only alice's
+            client.client.close()
+            return out, everything
+
+        out, everything = await asyncio.to_thread(as_mem0)
+    assert {r["memory"] for r in out["results"]} == {"Alice's plan"}  # type: ignore[index]
+    assert [r["memory"] for r in everything["results"]] == ["Alice's plan"]  # type: ignore[index]
+    assert (await service.memories.get(bobs.id)).text == "Bob's secret plan"
+    assert await service.memories.count(user_id="alice") == 0

@@ -8,9 +8,11 @@ from typing import Annotated
 import typer
 
 from memcore.app import open_service
-from memcore.cli import app, run, settings_of
+from memcore.cli import app, fail, run, settings_of
 from memcore.cli.watch import _configure_logging
 from memcore.daemon import Daemon, install_signal_handlers
+from memcore.errors import InputError
+from memcore.memories import check_name
 from memcore.server import check_binding, serve
 
 
@@ -26,17 +28,42 @@ def serve_command(
     watch: Annotated[
         bool, typer.Option("--watch/--no-watch", help="Also keep the index current")
     ] = True,
+    scoped_tokens: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--scoped-token",
+            help="TOKEN=user_id:alice[,agent_id:bot]: a token held to one scope (repeatable)",
+        ),
+    ] = None,
 ) -> None:
     """Serve the HTTP API on 127.0.0.1 (another address needs --token) and watch the vault."""
     _configure_logging(ctx.obj.verbose, False)
 
+    scoped = _parse_scoped(scoped_tokens or [])
+
     async def job() -> None:
-        check_binding(host, token)
+        check_binding(host, token, scoped)
         settings = settings_of(ctx)
         stop = asyncio.Event()
         async with open_service(settings) as service:
             install_signal_handlers(stop)
             daemon = Daemon(settings, service, stop) if watch else None
-            await serve(service, host, port, token, stop, daemon)
+            await serve(service, host, port, token, stop, daemon, scoped=scoped)
 
     run(ctx, job)
+
+
+def _parse_scoped(specs: list[str]) -> dict[str, dict[str, str]]:
+    out: dict[str, dict[str, str]] = {}
+    for spec in specs:
+        token, sep, rest = spec.partition("=")
+        scope = dict(part.partition(":")[::2] for part in rest.split(",") if part)
+        if not sep or not token or not scope or not set(scope) <= {"user_id", "agent_id", "run_id"}:
+            raise fail(f"--scoped-token takes TOKEN=user_id:NAME[,agent_id:NAME], got {spec!r}", 2)
+        for key, name in scope.items():
+            try:
+                check_name(name, key)
+            except InputError as exc:
+                raise fail(str(exc), 2) from None
+        out[token] = scope
+    return out
