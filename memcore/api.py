@@ -336,6 +336,12 @@ def build_app(
         return JSONResponse({"ok": True})
 
     routes = [Route("/health", health), *native_routes(service), *mem0_routes(service), *extra]
+    schema = openapi(routes)
+
+    async def openapi_json(request: Request) -> Response:
+        return JSONResponse(schema)
+
+    routes.append(Route("/openapi.json", openapi_json, methods=["GET"]))
 
     async def not_found(request: Request, exc: Exception) -> Response:
         return error(404, f"no route {request.method} {request.url.path}")
@@ -351,3 +357,40 @@ def build_app(
         middleware=[Middleware(Guard, token=token, scoped=scoped or {})],
         exception_handlers={404: not_found, 405: not_found, BadRequest: bad, Exception: crash},
     )
+
+
+def openapi(routes: Sequence[BaseRoute]) -> dict[str, Any]:
+    """An OpenAPI 3.1 document of the routes: paths, methods, JSON bodies, one-line errors."""
+    from memcore import __version__
+
+    error_body = {
+        "description": "one-line error",
+        "content": {"application/json": {"schema": {
+            "type": "object", "properties": {"error": {"type": "string"}}}}},
+    }  # fmt: skip
+    json_object = {"content": {"application/json": {"schema": {"type": "object"}}}}
+    paths: dict[str, dict[str, Any]] = {}
+    for route in routes:
+        if not isinstance(route, Route):
+            continue
+        for method in sorted((route.methods or set()) - {"HEAD"}):
+            op: dict[str, Any] = {
+                "operationId": f"{method.lower()}_{route.path.strip('/').replace('/', '_')}",
+                "responses": {"200": {"description": "OK", **json_object}, "4XX": error_body},
+            }
+            if method in ("POST", "PUT"):
+                op["requestBody"] = {"required": method == "POST", **json_object}
+            params = [p.strip("{}") for p in route.path.split("/") if p.startswith("{")]
+            if params:
+                op["parameters"] = [
+                    {"name": p, "in": "path", "required": True, "schema": {"type": "string"}}
+                    for p in params
+                ]
+            paths.setdefault(route.path, {})[method.lower()] = op
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "memcore", "version": __version__},
+        "components": {"securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}}},
+        "security": [{"bearer": []}],
+        "paths": paths,
+    }

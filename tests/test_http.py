@@ -68,6 +68,9 @@ async def test_native_search_context_status_and_memories(
         block = (await http.post("/api/memory/context", json={"query": "DX12"})).json()
         assert block["context"].startswith("## Relevant Memories")
         assert (await http.get("/api/status")).json()["files"] == 2
+        schema = (await http.get("/openapi.json")).json()
+        assert schema["openapi"] == "3.1.0" and "post" in schema["paths"]["/api/memory/search"]
+        assert "put" in schema["paths"]["/v1/memories/{memory_id}/"]
         upd = await http.put(f"/api/memories/{mid}", json={"content": "Alice likes green tea"})
         assert upd.json()["memory"] == "Alice likes green tea"
         hist = (await http.get(f"/api/memories/{mid}/history")).json()["results"]
