@@ -383,3 +383,12 @@ def test_conversation_save_and_load(static_vault: Path, tmp_path: Path) -> None:
     source.write_text("{not json")
     code, _, err = cli(*v, "conversation", "save", "s1", str(source))
     assert code == 2 and "not JSON" in err
+
+
+def test_serve_refuses_to_bind_off_loopback_without_a_token(static_vault: Path) -> None:
+    code, _, err = cli("--vault", str(static_vault), "serve", "--host", "0.0.0.0")
+    assert code == 2 and "needs a token" in err and err.count("\n") == 1
+    code, _, err = cli("--vault", str(static_vault), "serve", "--scoped-token", "t=user:x")
+    assert code == 2 and "--scoped-token takes TOKEN=user_id:NAME" in err
+    code, _, err = cli("--vault", str(static_vault), "serve", "--scoped-token", "t=user_id:../x")
+    assert code == 2 and "not a valid name" in err
