@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import sys
@@ -74,3 +75,19 @@ async def test_tools_over_stdio(vault: Path) -> None:
         found = payload(await client.call_tool("search", {"query": "chess", "user_id": "bob"}))
         assert found[0]["memory"] == "Bob plays chess"
     assert "Bob plays chess" in (vault / "memory" / "users" / "bob" / "core.md").read_text()
+
+
+async def test_many_tool_calls_at_once_over_http(service: MemoryService) -> None:
+    async with server(service) as url, Client(url + "/mcp") as client:
+
+        async def add(i: int) -> str:
+            added = payload(await client.call_tool("add", {"content": f"parallel {i}",
+                                                           "user_id": "p"}))  # fmt: skip
+            return str(added[0]["id"])
+
+        async def search(i: int) -> None:
+            payload(await client.call_tool("search", {"query": f"parallel {i}"}))
+
+        ids = await asyncio.gather(*(add(i) for i in range(12)), *(search(i) for i in range(12)))
+        listed = payload(await client.call_tool("list", {"user_id": "p", "limit": 100}))
+    assert {r["id"] for r in listed} == set(ids[:12])
