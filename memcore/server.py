@@ -12,7 +12,7 @@ import uvicorn
 
 from memcore.api import build_app
 from memcore.daemon import Daemon
-from memcore.errors import ConfigError
+from memcore.errors import ConfigError, DaemonError, MemcoreError
 from memcore.mcp_server import build_mcp
 from memcore.service import MemoryService
 
@@ -75,10 +75,20 @@ async def serve(
         await stop.wait()
         server.should_exit = True
 
-    async with mcp.session_manager.run(), asyncio.TaskGroup() as tg:
-        tg.create_task(server.serve())
-        tg.create_task(until_stopped())
-        if daemon is not None:
-            tg.create_task(daemon.run())
+    try:
+        async with mcp.session_manager.run(), asyncio.TaskGroup() as tg:
+            tg.create_task(server.serve())
+            tg.create_task(until_stopped())
+            if daemon is not None:
+                tg.create_task(daemon.run())
+    except BaseExceptionGroup as group:  # one line for the person: the watcher's own error
+        first: BaseException = group
+        while isinstance(first, BaseExceptionGroup):
+            first = first.exceptions[0]
+        if isinstance(first, DaemonError):
+            raise DaemonError(f"{first}; run `memcore serve --no-watch` beside it") from None
+        if isinstance(first, MemcoreError):
+            raise first from None
+        raise
     if not server.started:
         raise ConfigError(f"could not listen on {host}:{port} (in use?)")

@@ -13,9 +13,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from memcore.errors import ConfigError
+from memcore.daemon import Daemon, vault_lock
+from memcore.errors import ConfigError, DaemonError
 from memcore.server import serve
 from memcore.service import MemoryService
+from memcore.settings import Settings
 from tests.conftest import REPO
 from tests.support import write
 
@@ -269,3 +271,13 @@ async def test_a_scope_bound_token_never_sees_other_scopes(service: MemoryServic
     assert [r["memory"] for r in everything["results"]] == ["Alice's plan"]  # type: ignore[index]
     assert (await service.memories.get(bobs.id)).text == "Bob's secret plan"
     assert await service.memories.count(user_id="alice") == 0
+
+
+async def test_serve_beside_a_running_watcher_says_to_use_no_watch(
+    settings: Settings, service: MemoryService
+) -> None:
+    with vault_lock(settings):
+        stop = asyncio.Event()
+        daemon = Daemon(settings, service, stop)
+        with pytest.raises(DaemonError, match=r"already watching .*--no-watch"):
+            await serve(service, "127.0.0.1", free_port(), None, stop, daemon)
