@@ -281,6 +281,8 @@ class MemoryWriter:
 
     async def delete_many(self, records: Sequence[MemoryRecord]) -> int:
         """Delete these memories, one write per file; returns how many went."""
+        if not records:
+            return 0
         by_file: dict[str, set[str]] = {}
         for r in records:
             by_file.setdefault(r.path, set()).add(r.id)
