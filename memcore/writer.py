@@ -10,6 +10,7 @@ history log gets one event per change.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ctypes
 import dataclasses
 import datetime as dt
@@ -17,6 +18,7 @@ import errno
 import fcntl
 import os
 import secrets
+import stat
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -432,6 +434,8 @@ def _replace_if_unchanged(path: Path, text: str, expected: bytes | None) -> bool
             fh.write(text.encode("utf-8"))
             fh.flush()
             os.fsync(fh.fileno())
+        with contextlib.suppress(FileNotFoundError):  # keep the file's permissions
+            os.chmod(tmp, stat.S_IMODE(os.stat(path).st_mode))
         if expected is None:
             try:
                 os.link(tmp, path)  # create only if absent, atomically

@@ -332,3 +332,11 @@ async def test_concurrent_adds_to_one_file_share_writes_and_keys_stay_unique(
     assert len(moods) == 1  # one memory per key, whichever write came last
     assert len({r.id for r in results[30:]}) == 1
     assert (vault / "memory" / "users" / "g" / "core.md").read_text().count("- grouped") == 30
+
+
+async def test_a_write_keeps_the_files_permissions(vault: Path, service: MemoryService) -> None:
+    (first,) = await service.memories.add("private", user_id="p")
+    path = vault / first.path
+    path.chmod(0o600)
+    await service.memories.add("still private", user_id="p")
+    assert path.stat().st_mode & 0o777 == 0o600
