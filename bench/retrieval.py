@@ -1,14 +1,21 @@
 """Retrieval quality on a set in the layout of ../shared/eval (queries.jsonl + vault/).
 
     python bench/retrieval.py --set ../shared/eval/locomo [--json]
-        [--embedder local] [--fusion adaptive] [--limit 100]
+        [--embedder local|static|ollama|openai] [-o ollama.model=bge-m3 ...]
+        [--fusion adaptive|all] [--limit 100]
         [--chunk-tokens 400] [--overlap-tokens 50]
         [--recency-weight 0.1 --half-life 30 --as-of question|newest|today]
 
 Indexes through the real pipeline (chunker, embedder, SQLite, FTS5) and asks every query
 through MemoryService.search. Index databases are cached under ~/.cache/memcore-eval keyed by
 set, vault and settings; the vault's own content hashes decide what is re-read, and embeddings
-are cached by text hash, so reruns and other fusion methods cost only the queries.
+are cached by text hash, so reruns and other fusion methods cost only the queries. Sets whose
+queries name a ``vault_dir`` (locomo, longmemeval_s) index one vault per value and ask each
+query only against its own vault.
+
+A server embedder is measured the same way: ``--embedder ollama -o ollama.model=bge-m3`` or
+``--embedder openai -o openai.base_url=http://127.0.0.1:8080/v1 -o openai.model=NAME``
+(``-o`` takes any setting, as ``memcore.toml`` would; its API key comes from the environment).
 """
 
 from __future__ import annotations
@@ -118,6 +125,8 @@ def cache_db(set_dir: Path, vault: Path, args: argparse.Namespace) -> Path:
         args.chunk_tokens,
         args.overlap_tokens,
     )
+    if args.option:  # a server model or another setting: its own cache
+        parts = (*parts, *sorted(args.option))
     if getattr(args, "split", "window") != "window":  # older caches stay valid for windows
         parts = (*parts, args.split)
     digest = hashlib.sha256("|".join(map(str, parts)).encode()).hexdigest()[:12]
@@ -140,6 +149,7 @@ async def run_vault(
         "storage.db": str(cache_db(set_dir, vault, args)),
         "search.recency_weight": args.recency_weight,
         "search.recency_half_life_days": args.half_life,
+        **options(args.option),
     }
     settings = load_settings(vault, overrides, env={})
     CACHE.mkdir(parents=True, exist_ok=True)  # noqa: ASYNC240 - once, before any work
@@ -211,6 +221,17 @@ def newest_day(db: Path) -> dt.date | None:
     return dt.date.fromisoformat(day[:10]) if day else None
 
 
+def options(pairs: list[str]) -> dict[str, str]:
+    """``-o section.key=value`` pairs as settings overrides."""
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or "." not in key:
+            raise SystemExit(f"-o takes section.key=value, got {pair!r}")
+        out[key.strip()] = value
+    return out
+
+
 def load_queries(set_dir: Path) -> list[dict[str, object]]:
     with (set_dir / "queries.jsonl").open(encoding="utf-8") as fh:
         return [q for q in map(json.loads, fh) if q.get("gold_files")]
@@ -246,7 +267,15 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--set", type=Path, required=True, help="folder with queries.jsonl and vault/")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
-    ap.add_argument("--embedder", default="local")
+    ap.add_argument("--embedder", default="local", help="local, static, ollama or openai")
+    ap.add_argument(
+        "-o",
+        "--option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="any setting, e.g. -o ollama.model=bge-m3 (repeatable)",
+    )
     ap.add_argument(
         "--fusion", default=None, help="a method, or 'all' to compare (default: configured)"
     )

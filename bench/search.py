@@ -50,7 +50,7 @@ async def measure(
         t0 = time.perf_counter()
         await svc.search("warm up")  # loads the vector matrix once
         load_ms = (time.perf_counter() - t0) * 1000
-        vecs = await svc.embedder.embed(qs)
+        vecs = await svc.embedder.embed_queries(qs)
         excl, incl, embed_only = [], [], []
         for q, v in zip(qs, vecs, strict=True):
             t0 = time.perf_counter()
@@ -58,7 +58,7 @@ async def measure(
             excl.append((time.perf_counter() - t0) * 1000)
         for q in qs:
             t0 = time.perf_counter()
-            await svc.embedder.embed([q])
+            await svc.embedder.embed_queries([q])
             embed_only.append((time.perf_counter() - t0) * 1000)
             t0 = time.perf_counter()
             await svc.search(q)

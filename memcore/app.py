@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from memcore.embedders.base import Embedder, EmbeddingRunner
+from memcore.embedders.prefixes import task_prefixes
 from memcore.errors import ConfigError, VaultError
 from memcore.llm.base import LLM
 from memcore.service import MemoryService
@@ -72,10 +73,25 @@ def build_store(settings: Settings) -> Store:
     return SqliteStore(settings.db_path, busy_timeout_s=settings.storage.busy_timeout_s)
 
 
+def embedder_prefixes(settings: Settings) -> tuple[str, str]:
+    """The (query, document) task prefixes of the configured server model (none in-process)."""
+    if settings.embedder.provider == "ollama":
+        o = settings.ollama
+        return task_prefixes(o.model, o.query_prefix, o.document_prefix)
+    if settings.embedder.provider == "openai":
+        oa = settings.openai
+        return task_prefixes(oa.model, oa.query_prefix, oa.document_prefix)
+    return "", ""
+
+
 def build_service(settings: Settings, embedder: Embedder | None = None) -> MemoryService:
     """Wire a service for these settings (no I/O until it is entered)."""
+    query_prefix, document_prefix = embedder_prefixes(settings)
     runner = EmbeddingRunner(
-        embedder or build_embedder(settings), retries=settings.embedder.retries
+        embedder or build_embedder(settings),
+        retries=settings.embedder.retries,
+        query_prefix=query_prefix,
+        document_prefix=document_prefix,
     )
     return MemoryService(settings, build_store(settings), runner, build_llm(settings))
 

@@ -114,7 +114,7 @@ class Searcher:
             )
             return None
         try:
-            vecs = await self.embedder.embed([query])
+            vecs = await self.embedder.embed_queries([query])
         except EmbedderError as exc:
             warnings.append(f"embedder unavailable, keyword results only: {exc}")
             self.embedder.mark_down(str(exc))
@@ -210,7 +210,7 @@ class Searcher:
         await asyncio.to_thread(warm_segmenter)
         if not self.embedder.down:
             try:
-                await self.embedder.embed(["warm up"])
+                await self.embedder.embed_queries(["warm up"])
             except EmbedderError as exc:
                 self.embedder.mark_down(str(exc))
 

@@ -52,6 +52,9 @@ class OllamaSettings:
     concurrency: int = 4
     batch_size: int = 32
     keep_alive: str = "10m"
+    # "auto" = the model's documented task prefix (nomic-embed-text: "search_query: "), "" = none
+    query_prefix: str = "auto"
+    document_prefix: str = "auto"
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +66,8 @@ class OpenAISettings:
     timeout: float = 60.0
     concurrency: int = 4
     batch_size: int = 64
+    query_prefix: str = "auto"  # as for ollama; OpenAI's own models want none
+    document_prefix: str = "auto"
 
 
 @dataclass(frozen=True, slots=True)

@@ -49,13 +49,24 @@ class EmbeddingRunner:
     """Embeds any number of texts through an Embedder in batches, several batches in flight.
 
     Transient failures (EmbedderUnavailable) are retried with exponential backoff; after
-    ``retries`` attempts the last one propagates.
+    ``retries`` attempts the last one propagates. ``embed`` is for what gets indexed and
+    ``embed_queries`` for what gets searched: asymmetric models (nomic-embed-text, e5) want a
+    different task prefix on each (see ``prefixes``).
     """
 
-    def __init__(self, embedder: Embedder, retries: int = 3, backoff_s: float = 0.5) -> None:
+    def __init__(
+        self,
+        embedder: Embedder,
+        retries: int = 3,
+        backoff_s: float = 0.5,
+        query_prefix: str = "",
+        document_prefix: str = "",
+    ) -> None:
         self.embedder = embedder
         self.retries = retries
         self.backoff_s = backoff_s
+        self.query_prefix = query_prefix
+        self.document_prefix = document_prefix
         self._sem = asyncio.Semaphore(max(1, embedder.concurrency))
         self._down_until = 0.0
         self.down_reason = ""  # the error that marked it down, for logs and reports
@@ -74,6 +85,10 @@ class EmbeddingRunner:
 
     @property
     def model_id(self) -> str:
+        """The vector space: the model, plus the document prefix when there is one (vectors
+        made with another prefix are not comparable, so changing it re-embeds)."""
+        if self.document_prefix:
+            return f"{self.embedder.model_id}[{self.document_prefix.strip()}]"
         return self.embedder.model_id
 
     @property
@@ -83,6 +98,18 @@ class EmbeddingRunner:
     async def embed(
         self, texts: Sequence[str], progress: Callable[[int], None] | None = None
     ) -> Matrix:
+        """Vectors for texts to index (document prefix applied), one row per text, in order."""
+        if self.document_prefix:
+            texts = [self.document_prefix + t for t in texts]
+        return await self._embed(texts, progress)
+
+    async def embed_queries(self, queries: Sequence[str]) -> Matrix:
+        """Vectors for search queries (query prefix applied), one row per query, in order."""
+        if self.query_prefix:
+            queries = [self.query_prefix + q for q in queries]
+        return await self._embed(queries, None)
+
+    async def _embed(self, texts: Sequence[str], progress: Callable[[int], None] | None) -> Matrix:
         if not texts:
             return np.zeros((0, 0), dtype=np.float32)
         size = max(1, self.embedder.batch_size)
