@@ -7,8 +7,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import REPO
-from tests.support import write
+from tests.support import WireServer, write
 
 KEYS = {
     "hit@1", "hit@5", "recall@5", "recall@10", "mrr@10", "ndcg@10", "evidence_recall@5",
@@ -92,3 +94,31 @@ def test_harness_compares_every_fusion_in_one_run(tmp_path: Path) -> None:
         "vector",
         "keyword",
     ]
+
+
+def test_harness_measures_a_server_embedder_given_by_settings(tmp_path: Path) -> None:
+    run_harness(tmp_path, "--fusion", "vector")  # the static model's index, cached first
+    with WireServer() as srv:
+        rows = run_harness(
+            tmp_path,
+            "--embedder",
+            "ollama",
+            "-o",
+            f"ollama.host={srv.url}",
+            "-o",
+            "ollama.model=nomic-embed-text",
+            "--fusion",
+            "vector",
+        )
+        inputs = [t for r in srv.behaviour.requests for t in r["body"]["input"]]
+    assert rows[0]["embedder"] == "ollama" and rows[0]["queries"] == 2
+    assert "search_query: What dog did Ann adopt?" in inputs
+    assert any(t.startswith("search_document: ") and "beagle" in t for t in inputs)
+    # the other model's cached index is not reused: each has its own
+    assert len(list((tmp_path / "cache").glob("*.db"))) == 2
+
+
+def test_harness_rejects_an_option_without_a_value(tmp_path: Path) -> None:
+    with pytest.raises(subprocess.CalledProcessError) as info:
+        run_harness(tmp_path, "-o", "ollama.model")
+    assert "-o takes section.key=value" in info.value.stderr
