@@ -12,6 +12,7 @@ import json
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from typing import Any
 
+import numpy as np
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
@@ -30,7 +31,9 @@ from memcore.errors import (
     WriteConflict,
 )
 from memcore.models import MemoryRecord, SearchFilters
+from memcore.recall import note_key
 from memcore.service import MemoryService
+from memcore.storage.base import Vector
 
 MAX_BODY = 2_000_000  # a memory may hold 1 MB of text; JSON escaping can double it
 Handler = Callable[[Request], Awaitable[Response]]
@@ -124,6 +127,20 @@ async def body_of(
     return data
 
 
+def vector_of(values: list[Any] | None) -> Vector | None:
+    """A query vector from JSON: a non-empty list of finite numbers."""
+    if values is None:
+        return None
+    if not values or not all(
+        isinstance(v, int | float) and not isinstance(v, bool) for v in values
+    ):
+        raise BadRequest("query_vector must be a non-empty list of numbers")
+    vec = np.asarray(values, dtype=np.float32)
+    if not np.all(np.isfinite(vec)) or not np.any(vec):
+        raise BadRequest("query_vector must be finite and not all zeros")
+    return vec
+
+
 def typed(
     data: Mapping[str, Any], key: str, kind: type | tuple[type, ...], default: Any = None
 ) -> Any:
@@ -191,6 +208,8 @@ def _capped(receive: Receive) -> Receive:
 
 def native_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a route table
     """memcore's own API: search, context, status and the memory operations."""
+    from memcore.strength_api import strength_routes
+
     m = service.memories
 
     def scope_of(request: Request, data: Mapping[str, Any]) -> dict[str, Any]:
@@ -201,7 +220,8 @@ def native_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a rout
         data = await body_of(
             request,
             {"query", "limit", "user_id", "agent_id", "run_id", "scope_only", "category",
-             "filters", "tag", "path", "since", "until", "threshold"},
+             "filters", "tag", "path", "since", "until", "threshold", "query_vector",
+             "reinforce"},
             {"query"},
         )  # fmt: skip
         limit = typed(data, "limit", int, 5)
@@ -216,10 +236,14 @@ def native_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a rout
         )  # fmt: skip
         query = typed(data, "query", str)
         result = await service.search(
-            query, limit, filters, min_score=typed(data, "threshold", (int, float))
-        )
+            query, limit, filters, min_score=typed(data, "threshold", (int, float)),
+            query_vector=vector_of(typed(data, "query_vector", list)),
+        )  # fmt: skip
         async with service.store.snapshot() as reader:
             records = await reader.memories_of_chunks([h.chunk_id for h in result.hits])
+        if typed(data, "reinforce", bool, False):
+            keys = [note_key(h.path, h.start_line, h.end_line) for h in result.hits]
+            await m.reinforce_hits([h.chunk_id for h in result.hits], keys)
         out = result.to_dict()
         for hit, row in zip(result.hits, out["results"], strict=True):  # type: ignore[call-overload]
             row["memory_id"] = records[hit.chunk_id].id if hit.chunk_id in records else None
@@ -276,7 +300,7 @@ def native_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a rout
     @handle
     async def one(request: Request) -> Response:
         memory_id = request.path_params["memory_id"]
-        found = owned(request, await m.get(memory_id))
+        found = owned(request, await m.get(memory_id, review=request.method == "GET"))
         if request.method == "GET":
             return JSONResponse(found.to_dict())
         if request.method == "DELETE":
@@ -292,7 +316,7 @@ def native_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a rout
     async def history(request: Request) -> Response:
         memory_id = request.path_params["memory_id"]
         if bound(request):
-            owned(request, await m.get(memory_id))  # (a deleted one's history: full access only)
+            owned(request, await m.get(memory_id, review=False))  # deleted: full access only
         return JSONResponse({"results": await m.history(memory_id)})
 
     @handle
@@ -320,6 +344,7 @@ def native_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a rout
         Route("/api/memories/{memory_id}", one, methods=["GET", "PUT", "DELETE"]),
         Route("/api/memories/{memory_id}/history", history, methods=["GET"]),
         Route("/api/conversations/{session_id}", conversation, methods=["GET", "PUT", "DELETE"]),
+        *strength_routes(service),
     ]
 
 

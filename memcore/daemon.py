@@ -122,6 +122,7 @@ class Daemon:
     started_at: str = field(default_factory=_now)
     last_update: str | None = None
     batches: int = 0
+    forgotten: int = 0  # memories the forget loop archived
     warmed: bool = False
     failing: dict[str, Retry] = field(default_factory=dict)  # path ("" = the vault) -> retry
     _wake: asyncio.Event = field(default_factory=asyncio.Event)
@@ -185,8 +186,10 @@ class Daemon:
                     async with asyncio.TaskGroup() as tg:
                         flusher = tg.create_task(self._flush_loop())
                         retry = tg.create_task(self._retry_pending_loop())
+                        forget = tg.create_task(self._forget_loop())
                         await self.stop.wait()
                         retry.cancel()
+                        forget.cancel()
                         self._wake.set()
                         await flusher
             finally:
@@ -301,6 +304,27 @@ class Daemon:
                 log.info("embedder is back: %d chunks embedded", report.chunks_embedded)
                 self._after_batch(report)
 
+    async def _forget_loop(self) -> None:
+        """Archive decaying memories whose retrievability fell below strength.forget_below,
+        every strength.forget_interval_s (off while forget_below is 0)."""
+        s = self.settings.strength
+        if s.forget_below <= 0:
+            return
+        while True:
+            await asyncio.sleep(s.forget_interval_s)
+            try:
+                gone = await self.service.memories.forget_below(s.forget_below)
+            except Exception as exc:
+                log.warning("forgetting weak memories failed (%s); will try again", exc)
+                continue
+            if gone:
+                log.info(
+                    "archived %d memories below retrievability %.2f: %s",
+                    len(gone), s.forget_below, ", ".join(r.id for r in gone),
+                )  # fmt: skip
+                self.forgotten += len(gone)
+                self._publish()
+
     def _publish(self) -> None:
         _write_status(
             self.settings,
@@ -314,6 +338,7 @@ class Daemon:
                 "polling": bool(self._watcher and self._watcher.polling),
                 "watching": self._watcher is not None,
                 "retrying": {p or "<vault>": r.to_dict() for p, r in self.failing.items()},
+                "forgotten": self.forgotten,
             },
         )
 

@@ -1,4 +1,4 @@
-"""The memory history: every ADD, UPDATE and DELETE, in the vault as JSON lines.
+"""The memory history: every ADD, UPDATE, DELETE, ARCHIVE and RESTORE, in the vault as JSON lines.
 
 It lives at ``memory/history.jsonl`` (not Markdown, so never indexed) and travels with the vault
 in git, so ``reindex`` keeps it. Events written through the API say ``"actor": "api"``; changes
@@ -19,7 +19,7 @@ from typing import Literal
 from memcore.models import MemoryRecord
 
 HISTORY_PATH = "memory/history.jsonl"
-Event = Literal["ADD", "UPDATE", "DELETE"]
+Event = Literal["ADD", "UPDATE", "DELETE", "ARCHIVE", "RESTORE"]
 Actor = Literal["api", "person"]
 
 

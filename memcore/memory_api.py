@@ -8,15 +8,18 @@ and ``run_id``; a scoped call never sees another scope's memories.
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 from collections.abc import Mapping, Sequence
 
 from memcore import infer
+from memcore.archive import Archive
 from memcore.errors import ConfigError, InputError
 from memcore.llm.base import LLM
 from memcore.memories import Scope, check_name
 from memcore.models import MemoryQuery, MemoryRecord, SearchFilters
+from memcore.recall import Recall, note_key
 from memcore.searcher import Searcher
-from memcore.storage.base import Store
+from memcore.storage.base import Store, Vector
 from memcore.writer import MemoryWriter, NewMemory
 
 Message = Mapping[str, object]
@@ -25,12 +28,19 @@ MAX_LIST = 10_000
 
 class MemoryApi:
     def __init__(
-        self, store: Store, writer: MemoryWriter, searcher: Searcher, llm: LLM | None = None
+        self,
+        store: Store,
+        writer: MemoryWriter,
+        searcher: Searcher,
+        llm: LLM | None = None,
+        recall: Recall | None = None,
     ) -> None:
         self._store = store
         self.writer = writer
         self.searcher = searcher
         self.llm = llm
+        self.recall = recall or searcher.recall
+        self.archive = Archive(writer)
 
     async def add(
         self,
@@ -121,8 +131,76 @@ class MemoryApi:
         """Seed 003's write_memory: append Markdown to a vault file and index it."""
         return await self.writer.append_note(file, content)
 
-    async def get(self, memory_id: str) -> MemoryRecord:
-        return await self.writer.get(memory_id)
+    async def get(self, memory_id: str, *, review: bool = True) -> MemoryRecord:
+        """One memory by id, with its strength. Reading it counts as a review (a use) unless
+        ``review=False`` (a look before changing or deleting it)."""
+        record = await self.writer.get(memory_id)
+        if review:
+            await self.recall.review([record.id])
+        return (await self.with_strength([record]))[0]
+
+    async def reinforce(self, *memory_ids: str) -> list[MemoryRecord]:
+        """Count a use of each memory (an FSRS review); returns them with their new strength.
+        Raises NotFound for an id that is not a memory."""
+        records = [await self.writer.get(mid) for mid in memory_ids]
+        await self.recall.review([r.id for r in records])
+        return await self.with_strength(records)
+
+    async def with_strength(
+        self, records: Sequence[MemoryRecord], now: dt.datetime | None = None
+    ) -> list[MemoryRecord]:
+        """The records with their FSRS strength now."""
+        held = await self.recall.of_records(records, now)
+        return [dataclasses.replace(r, strength=held.get(r.id)) for r in records]
+
+    async def forget_below(
+        self,
+        threshold: float,
+        *,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        run_id: str | None = None,
+        category: str | None = None,
+        dry_run: bool = False,
+        now: dt.datetime | None = None,
+    ) -> list[MemoryRecord]:
+        """Goclaw's ForgetByThreshold: archive every decaying memory of the scope whose
+        retrievability is below ``threshold`` (core memories never go). ``dry_run`` only
+        lists them. Archived memories move to memory/.archive/ and ``restore`` brings one
+        back; nothing is deleted."""
+        if not 0 < threshold < 1:
+            raise InputError(f"threshold must be between 0 and 1, got {threshold}")
+        query = self._query(user_id, agent_id, run_id, category, None, None, None)
+        weak: list[MemoryRecord] = []
+        offset = 0
+        while page := await self.writer.get_all(_paged(query, MAX_LIST, offset)):
+            weak += [
+                r
+                for r in await self.with_strength(page, now)
+                if r.strength
+                and r.strength.tier != "core"
+                and r.strength.retrievability < threshold
+            ]
+            offset += len(page)
+        if weak and not dry_run:
+            moved = set(await self.archive.archive(weak))
+            weak = [r for r in weak if r.id in moved]
+        return weak
+
+    async def restore(self, memory_id: str) -> MemoryRecord:
+        """Bring an archived memory back to its file, with its id, fields and strength."""
+        await self.archive.restore(memory_id)
+        return (await self.with_strength([await self.writer.get(memory_id)]))[0]
+
+    async def reinforce_hits(self, chunk_ids: Sequence[int], keys: Sequence[str]) -> None:
+        """Count a use of search hits: memories by id, notes by their note key."""
+        async with self._store.snapshot() as reader:
+            memories = await reader.memories_of_chunks(list(chunk_ids))
+        out = [
+            memories[cid].id if cid in memories else key
+            for cid, key in zip(chunk_ids, keys, strict=True)
+        ]
+        await self.recall.review(out)
 
     async def get_all(
         self,
@@ -142,7 +220,7 @@ class MemoryApi:
         if not 1 <= limit <= MAX_LIST or offset < 0:
             raise InputError(f"limit must be 1-{MAX_LIST} and offset >= 0")
         query = self._query(user_id, agent_id, run_id, category, key, tag, filters)
-        return await self.writer.get_all(_paged(query, limit, offset))
+        return await self.with_strength(await self.writer.get_all(_paged(query, limit, offset)))
 
     async def get_memories_by_tag(self, tag: str, limit: int = 100) -> list[MemoryRecord]:
         """Seed 003's listing by tag, with no query."""
@@ -234,9 +312,13 @@ class MemoryApi:
         filters: Mapping[str, object] | None = None,
         limit: int = 5,
         threshold: float | None = None,
+        query_vector: Vector | None = None,
+        reinforce: bool = False,
     ) -> list[MemoryRecord]:
-        """Hybrid search as records. Shared notes come back too (id ``note:path#Lstart-end``,
-        category ``note``) unless ``scope_only`` or a category/metadata filter is given."""
+        """Hybrid search as records, each with its strength. Shared notes come back too (id
+        ``note:path#Lstart-end``, category ``note``) unless ``scope_only`` or a
+        category/metadata filter is given. ``query_vector`` (from the same embedding model)
+        skips embedding the query; ``reinforce`` counts every result as used (a review)."""
         for name, value in (("user_id", user_id), ("agent_id", agent_id), ("run_id", run_id)):
             if value is not None:
                 check_name(value, name)
@@ -248,6 +330,7 @@ class MemoryApi:
                 category=category, metadata=filters,
             ),
             min_score=threshold,
+            query_vector=query_vector,
         )  # fmt: skip
         async with self._store.snapshot() as reader:
             records = await reader.memories_of_chunks([h.chunk_id for h in result.hits])
@@ -256,12 +339,14 @@ class MemoryApi:
             record = records.get(hit.chunk_id)
             if record is None:
                 record = MemoryRecord(
-                    id=f"note:{hit.path}#L{hit.start_line}-{hit.end_line}",
+                    id=note_key(hit.path, hit.start_line, hit.end_line),
                     text=hit.text, path=hit.path, start_line=hit.start_line,
-                    end_line=hit.end_line, category="note",
+                    end_line=hit.end_line, category="note", created=hit.date or "",
                 )  # fmt: skip
             out.append(_scored(record, hit.score))
-        return out
+        if reinforce:
+            await self.recall.review([r.id for r in out])
+        return await self.with_strength(out)
 
     def _query(
         self,

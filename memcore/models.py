@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 SearchMode = Literal["hybrid", "vector", "keyword"]
+Tier = Literal["core", "decaying"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,6 +147,7 @@ class MemoryRecord:
     metadata: Mapping[str, object] = field(default_factory=dict)
     score: float | None = None
     event: str | None = None  # what add(..., infer=True) did: ADD, UPDATE or DELETE
+    strength: Strength | None = None  # FSRS-6 state now (see strength.py), when asked for
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -164,6 +166,29 @@ class MemoryRecord:
             "start_line": self.start_line,
             "end_line": self.end_line,
             **({"score": round(self.score, 4)} if self.score is not None else {}),
+            **({"strength": self.strength.to_dict()} if self.strength is not None else {}),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Strength:
+    """How well a memory is held now. ``stability_days`` and ``difficulty`` are FSRS-6's."""
+
+    tier: Tier
+    retrievability: float
+    stability_days: float
+    difficulty: float
+    last_review: str  # ISO 8601, UTC
+    reviews: int
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "tier": self.tier,
+            "retrievability": round(self.retrievability, 4),
+            "stability_days": round(self.stability_days, 3),
+            "difficulty": round(self.difficulty, 3),
+            "last_review": self.last_review,
+            "reviews": self.reviews,
         }
 
 

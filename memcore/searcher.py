@@ -17,9 +17,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
+from memcore import strength
 from memcore.embedders.base import EmbeddingRunner
-from memcore.errors import EmbedderError
+from memcore.errors import EmbedderError, InputError
 from memcore.models import Hit, SearchFilters, SearchMode, SearchResult
+from memcore.recall import Recall
 from memcore.search import fusion
 from memcore.search.tokenize import has_cjk, warm_segmenter
 from memcore.settings import Settings
@@ -42,10 +46,17 @@ class Found:
 class Searcher:
     """Answers searches; safe to call from many tasks at once (each gets its own snapshot)."""
 
-    def __init__(self, settings: Settings, store: Store, embedder: EmbeddingRunner) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        store: Store,
+        embedder: EmbeddingRunner,
+        recall: Recall | None = None,
+    ) -> None:
         self.settings = settings
         self.store = store
         self.embedder = embedder
+        self.recall = recall or Recall(settings.vault)
 
     async def search(
         self,
@@ -78,18 +89,27 @@ class Searcher:
             )
         if query_vector is None and method != "keyword" and query.strip():
             query_vector = await self.embed_query(query, warnings)
+        elif query_vector is not None:
+            query_vector = unit_vector(query_vector)
         async with self.store.snapshot() as reader:
-            found = await self.candidates(
-                reader,
-                query,
-                limit * s.candidates,
-                filters,
-                query_vector if method != "keyword" else None,
-                use_keywords=method != "vector",
-            )
+            try:
+                found = await self.candidates(
+                    reader,
+                    query,
+                    limit * s.candidates,
+                    filters,
+                    query_vector if method != "keyword" else None,
+                    use_keywords=method != "vector",
+                )
+            except ValueError as exc:  # a caller's vector of another size than the index's
+                raise InputError(
+                    f"query_vector has {len(query_vector or ())} dimensions; the index holds "
+                    f"vectors of {self.embedder.model_id} of another dimension"
+                ) from exc
             fused = method if found.has_vectors else "keyword"
             scores = self.fuse(found.candidates, fused, found.query_has_cjk)
             scores = await self.boost_recent(reader, scores, as_of)
+            scores = await self.weigh_strength(reader, scores, as_of)
             top = [(cid, sc) for cid, sc in fusion.ranked(scores) if sc >= min_score][:limit]
             hits = await self.hits(reader, found.candidates, top)
         log.debug(
@@ -177,6 +197,23 @@ class Searcher:
                 continue
         return fusion.recency(scores, ages, s.recency_weight, s.recency_half_life_days)
 
+    async def weigh_strength(
+        self, reader: IndexReader, scores: dict[int, float], as_of: dt.date | None = None
+    ) -> dict[int, float]:
+        """Scale scores by FSRS retrievability (``strength.weight``; 0 = unchanged)."""
+        weight = self.settings.strength.weight
+        if weight <= 0 or not scores:
+            return scores
+        now = dt.datetime.combine(as_of, dt.time(12), dt.UTC) if as_of else dt.datetime.now(dt.UTC)
+        ids = list(scores)
+        rows = await reader.chunk_rows(ids)
+        memories = await reader.memories_of_chunks(ids)
+        held = await self.recall.of_chunks(rows, memories, now)
+        return {
+            cid: strength.weigh(sc, held[cid].retrievability, weight) if cid in held else sc
+            for cid, sc in scores.items()
+        }
+
     async def hits(
         self,
         reader: IndexReader,
@@ -213,6 +250,16 @@ class Searcher:
                 await self.embedder.embed_queries(["warm up"])
             except EmbedderError as exc:
                 self.embedder.mark_down(str(exc))
+
+
+def unit_vector(vector: Vector) -> Vector:
+    """A caller's query vector as float32 of length 1. Raises InputError for a bad one."""
+    vec = np.asarray(vector, dtype=np.float32).reshape(-1)
+    norm = float(np.linalg.norm(vec))
+    if vec.size == 0 or not np.isfinite(norm) or norm == 0:
+        raise InputError("query_vector must be a non-empty, finite, non-zero list of numbers")
+    out: Vector = vec / norm
+    return out
 
 
 def has_words(query: str) -> bool:

@@ -21,6 +21,7 @@ from memcore.llm.base import LLM
 from memcore.memory_api import MemoryApi
 from memcore.models import IndexReport, IndexStatus, SearchFilters, SearchResult
 from memcore.prompt import relevant_memories
+from memcore.recall import Recall, note_key
 from memcore.searcher import Searcher
 from memcore.settings import Settings
 from memcore.storage.base import Store, Vector
@@ -45,9 +46,10 @@ class MemoryService:
         self.embedder = embedder
         self.llm = llm
         self.indexer = Indexer(settings, store, embedder, HistoryLog(settings.vault))
-        self.searcher = Searcher(settings, store, embedder)
+        self.recall = Recall(settings.vault)  # FSRS strength from memory/reviews.jsonl
+        self.searcher = Searcher(settings, store, embedder, self.recall)
         writer = MemoryWriter(settings.vault, store, self.indexer)
-        self.memories = MemoryApi(store, writer, self.searcher, llm)  # add/get/update/delete/...
+        self.memories = MemoryApi(store, writer, self.searcher, llm, self.recall)
         self.conversations = Conversations(writer)  # transcripts, chat and tool-call items
 
     async def __aenter__(self) -> Self:
@@ -104,9 +106,13 @@ class MemoryService:
     async def context(
         self, query: str, limit: int = 3, filters: SearchFilters | None = None
     ) -> str:
-        """A "## Relevant Memories" block for a prompt (empty string when nothing matches)."""
+        """A "## Relevant Memories" block for a prompt (empty string when nothing matches).
+        Every memory put in the block counts as used: one FSRS review each."""
         result = await self.search(query, limit=limit, filters=filters)
-        return relevant_memories(result.hits)
+        hits = result.hits
+        keys = [note_key(h.path, h.start_line, h.end_line) for h in hits]
+        await self.memories.reinforce_hits([h.chunk_id for h in hits], keys)
+        return relevant_memories(hits)
 
     async def warm(self) -> None:
         """Load models and dictionaries off the event loop before the first query needs them."""

@@ -83,6 +83,15 @@ class SearchSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class StrengthSettings:
+    """FSRS-6 memory strength (strength.py): how it ranks and when memories are forgotten."""
+
+    weight: float = 0.0  # share of a score that retrievability scales; 0 = off (see Quality)
+    forget_below: float = 0.0  # the daemon archives decaying memories below this; 0 = off
+    forget_interval_s: float = 3600.0  # how often the daemon looks
+
+
+@dataclass(frozen=True, slots=True)
 class StorageSettings:
     db: str = ""  # empty = <vault>/.memcore/index.db
     busy_timeout_s: float = 10.0  # how long a write waits for another process's transaction
@@ -122,6 +131,7 @@ class Settings:
     ollama: OllamaSettings = field(default_factory=OllamaSettings)
     openai: OpenAISettings = field(default_factory=OpenAISettings)
     search: SearchSettings = field(default_factory=SearchSettings)
+    strength: StrengthSettings = field(default_factory=StrengthSettings)
     storage: StorageSettings = field(default_factory=StorageSettings)
     watch: WatchSettings = field(default_factory=WatchSettings)
     hook: HookSettings = field(default_factory=HookSettings)
@@ -410,6 +420,12 @@ def _problems(s: Settings) -> Iterator[str]:
     for name, number in positive.items():
         if number <= 0:
             yield f"{name}: must be positive, got {number}"
+    if not 0 <= s.strength.weight <= 1:
+        yield f"strength.weight: must be between 0 and 1, got {s.strength.weight}"
+    if not 0 <= s.strength.forget_below < 1:
+        yield f"strength.forget_below: must be >= 0 and below 1, got {s.strength.forget_below}"
+    if s.strength.forget_interval_s <= 0:
+        yield f"strength.forget_interval_s: must be positive, got {s.strength.forget_interval_s}"
     if s.search.recency_weight < 0:
         yield f"search.recency_weight: must be >= 0, got {s.search.recency_weight}"
     if not 0 <= s.index.overlap_tokens < s.index.chunk_tokens:

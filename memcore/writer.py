@@ -62,7 +62,7 @@ class NewMemory:
 
 
 @dataclass(slots=True)
-class _Edit:
+class FileEdit:
     """What one write does to a file: items to replace (empty list = delete), lines to append,
     and the history events it makes."""
 
@@ -72,7 +72,7 @@ class _Edit:
     ids: list[str] = field(default_factory=list)
 
 
-Change = Callable[[MemoryFile], _Edit]
+Change = Callable[[MemoryFile], FileEdit]
 
 
 class MemoryWriter:
@@ -225,9 +225,9 @@ class MemoryWriter:
         checked = [self._checked(m) for m in memories]
         rel = self.file_for(scope, category)
 
-        def change(f: MemoryFile) -> _Edit:
+        def change(f: MemoryFile) -> FileEdit:
             stamp = now()
-            edit = _Edit(replace={i.id: [] for i in f.items})
+            edit = FileEdit(replace={i.id: [] for i in f.items})
             edit.events += [_event(i.id, "DELETE", i.text, None, rel) for i in f.items]
             for m in checked:
                 item = MemoryItem(m.id, m.content, m.key, stamp, stamp, m.metadata or {})
@@ -253,7 +253,7 @@ class MemoryWriter:
             raise InputError("update needs new content or metadata")
         record = await self.get(memory_id)
 
-        def change(f: MemoryFile) -> _Edit:
+        def change(f: MemoryFile) -> FileEdit:
             item = _must_find(f, memory_id)
             new = dataclasses.replace(
                 item,
@@ -261,7 +261,7 @@ class MemoryWriter:
                 metadata=meta if meta is not None else item.metadata,
                 updated=now(),
             )
-            edit = _Edit(replace={item.id: render_item(new)}, ids=[item.id])
+            edit = FileEdit(replace={item.id: render_item(new)}, ids=[item.id])
             if new.text != item.text:
                 edit.events.append(_event(item.id, "UPDATE", item.text, new.text, record.path))
             return edit
@@ -272,9 +272,9 @@ class MemoryWriter:
     async def delete(self, memory_id: str) -> None:
         record = await self.get(memory_id)
 
-        def change(f: MemoryFile) -> _Edit:
+        def change(f: MemoryFile) -> FileEdit:
             item = _must_find(f, memory_id)
-            return _Edit(
+            return FileEdit(
                 replace={item.id: []},
                 events=[_event(item.id, "DELETE", item.text, None, record.path)],
             )
@@ -291,9 +291,9 @@ class MemoryWriter:
         gone = 0
         for rel, ids in by_file.items():
 
-            def change(f: MemoryFile, ids: set[str] = ids, rel: str = rel) -> _Edit:
+            def change(f: MemoryFile, ids: set[str] = ids, rel: str = rel) -> FileEdit:
                 items = [i for i in f.items if i.id in ids]
-                return _Edit(
+                return FileEdit(
                     replace={i.id: [] for i in items},
                     events=[_event(i.id, "DELETE", i.text, None, rel) for i in items],
                     ids=[i.id for i in items],
@@ -302,6 +302,21 @@ class MemoryWriter:
             gone += len(await self._write(rel, None, None, change))
         await self.indexer.index(list(by_file), history=False)
         return gone
+
+    async def edit(
+        self,
+        rel: str,
+        scope: Scope | None,
+        category: str | None,
+        change: Change,
+        index: bool = True,
+    ) -> list[str]:
+        """Apply ``change`` to one memory file (created for ``scope`` and ``category`` when
+        missing) as every write does, then index it. Returns the ids the change names."""
+        ids = await self._write(rel, scope, category, change)
+        if index:
+            await self.indexer.index([rel], history=False)
+        return ids
 
     async def _change(self, record: MemoryRecord, change: Change) -> None:
         await self._write(record.path, None, None, change)
@@ -325,7 +340,7 @@ class MemoryWriter:
 
 def _apply(
     target: Path, rel: str, scope: Scope | None, category: str | None, change: Change
-) -> _Edit | None:
+) -> FileEdit | None:
     """Read, parse, change and replace a memory file (blocking: run in a worker thread).
     None when the file changed under us and the write must be tried again."""
     before = _read_or_none(target)
@@ -353,8 +368,8 @@ def _append_block(target: Path, rel: str, content: str) -> bool:
 
 
 def _adder(group: Sequence[NewMemory], rel: str) -> Change:
-    def change(f: MemoryFile) -> _Edit:
-        edit = _Edit()
+    def change(f: MemoryFile) -> FileEdit:
+        edit = FileEdit()
         stamp = now()
         pending: dict[str, tuple[int, str]] = {}  # key -> (place in edit.append, id)
         for m in group:
@@ -389,7 +404,7 @@ def _adder(group: Sequence[NewMemory], rel: str) -> Change:
     return change
 
 
-def _record_unrecorded(parsed: MemoryFile, edit: _Edit) -> None:
+def _record_unrecorded(parsed: MemoryFile, edit: FileEdit) -> None:
     """Items added by hand get their (derived) id written down now that the file is rewritten."""
     stamp = now()
     for item in parsed.items:

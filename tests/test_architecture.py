@@ -15,7 +15,7 @@ CONFINED = {
     "openai": {"embedders/openai.py", "llm/openai.py"},
     "httpx": {"embedders/ollama.py", "api.py", "remote.py"},
     "typer": {"cli/"},
-    "starlette": {"api.py", "mem0_api.py"},
+    "starlette": {"api.py", "mem0_api.py", "strength_api.py"},
     "uvicorn": {"server.py"},
     "mcp": {"mcp_server.py"},
     "rich": {"cli/"},
@@ -24,6 +24,7 @@ CONFINED = {
     "tokenizers": {"embedders/local.py"},
     "jieba": {"search/tokenize.py"},
     "yaml": {"chunker.py"},
+    "fsrs": {"strength.py"},
 }
 # the pure core never imports I/O layers
 PURE = {
@@ -37,6 +38,7 @@ PURE = {
     "search/tokenize.py",
     "models.py",
     "errors.py",
+    "strength.py",
 }
 LAYERS_ABOVE_SERVICE = (
     "memcore.cli",
@@ -44,6 +46,7 @@ LAYERS_ABOVE_SERVICE = (
     "memcore.daemon",
     "memcore.api",
     "memcore.mem0_api",
+    "memcore.strength_api",
     "memcore.server",
     "memcore.mcp_server",
 )
@@ -97,6 +100,7 @@ def test_service_and_adapters_never_import_front_ends() -> None:
                 "daemon.py",
                 "api.py",
                 "mem0_api.py",
+                "strength_api.py",
                 "server.py",
                 "mcp_server.py",
                 "__init__.py",

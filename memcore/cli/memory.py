@@ -60,7 +60,15 @@ def _show(records: list[MemoryRecord], as_json: bool) -> None:
                                     ("run", r.run_id)) if v
         )  # fmt: skip
         key = f" key={r.key}" if r.key else ""
-        typer.echo(f"{r.id}  [{r.category}{' ' + scope if scope else ''}{key}]  {r.text}")
+        held = _strength(r)
+        typer.echo(f"{r.id}  [{r.category}{' ' + scope if scope else ''}{key}]{held}  {r.text}")
+
+
+def _strength(r: MemoryRecord) -> str:
+    """ " core" for memories that never decay, else " R=0.87" (retrievability now)."""
+    if r.strength is None:
+        return ""
+    return " core" if r.strength.tier == "core" else f" R={r.strength.retrievability:.2f}"
 
 
 @app.command()
@@ -146,18 +154,48 @@ def update(
     _show([record], as_json)
 
 
+BelowOpt = typer.Option(
+    "--below", min=0.0, max=1.0, help="Archive decaying memories whose retrievability is below"
+)
+
+
 @app.command()
 def forget(
     ctx: typer.Context,
-    target: Annotated[str, typer.Argument(help="A memory id, or a key with --key")],
+    target: Annotated[
+        str | None, typer.Argument(help="A memory id, or a key with --key (not with --below)")
+    ] = None,
     by_key: Annotated[bool, typer.Option("--key", help="TARGET is a key")] = False,
     user: UserOpt = None,
     agent: AgentOpt = None,
     run_id: RunOpt = None,
+    below: Annotated[float | None, BelowOpt] = None,
+    category: CategoryOpt = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="With --below: only list")] = False,
+    as_json: JsonOpt = False,
 ) -> None:
-    """Delete a memory (its lines leave the Markdown; its history stays)."""
+    """Delete a memory (its lines leave the Markdown; its history stays), or with --below R
+    archive the weak ones (restorable with `memcore restore ID`)."""
+    if below is not None:
+        if target is not None:
+            raise fail("give a memory id or --below, not both", 2)
+        weak = _with_service(
+            ctx,
+            lambda s: s.memories.forget_below(
+                below, user_id=user, agent_id=agent, run_id=run_id, category=category,
+                dry_run=dry_run,
+            ),
+        )  # fmt: skip
+        _show(weak, as_json)
+        if not as_json:
+            verb = "would archive" if dry_run else "archived"
+            typer.echo(f"{verb} {len(weak)} memories below retrievability {below}", err=True)
+        return
+    if target is None:
+        raise fail("forget needs a memory id, a key with --key, or --below R", 2)
 
     async def use(s: MemoryService) -> bool:
+        assert target is not None
         if by_key:
             return await s.memories.forget(target, user_id=user, agent_id=agent, run_id=run_id)
         await s.memories.delete(target)
@@ -166,6 +204,26 @@ def forget(
     if not _with_service(ctx, use):
         raise fail(f"no memory under key {target!r} in that scope")
     typer.echo(f"forgot {target}")
+
+
+@app.command()
+def restore(
+    ctx: typer.Context,
+    memory_id: Annotated[str, typer.Argument(help="An archived memory's id")],
+    as_json: JsonOpt = False,
+) -> None:
+    """Bring a memory that `forget --below` archived back to its file."""
+    _show([_with_service(ctx, lambda s: s.memories.restore(memory_id))], as_json)
+
+
+@app.command()
+def reinforce(
+    ctx: typer.Context,
+    memory_ids: Annotated[list[str], typer.Argument(help="Memory ids")],
+    as_json: JsonOpt = False,
+) -> None:
+    """Count a use of these memories (an FSRS review): they decay more slowly from now on."""
+    _show(_with_service(ctx, lambda s: s.memories.reinforce(*memory_ids)), as_json)
 
 
 @app.command()

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Protocol, Self
 
@@ -42,6 +42,7 @@ class ChunkRow:
     text: str
     date: str | None
     tags: tuple[str, ...]
+    metadata: Mapping[str, object] = field(default_factory=dict)  # the file's front matter
 
 
 @dataclass(frozen=True, slots=True)

@@ -230,13 +230,14 @@ class SqliteReader(_Queries):
         for i in range(0, len(ids), _BATCH):
             part = list(ids[i : i + _BATCH])
             rows = await self._all(
-                "SELECT id, source_file, start_line, end_line, heading_path, content, date, tags "
-                f"FROM memory_chunks WHERE id IN ({_marks(len(part))})",
+                "SELECT id, source_file, start_line, end_line, heading_path, content, date, tags, "
+                f"metadata FROM memory_chunks WHERE id IN ({_marks(len(part))})",
                 part,
             )
             for r in rows:
                 tags = tuple(json.loads(r[7]))
-                out[r[0]] = ChunkRow(r[0], r[1], r[2], r[3], r[4], r[5], r[6], tags)
+                meta = json.loads(r[8])
+                out[r[0]] = ChunkRow(r[0], r[1], r[2], r[3], r[4], r[5], r[6], tags, meta)
         return out
 
     async def cached_vectors(self, hashes: Sequence[str], model_id: str) -> dict[str, Vector]:
