@@ -159,6 +159,7 @@ def main() -> None:
     harness = argparse.Namespace(
         embedder="local", option=[], fusion="all", limit=100, chunk_tokens=200,
         overlap_tokens=25, split="window", recency_weight=0.0, half_life=30.0, as_of="today",
+        strength_weight=0.0,
     )  # fmt: skip
     defaults = load_settings(facts_set, env={}).index
     harness.chunk_tokens, harness.overlap_tokens = defaults.chunk_tokens, defaults.overlap_tokens

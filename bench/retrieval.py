@@ -5,6 +5,7 @@
         [--fusion adaptive|all] [--limit 100]
         [--chunk-tokens 400] [--overlap-tokens 50]
         [--recency-weight 0.1 --half-life 30 --as-of question|newest|today]
+        [--strength-weight 0.3]
 
 Indexes through the real pipeline (chunker, embedder, SQLite, FTS5) and asks every query
 through MemoryService.search. Index databases are cached under ~/.cache/memcore-eval keyed by
@@ -149,6 +150,7 @@ async def run_vault(
         "storage.db": str(cache_db(set_dir, vault, args)),
         "search.recency_weight": args.recency_weight,
         "search.recency_half_life_days": args.half_life,
+        "strength.weight": args.strength_weight,
         **options(args.option),
     }
     settings = load_settings(vault, overrides, env={})
@@ -196,6 +198,7 @@ async def rank_all(
             t1 = time.perf_counter()
             fused = searcher.fuse(found.candidates, method, found.query_has_cjk)
             fused = await searcher.boost_recent(reader, fused, as_of)
+            fused = await searcher.weigh_strength(reader, fused, as_of)
             top = fusion.ranked(fused)[: args.limit]
             sc.latencies.append(elapsed + (time.perf_counter() - t1) * 1000)
             score_query(q, list(await searcher.hits(reader, found.candidates, top)), sc)
@@ -286,6 +289,12 @@ def main() -> None:
     ap.add_argument("--split", default="window", help="window or paragraph")
     ap.add_argument("--recency-weight", type=float, default=0.0, help="date boost (0 = off)")
     ap.add_argument("--half-life", type=float, default=30.0, help="recency half-life in days")
+    ap.add_argument(
+        "--strength-weight",
+        type=float,
+        default=0.0,
+        help="FSRS retrievability in the score (0 = off); ages count from --as-of",
+    )
     ap.add_argument(
         "--as-of",
         choices=("question", "newest", "today"),

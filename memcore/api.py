@@ -222,8 +222,9 @@ def native_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a rout
             {"query", "limit", "user_id", "agent_id", "run_id", "scope_only", "category",
              "filters", "tag", "path", "since", "until", "threshold", "query_vector",
              "reinforce"},
-            {"query"},
         )  # fmt: skip
+        if "query" not in data and "query_vector" not in data:
+            raise BadRequest("missing field(s): query (or query_vector)")
         limit = typed(data, "limit", int, 5)
         if not 1 <= limit <= 1000:
             raise BadRequest("limit must be 1-1000")
@@ -234,7 +235,7 @@ def native_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a rout
             category=typed(data, "category", str), metadata=typed(data, "filters", dict),
             **scope_of(request, data),
         )  # fmt: skip
-        query = typed(data, "query", str)
+        query = typed(data, "query", str, "")
         result = await service.search(
             query, limit, filters, min_score=typed(data, "threshold", (int, float)),
             query_vector=vector_of(typed(data, "query_vector", list)),

@@ -72,7 +72,8 @@ class Searcher:
         so in ``warnings``) when the embedder is unreachable or vectors are still pending.
         Raises StorageError only when the index itself cannot be read.
 
-        ``query_vector`` skips embedding the query (it must come from the same model);
+        ``query_vector`` skips embedding the query (it must come from the same model; with
+        no query text the search is by the vector alone);
         ``as_of`` is the day the recency boost counts ages from (default today)."""
         s = self.settings.search
         limit = limit or s.limit
@@ -81,7 +82,9 @@ class Searcher:
         started = time.perf_counter()
         filters = vault_relative(filters or SearchFilters(), self.settings.vault)
         warnings: list[str] = []
-        if not has_words(query):
+        if not has_words(query) and query_vector is not None:
+            method = "vector"  # a precomputed vector alone: nothing for keywords to match
+        elif not has_words(query):
             # "?" or "..." would only match noise (every chunk is somewhat near it)
             warnings.append("the query has no words to search for")
             return SearchResult(

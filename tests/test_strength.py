@@ -7,6 +7,7 @@ import json
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 from fsrs import Card, Rating, Scheduler
 
@@ -188,3 +189,20 @@ async def test_strength_weight_ranks_a_fading_note_below_a_fresh_one(
     assert ranked[0.0][0] == "memory/2021-05-01.md"  # the better match, five years old
     assert ranked[1.0][0] == "memory/2026-05-01.md"  # fades below the fresh one
     assert scores[0] > scores[1]
+
+
+async def test_a_session_forgets_and_searches_only_its_own_memories(
+    service: MemoryService, embedder: FakeEmbedder
+) -> None:
+    m = service.memories
+    (mine,) = await m.add("Draft the Q3 roadmap", run_id="s1", category="todo")
+    (theirs,) = await m.add("Draft the Q3 budget", run_id="s2", category="todo")
+    later = dt.datetime.now(dt.UTC) + dt.timedelta(days=90)
+    assert [r.id for r in await m.forget_below(0.7, run_id="s1", now=later)] == [mine.id]
+    assert [r.id for r in await m.get_all()] == [theirs.id]
+    vector = (await embedder.embed(["Q3 budget draft"]))[0]
+    found = await m.search("", run_id="s2", scope_only=True, query_vector=vector)
+    assert [r.id for r in found] == [theirs.id]
+    assert await m.search("", run_id="s1", scope_only=True, query_vector=vector) == []
+    with pytest.raises(InputError, match="query_vector"):
+        await m.search("x", query_vector=np.zeros(16, dtype=np.float32))

@@ -67,6 +67,11 @@ async def test_http_query_vector_reinforce_forget_and_restore(
             ask = {"query": "drink", "query_vector": vector, "reinforce": True}
             found = (await alice.post("/api/memory/search", json=ask)).json()
             assert found["results"][0]["memory_id"] == tea and found["mode"] == "hybrid"
+            by_vector = await alice.post("/api/memory/search", json={"query_vector": vector})
+            assert by_vector.json()["results"][0]["memory_id"] == tea
+            assert by_vector.json()["mode"] == "vector"
+            none = await root.post("/api/memory/search", json={"limit": 3})
+            assert none.status_code == 400 and "query" in none.json()["error"]
             bad = await root.post("/api/memory/search", json={"query": "x", "query_vector": [1]})
             assert bad.status_code == 400 and "dimension" in bad.json()["error"]
             zero = await root.post("/api/memory/search", json={"query": "x", "query_vector": []})
