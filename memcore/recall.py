@@ -67,6 +67,13 @@ class ReviewLog:
         finally:
             os.close(fd)
 
+    def size(self) -> int:
+        """The log's size in bytes (0 when absent): it grows with every review."""
+        try:
+            return self.path.stat().st_size
+        except OSError:
+            return 0
+
     async def times(self) -> Mapping[str, list[dt.datetime]]:
         """Every key's review times, including lines other processes appended since."""
         async with self._lock:

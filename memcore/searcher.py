@@ -25,6 +25,7 @@ from memcore.errors import EmbedderError, InputError
 from memcore.models import Hit, SearchFilters, SearchMode, SearchResult
 from memcore.recall import Recall
 from memcore.search import fusion
+from memcore.search.lru import LRU
 from memcore.search.tokenize import has_cjk, warm_segmenter
 from memcore.settings import Settings
 from memcore.storage.base import IndexReader, Store, Vector
@@ -57,8 +58,45 @@ class Searcher:
         self.store = store
         self.embedder = embedder
         self.recall = recall or Recall(settings.vault)
+        size = settings.search.cache_size
+        self.cache: LRU[tuple[object, ...], SearchResult] | None = LRU(size) if size else None
 
     async def search(
+        self,
+        query: str,
+        limit: int | None = None,
+        filters: SearchFilters | None = None,
+        fusion_name: str | None = None,
+        min_score: float | None = None,
+        query_vector: Vector | None = None,
+        as_of: dt.date | None = None,
+    ) -> SearchResult:
+        """Hybrid search, answered from the L1 cache when the same text query was asked of
+        the same index state (any write, here or in another process, moves the state on)."""
+        if self.cache is None or query_vector is not None:
+            return await self._search(
+                query, limit, filters, fusion_name, min_score, query_vector, as_of
+            )
+        async with self.store.snapshot() as reader:
+            state = await self._state(reader)
+        key = (query, limit, repr(filters), fusion_name, min_score, as_of, state)
+        found = self.cache.get(key)
+        if found is not None:
+            return found
+        result = await self._search(query, limit, filters, fusion_name, min_score, None, as_of)
+        if not result.warnings:  # a degraded answer (embedder down) is not kept
+            async with self.store.snapshot() as reader:
+                if await self._state(reader) == state:
+                    self.cache.put(key, result)
+        return result
+
+    async def _state(self, reader: IndexReader) -> tuple[object, ...]:
+        """What a cached answer depends on besides the query: the index generation, the
+        day (recency and strength age with it) and the review log when strength ranks."""
+        reviews = self.recall.log.size() if self.settings.strength.weight > 0 else 0
+        return (reader.generation, dt.date.today(), reviews, self.embedder.model_id)
+
+    async def _search(
         self,
         query: str,
         limit: int | None = None,

@@ -80,6 +80,7 @@ class SearchSettings:
     rrf_k: int = 60
     recency_weight: float = 0.0  # date boost; 0 = off (measured: no gain on the eval sets)
     recency_half_life_days: float = 30.0
+    cache_size: int = 1000  # L1 cache of recent results (seed 001); 0 = off
 
 
 @dataclass(frozen=True, slots=True)
@@ -426,6 +427,8 @@ def _problems(s: Settings) -> Iterator[str]:
         yield f"strength.forget_below: must be >= 0 and below 1, got {s.strength.forget_below}"
     if s.strength.forget_interval_s <= 0:
         yield f"strength.forget_interval_s: must be positive, got {s.strength.forget_interval_s}"
+    if s.search.cache_size < 0:
+        yield f"search.cache_size: must be >= 0, got {s.search.cache_size}"
     if s.search.recency_weight < 0:
         yield f"search.recency_weight: must be >= 0, got {s.search.recency_weight}"
     if not 0 <= s.index.overlap_tokens < s.index.chunk_tokens:

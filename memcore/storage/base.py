@@ -67,6 +67,8 @@ class StoreStats:
 class IndexReader(Protocol):
     """One consistent snapshot of the index: every call sees the same committed state."""
 
+    generation: int  # which committed state: every write transaction moves it on
+
     async def file_states(self) -> dict[str, FileState]: ...
 
     async def search_text(
