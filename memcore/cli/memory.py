@@ -232,7 +232,7 @@ def history(
     memory_id: Annotated[str, typer.Argument(help="The memory's id")],
     as_json: JsonOpt = False,
 ) -> None:
-    """What happened to a memory: ADD / UPDATE / DELETE, when, and by the API or a person."""
+    """What happened to a memory: ADD / UPDATE / DELETE / ARCHIVE / RESTORE, when, by whom."""
     events = _with_service(ctx, lambda s: s.memories.history(memory_id))
     if as_json:
         typer.echo(json.dumps(events, ensure_ascii=False, indent=2))
@@ -240,8 +240,8 @@ def history(
     if not events:
         raise fail(f"no history for {memory_id!r}")
     for e in events:
-        change = e["new_memory"] if e["event"] != "DELETE" else e["old_memory"]
-        typer.echo(f"{e['created_at']}  {e['event']:<6} by {e['actor']:<6}  {change}")
+        change = e["new_memory"] if e["new_memory"] is not None else e["old_memory"]
+        typer.echo(f"{e['created_at']}  {e['event']:<7} by {e['actor']:<6}  {change}")
 
 
 @app.command()
