@@ -123,7 +123,7 @@ def mem0_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a route 
     @handle
     async def one(request: Request) -> Response:
         memory_id = request.path_params["memory_id"]
-        found = owned(request, await m.get(memory_id))
+        found = owned(request, await m.get(memory_id, review=request.method == "GET"))
         if request.method == "GET":
             return JSONResponse(record(found))
         if request.method == "DELETE":
@@ -146,7 +146,7 @@ def mem0_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a route 
     async def history(request: Request) -> Response:
         memory_id = request.path_params["memory_id"]
         if bound(request):
-            owned(request, await m.get(memory_id))
+            owned(request, await m.get(memory_id, review=False))
         events = await m.history(memory_id)
         return JSONResponse([{"id": f"{memory_id}:{n}", **e} for n, e in enumerate(events)])
 
@@ -159,7 +159,7 @@ def mem0_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a route 
         for item in items:
             if not isinstance(item.get("memory_id"), str):
                 raise BadRequest("each memory needs a memory_id")
-            owned(request, await m.get(item["memory_id"]))
+            owned(request, await m.get(item["memory_id"], review=False))
         if request.method == "DELETE":
             for item in items:
                 await m.delete(item["memory_id"])

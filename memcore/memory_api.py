@@ -187,6 +187,12 @@ class MemoryApi:
             weak = [r for r in weak if r.id in moved]
         return weak
 
+    async def forget_by_threshold(
+        self, threshold: float, **scope: str | None
+    ) -> list[MemoryRecord]:
+        """Goclaw's name for ``forget_below`` (scope as user_id/agent_id/run_id)."""
+        return await self.forget_below(threshold, **scope)  # type: ignore[arg-type]
+
     async def restore(self, memory_id: str) -> MemoryRecord:
         """Bring an archived memory back to its file, with its id, fields and strength."""
         await self.archive.restore(memory_id)

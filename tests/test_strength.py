@@ -198,6 +198,7 @@ async def test_a_session_forgets_and_searches_only_its_own_memories(
     (mine,) = await m.add("Draft the Q3 roadmap", run_id="s1", category="todo")
     (theirs,) = await m.add("Draft the Q3 budget", run_id="s2", category="todo")
     later = dt.datetime.now(dt.UTC) + dt.timedelta(days=90)
+    assert await m.forget_by_threshold(0.7, run_id="s1") == []  # fresh: nothing has faded
     assert [r.id for r in await m.forget_below(0.7, run_id="s1", now=later)] == [mine.id]
     assert [r.id for r in await m.get_all()] == [theirs.id]
     vector = (await embedder.embed(["Q3 budget draft"]))[0]

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import datetime as dt
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -143,3 +145,55 @@ def test_cli_lists_strength_and_forgets_below_with_dry_run_and_restore(vault: Pa
     assert code == 1 and "no archived memory" in err and err.count("\n") == 1
     code, _, err = cli("--vault", str(vault), "forget", "m-1", "--below", "0.5")
     assert code == 2 and "not both" in err
+
+
+async def test_forgetting_and_restoring_while_others_add_loses_nothing(
+    vault: Path, settings: Settings, embedder: FakeEmbedder
+) -> None:
+    (vault / "memcore.toml").write_text('[embedder]\nprovider = "static"\n')
+    later = dt.datetime.now(dt.UTC) + dt.timedelta(days=365)
+    async with make_service(settings, embedder) as svc:
+        m = svc.memories
+        added: list[str] = []
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-c",
+            "import sys\nfrom memcore.cli import main\n"
+            "for i in range(8):\n"
+            "    try:\n"
+            "        main(['--vault', sys.argv[1], 'add', f'other process note {i}',"
+            " '--category', 'daily'])\n"
+            "    except SystemExit as e:\n"
+            "        assert not e.code, e.code\n",
+            str(vault), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+
+        async def adder(n: int) -> None:
+            for i in range(8):
+                (r,) = await m.add(f"task {n} note {i}", category="daily")
+                added.append(r.id)
+
+        async def forgetter() -> None:
+            for _ in range(6):
+                for r in await m.forget_below(0.9, now=later):
+                    if r.id.endswith(("0", "4", "8", "c")):
+                        await m.restore(r.id)
+                await asyncio.sleep(0.01)
+
+        await asyncio.gather(*(adder(n) for n in range(4)), forgetter())
+        out, err = await proc.communicate()
+        assert proc.returncode == 0, err.decode()
+        added += [line.split()[0] for line in out.decode().splitlines() if line.startswith("m-")]
+        await m.forget_below(0.9, now=later)
+    archived = {
+        i
+        for p in (vault / "memory/.archive").rglob("*.md")
+        for i in re.findall(r'"id": "(m-[0-9a-f]+)"', p.read_text())
+    }
+    daily = {
+        i
+        for p in (vault / "memory/daily").rglob("*.md")
+        for i in re.findall(r'"id": "(m-[0-9a-f]+)"', p.read_text())
+    }
+    assert len(added) == len(set(added)) == 40
+    assert daily.isdisjoint(archived)  # never in both places
+    assert set(added) == daily | archived  # and never in none
