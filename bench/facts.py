@@ -31,7 +31,7 @@ from memcore.app import build_service
 from memcore.models import SearchFilters
 from memcore.search import fusion
 from memcore.searcher import Searcher
-from memcore.settings import FUSIONS, load_settings
+from memcore.settings import FUSIONS, Settings, load_settings
 
 # (heading, fact, paraphrase query). The first is the design card's acceptance case.
 FACTS = [
@@ -85,17 +85,22 @@ def build_sets(chat: Path, work: Path) -> tuple[Path, Path]:
     return facts_set, chat_set
 
 
+def vault_settings(set_dir: Path, conv: str, args: argparse.Namespace) -> Settings:
+    """One conversation's vault, on the index the harness cached for it."""
+    vault = set_dir / "vault" / conv
+    overrides = {
+        "index.include": ("**/*.md",),
+        "storage.db": str(retrieval.cache_db(set_dir, vault, args)),
+    }
+    return load_settings(vault, overrides, env={})
+
+
 async def fact_ranks(facts_set: Path, args: argparse.Namespace) -> list[dict[str, object]]:
     """Rank of each fact's own chunk in the vector and keyword lists and under every fusion."""
     rows = []
     queries = retrieval.load_queries(facts_set)
     for conv in sorted({str(q["vault_dir"]) for q in queries}):
-        vault = facts_set / "vault" / conv
-        overrides = {
-            "index.include": ("**/*.md",),
-            "storage.db": str(retrieval.cache_db(facts_set, vault, args)),
-        }
-        async with build_service(load_settings(vault, overrides, env={})) as svc:
+        async with build_service(vault_settings(facts_set, conv, args)) as svc:
             await svc.index()
             for q in (q for q in queries if q["vault_dir"] == conv):
                 rows.append(await rank_fact(svc.searcher, str(q["question"]), str(q["fact"])))
@@ -132,12 +137,7 @@ def intrusions(chat_set: Path, args: argparse.Namespace) -> float:
     async def run() -> None:
         nonlocal hits, total
         for conv in sorted({str(q["vault_dir"]) for q in queries}):
-            vault = chat_set / "vault" / conv
-            overrides = {
-                "index.include": ("**/*.md",),
-                "storage.db": str(retrieval.cache_db(chat_set, vault, args)),
-            }
-            async with build_service(load_settings(vault, overrides, env={})) as svc:
+            async with build_service(vault_settings(chat_set, conv, args)) as svc:
                 for q in (q for q in queries if q["vault_dir"] == conv):
                     result = await svc.search(str(q["question"]), limit=20)
                     files = retrieval.ranked_files(list(result.hits))[:5]

@@ -65,10 +65,7 @@ class Archive:
 
     async def restore(self, memory_id: str) -> str:
         """Put an archived memory back in the file it came from; returns that path."""
-        found = await asyncio.to_thread(self._find, memory_id)
-        if found is None:
-            raise NotFound(f"no archived memory with id {memory_id!r}")
-        archived, parsed, item = found
+        archived, parsed, item = await self._located(memory_id)
         rel = original_path(archived)
         await self.writer.edit(rel, parsed.scope, parsed.category, _appender([item], rel, True))
         await self.writer.edit(
@@ -78,16 +75,19 @@ class Archive:
 
     async def peek(self, memory_id: str) -> MemoryRecord:
         """An archived memory as a record (its path is the file it came from)."""
-        found = await asyncio.to_thread(self._find, memory_id)
-        if found is None:
-            raise NotFound(f"no archived memory with id {memory_id!r}")
-        _, parsed, item = found
+        archived, parsed, item = await self._located(memory_id)
         return MemoryRecord(
-            id=item.id, text=item.text, path=original_path(found[0]), start_line=0, end_line=0,
+            id=item.id, text=item.text, path=original_path(archived), start_line=0, end_line=0,
             category=parsed.category, user_id=parsed.scope.user_id,
             agent_id=parsed.scope.agent_id, run_id=parsed.scope.run_id, key=item.key,
             created=item.created, updated=item.updated, metadata=item.metadata,
         )  # fmt: skip
+
+    async def _located(self, memory_id: str) -> tuple[str, MemoryFile, MemoryItem]:
+        found = await asyncio.to_thread(self._find, memory_id)
+        if found is None:
+            raise NotFound(f"no archived memory with id {memory_id!r}")
+        return found
 
     def _find(self, memory_id: str) -> tuple[str, MemoryFile, MemoryItem] | None:
         root = self.vault / ARCHIVE_DIR
