@@ -13,7 +13,6 @@ from memcore.cli.watch import _configure_logging
 from memcore.daemon import Daemon, install_signal_handlers
 from memcore.errors import InputError
 from memcore.memories import check_name
-from memcore.server import check_binding, serve
 
 
 @app.command(name="serve")
@@ -37,6 +36,8 @@ def serve_command(
     ] = None,
 ) -> None:
     """Serve the HTTP API on 127.0.0.1 (another address needs --token) and watch the vault."""
+    from memcore.server import check_binding, serve  # uvicorn, starlette, mcp: only here
+
     _configure_logging(ctx.obj.verbose, False)
 
     scoped = _parse_scoped(scoped_tokens or [])
