@@ -16,7 +16,7 @@ The Python API is the service itself::
 from memcore.app import open_service
 from memcore.errors import MemcoreError
 from memcore.models import Hit, IndexReport, SearchFilters, SearchResult
-from memcore.settings import Settings, load_settings
+from memcore.settings import Settings, load_settings  # all light: the service loads on open
 
 __version__ = "0.1.0"
 

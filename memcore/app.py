@@ -1,18 +1,25 @@
-"""Composition root: the only place that picks concrete adapters for the ports."""
+"""Composition root: the only place that picks concrete adapters for the ports.
+
+It imports the service and its adapters only when it builds them, so a command that never
+opens the index (``--version``, a search answered by the running daemon) starts fast.
+"""
 
 from __future__ import annotations
 
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING
 
-from memcore.embedders.base import Embedder, EmbeddingRunner
 from memcore.embedders.prefixes import task_prefixes
 from memcore.errors import ConfigError, VaultError
-from memcore.llm.base import LLM
-from memcore.service import MemoryService
 from memcore.settings import Settings
-from memcore.storage.base import Store
+
+if TYPE_CHECKING:
+    from memcore.embedders.base import Embedder
+    from memcore.llm.base import LLM
+    from memcore.service import MemoryService
+    from memcore.storage.base import Store
 
 
 def build_embedder(settings: Settings) -> Embedder:
@@ -86,6 +93,9 @@ def embedder_prefixes(settings: Settings) -> tuple[str, str]:
 
 def build_service(settings: Settings, embedder: Embedder | None = None) -> MemoryService:
     """Wire a service for these settings (no I/O until it is entered)."""
+    from memcore.embedders.base import EmbeddingRunner
+    from memcore.service import MemoryService
+
     query_prefix, document_prefix = embedder_prefixes(settings)
     runner = EmbeddingRunner(
         embedder or build_embedder(settings),

@@ -18,14 +18,16 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 from memcore.debounce import Debouncer
 from memcore.errors import DaemonError
 from memcore.models import IndexReport
-from memcore.service import MemoryService
-from memcore.settings import Settings
-from memcore.watcher import ObserverFactory, VaultWatcher
+from memcore.settings import Settings, embedder_signature
+
+if TYPE_CHECKING:  # `memcore status` reads daemon_status without loading these
+    from memcore.service import MemoryService
+    from memcore.watcher import ObserverFactory, VaultWatcher
 
 log = logging.getLogger("memcore.daemon")
 
@@ -125,6 +127,8 @@ class Daemon:
     forgotten: int = 0  # memories the forget loop archived
     warmed: bool = False
     failing: dict[str, Retry] = field(default_factory=dict)  # path ("" = the vault) -> retry
+    locked: asyncio.Event = field(default_factory=asyncio.Event)  # set once the vault is ours
+    socket: str | None = None  # where a front-end answers searches for the CLI (see server.py)
     _wake: asyncio.Event = field(default_factory=asyncio.Event)
     _watcher: VaultWatcher | None = None
     _inflight: asyncio.Task[IndexReport] | None = None
@@ -164,9 +168,12 @@ class Daemon:
 
     async def _run_locked(self) -> None:
         with vault_lock(self.settings):
-            self._publish()
+            self.locked.set()
+            self.publish()
             loop = asyncio.get_running_loop()
             s = self.settings
+            from memcore.watcher import VaultWatcher
+
             watcher = VaultWatcher(
                 s.vault, s.index.include, s.index.exclude, loop, self._on_path,
                 self._on_rescan, self.force_polling, s.watch.poll_interval_s, self.native_observer,
@@ -237,7 +244,7 @@ class Daemon:
             )
             for path in paths if paths is not None else {""}:
                 self._schedule_retry(path, str(exc))
-            self._publish()
+            self.publish()
             return
         self.batches += 1
         if report.indexed or report.deleted or report.failed or report.chunks_embedded:
@@ -273,7 +280,7 @@ class Daemon:
 
     def _after_batch(self, report: IndexReport) -> None:
         self.last_update = _now()
-        self._publish()
+        self.publish()
         if self.on_batch is not None:
             self.on_batch(report)
 
@@ -323,9 +330,9 @@ class Daemon:
                     len(gone), s.forget_below, ", ".join(r.id for r in gone),
                 )  # fmt: skip
                 self.forgotten += len(gone)
-                self._publish()
+                self.publish()
 
-    def _publish(self) -> None:
+    def publish(self) -> None:
         _write_status(
             self.settings,
             {
@@ -339,6 +346,9 @@ class Daemon:
                 "watching": self._watcher is not None,
                 "retrying": {p or "<vault>": r.to_dict() for p, r in self.failing.items()},
                 "forgotten": self.forgotten,
+                "db": str(self.settings.db_path),
+                "embedder": embedder_signature(self.settings),
+                "socket": self.socket,
             },
         )
 

@@ -26,7 +26,7 @@ from memcore.models import Hit, SearchFilters, SearchMode, SearchResult
 from memcore.recall import Recall
 from memcore.search import fusion
 from memcore.search.lru import LRU
-from memcore.search.tokenize import has_cjk, warm_segmenter
+from memcore.search.tokenize import has_cjk, has_words, warm_segmenter
 from memcore.settings import Settings
 from memcore.storage.base import IndexReader, Store, Vector
 
@@ -301,11 +301,6 @@ def unit_vector(vector: Vector) -> Vector:
         raise InputError("query_vector must be a non-empty, finite, non-zero list of numbers")
     out: Vector = vec / norm
     return out
-
-
-def has_words(query: str) -> bool:
-    """True when the query holds a letter or digit in any script."""
-    return any(ch.isalnum() for ch in query)
 
 
 def vault_relative(filters: SearchFilters, vault: Path) -> SearchFilters:

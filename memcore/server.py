@@ -6,7 +6,10 @@ import asyncio
 import contextlib
 import ipaddress
 import logging
+import os
+import socket
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 
 import uvicorn
 
@@ -15,6 +18,7 @@ from memcore.daemon import Daemon
 from memcore.errors import ConfigError, DaemonError, MemcoreError
 from memcore.mcp_server import build_mcp
 from memcore.service import MemoryService
+from memcore.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +46,69 @@ class _Server(uvicorn.Server):
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
         yield
+
+
+SOCKET_NAME = "daemon.sock"
+MAX_SOCKET_PATH = 100  # AF_UNIX paths are limited to ~107 bytes
+
+
+def socket_path(settings: Settings) -> Path | None:
+    """Where the daemon answers this vault's CLI, or None when the path would be too long."""
+    path = settings.state_dir / SOCKET_NAME
+    return path if len(str(path).encode()) <= MAX_SOCKET_PATH else None
+
+
+def _private_socket(path: Path) -> socket.socket:
+    """A Unix socket only this user can connect to (uvicorn would make it world-writable)."""
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()  # a crashed daemon's: the vault lock says no other daemon runs
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old = os.umask(0o177)
+    try:
+        sock.bind(str(path))
+    finally:
+        os.umask(old)
+    os.chmod(path, 0o600)
+    sock.listen(64)
+    return sock
+
+
+async def serve_socket(service: MemoryService, daemon: Daemon) -> None:
+    """memcore's own API on ``.memcore/daemon.sock`` while ``daemon`` runs, so a one-shot
+    `memcore search` can ask it instead of loading the model and the index (no token: only
+    this user can open the socket). Starts once the daemon holds the vault lock."""
+    path = socket_path(daemon.settings)
+    locked = asyncio.ensure_future(daemon.locked.wait())
+    stopped = asyncio.ensure_future(daemon.stop.wait())
+    await asyncio.wait({locked, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    locked.cancel()
+    stopped.cancel()
+    if path is None or daemon.stop.is_set():
+        return
+    try:
+        sock = _private_socket(path)
+    except OSError as exc:
+        log.warning("cannot listen on %s (%s); the CLI opens the index itself", path, exc)
+        return
+    config = uvicorn.Config(
+        build_app(service, None), log_level="warning", lifespan="off", access_log=False,
+        timeout_graceful_shutdown=2,
+    )  # fmt: skip
+    server = _Server(config)
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    try:
+        while not server.started and not task.done():  # noqa: ASYNC110 - uvicorn sets a flag
+            await asyncio.sleep(0.01)
+        daemon.socket = str(path)
+        daemon.publish()
+        await daemon.stop.wait()
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()  # first: no new command connects to a daemon that is leaving
+        daemon.socket = None
+        server.should_exit = True
+        await asyncio.gather(task, return_exceptions=True)
+        sock.close()
 
 
 async def serve(
@@ -81,6 +148,7 @@ async def serve(
             tg.create_task(until_stopped())
             if daemon is not None:
                 tg.create_task(daemon.run())
+                tg.create_task(serve_socket(service, daemon))
     except BaseExceptionGroup as group:  # one line for the person: the watcher's own error
         first: BaseException = group
         while isinstance(first, BaseExceptionGroup):

@@ -149,6 +149,19 @@ class Settings:
         return self.state_dir / "index.db"
 
 
+def embedder_signature(s: Settings) -> str:
+    """Which vector space a configuration searches in, as text: two processes with the same
+    signature and database give the same answers (the CLI asks the daemon only then)."""
+    e = s.embedder.provider
+    if e == "ollama":
+        o = s.ollama
+        return f"ollama:{o.model}|{o.query_prefix}|{o.document_prefix}|{o.host}"
+    if e == "openai":
+        a = s.openai
+        return f"openai:{a.model}@{a.dimensions}|{a.query_prefix}|{a.document_prefix}|{a.base_url}"
+    return e
+
+
 SECTIONS: dict[str, type[Any]] = {
     name: hint for name, hint in get_type_hints(Settings).items() if name != "vault"
 }

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -100,3 +101,48 @@ def test_the_launchd_agent_is_well_formed_xml_for_any_path(tmp_path: Path) -> No
     root = ElementTree.fromstring(result.stdout.split("\n", 2)[2])  # after the XML/DOCTYPE lines
     args = [e.text for e in root.iter("string")][:-1]  # the last is the log path
     assert str(odd.resolve()) in args and args[-3:] == ["--embedder", "static", "watch"]
+
+
+def test_a_one_shot_search_asks_the_running_daemon_only_when_it_answers_for_the_same_index(
+    vault: Path,
+) -> None:
+    write(vault, "MEMORY.md", "# M\n\nDiveAdstra uses DX12 by default.\n")
+    settings = load_settings(vault)
+    sock = vault / ".memcore" / "daemon.sock"
+    assert memcore("watch", "--detach", vault=vault).returncode == 0
+    try:
+        assert wait_until(lambda: (daemon_status(settings) or {}).get("socket") == str(sock))
+        assert stat.S_IMODE(sock.stat().st_mode) == 0o600  # this user only, no token needed
+        asked = memcore("-v", "search", "DX12", "--json", vault=vault)
+        assert "asking the running daemon" in asked.stderr, asked.stderr
+        assert json.loads(asked.stdout)["results"][0]["path"] == "MEMORY.md"
+        block = memcore("-v", "context", "DX12", vault=vault)
+        assert block.stdout.startswith("## Relevant Memories") and "asking" in block.stderr
+        other_model = memcore("-v", "--embedder", "local", "search", "DX12", vault=vault)
+        assert other_model.returncode == 0 and "asking" not in other_model.stderr
+    finally:
+        memcore("stop", vault=vault)
+    assert wait_until(lambda: not sock.exists())  # gone as the daemon leaves
+    alone = memcore("-v", "search", "DX12", "--json", vault=vault)
+    assert "asking" not in alone.stderr
+    assert json.loads(alone.stdout)["results"][0]["path"] == "MEMORY.md"
+
+
+def test_a_killed_daemon_leaves_no_socket_the_cli_would_trust(vault: Path) -> None:
+    write(vault, "MEMORY.md", "# M\n\nDiveAdstra uses DX12 by default.\n")
+    settings = load_settings(vault)
+    env = {**os.environ, "MEMCORE_EMBEDDER_PROVIDER": "static"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "memcore", "--vault", str(vault), "watch"],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        up = lambda: daemon_status(settings) or {}  # noqa: E731
+        assert wait_until(lambda: bool(up().get("socket") and up().get("last_update")))
+    finally:
+        proc.kill()  # no clean shutdown: the socket file stays behind
+        proc.wait()
+    assert (vault / ".memcore" / "daemon.sock").exists()
+    found = memcore("-v", "search", "DX12", "--json", vault=vault)
+    assert found.returncode == 0 and "asking" not in found.stderr
+    assert json.loads(found.stdout)["results"][0]["path"] == "MEMORY.md"

@@ -5,19 +5,12 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TaskID,
-    TextColumn,
-    TimeElapsedColumn,
-)
-from rich.table import Table
+
+if TYPE_CHECKING:
+    from rich.progress import Progress, TaskID
 
 from memcore.app import ensure_state_dir, index_exists, open_service
 from memcore.cli import app, fail, run, settings_of
@@ -59,6 +52,15 @@ CONFIG_TEMPLATE = """# memcore settings for this vault. Every key is optional; d
 def _progress_bar(enabled: bool) -> Progress | None:
     if not enabled or not sys.stderr.isatty():
         return None
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
     return Progress(
         TextColumn("{task.description}"),
         BarColumn(),
@@ -150,6 +152,9 @@ def status(
 
 
 def _print_status(info: dict[str, Any]) -> None:
+    from rich.console import Console  # rich loads only for output that needs it
+    from rich.table import Table
+
     table = Table(show_header=False, box=None, pad_edge=False)
     table.add_column(style="bold")
     table.add_column()

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Coroutine
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from memcore.app import open_service
 from memcore.cli import app, fail, run, settings_of
 from memcore.models import MemoryRecord
-from memcore.service import MemoryService
+
+if TYPE_CHECKING:
+    from memcore.service import MemoryService
 
 UserOpt = Annotated[str | None, typer.Option("--user", help="user_id scope")]
 AgentOpt = Annotated[str | None, typer.Option("--agent", help="agent_id scope")]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import logging
 import textwrap
 from collections.abc import Callable, Coroutine
 from typing import Annotated, Any
@@ -13,9 +14,11 @@ import typer
 from memcore import remote
 from memcore.app import open_service
 from memcore.cli import app, fail, run, settings_of
+from memcore.daemon import daemon_status
+from memcore.errors import MemcoreError
 from memcore.models import SearchFilters, SearchResult
-from memcore.searcher import has_words
-from memcore.settings import FUSIONS, SearchSettings
+from memcore.search.tokenize import has_words
+from memcore.settings import FUSIONS, SearchSettings, Settings, embedder_signature
 
 
 def _iso_date(value: str | None, name: str) -> str | None:
@@ -38,6 +41,7 @@ def _filters(
     )
 
 
+log = logging.getLogger("memcore.cli")
 _DEFAULTS = SearchSettings()
 LimitOpt = Annotated[
     int | None,
@@ -66,6 +70,19 @@ RemoteOpt = Annotated[
 TokenOpt = Annotated[
     str | None, typer.Option("--token", envvar="MEMCORE_TOKEN", help="Token for --remote")
 ]
+
+
+LOCAL = "http://memcore"  # the daemon's Unix socket needs no host
+
+
+def _daemon_socket(settings: Settings) -> str | None:
+    """The running daemon's socket, when it answers for this index and model."""
+    sock = remote.daemon_socket(
+        daemon_status(settings), str(settings.db_path), embedder_signature(settings)
+    )
+    if sock:
+        log.debug("asking the running daemon at %s", sock)
+    return sock
 
 
 def _check_query(query: str) -> None:
@@ -110,7 +127,13 @@ def search(
     async def job() -> SearchResult:
         if remote_url:
             return await remote.search(remote_url, token, query, limit, filters, min_score)
-        async with open_service(settings_of(ctx), create=False) as service:
+        settings = settings_of(ctx)
+        if fusion is None and (sock := _daemon_socket(settings)):
+            try:
+                return await remote.search(LOCAL, None, query, limit, filters, min_score, sock)
+            except MemcoreError as exc:  # a daemon going away: answer from the index
+                log.debug("the daemon did not answer (%s); opening the index", exc)
+        async with open_service(settings, create=False) as service:
             return await service.search(query, limit, filters, fusion, min_score)
 
     result = run(ctx, job)
@@ -159,7 +182,13 @@ def context(
     async def job() -> str:
         if remote_url:
             return await remote.context(remote_url, token, query, limit, filters)
-        async with open_service(settings_of(ctx), create=False) as service:
+        settings = settings_of(ctx)
+        if sock := _daemon_socket(settings):
+            try:
+                return await remote.context(LOCAL, None, query, limit, filters, sock)
+            except MemcoreError as exc:
+                log.debug("the daemon did not answer (%s); opening the index", exc)
+        async with open_service(settings, create=False) as service:
             return await service.context(query, limit, filters)
 
     block = run(ctx, job)

@@ -75,7 +75,14 @@ def watch(
         async with open_service(settings) as service:
             daemon = Daemon(settings, service, asyncio.Event(), force_polling=poll)
             install_signal_handlers(daemon.stop)
-            await daemon.run()
+            from memcore.server import serve_socket  # answers one-shot CLI searches
+
+            answering = asyncio.create_task(serve_socket(service, daemon))
+            try:
+                await daemon.run()
+            finally:
+                daemon.stop.set()
+                await answering
 
     run(ctx, job)
 

@@ -26,6 +26,11 @@ STOPWORDS = frozenset(
 )
 
 
+def has_words(query: str) -> bool:
+    """True when the query holds a letter or digit in any script."""
+    return any(ch.isalnum() for ch in query)
+
+
 def has_cjk(text: str) -> bool:
     return _CJK_RUN.search(text) is not None
 

@@ -1,0 +1,78 @@
+"""One-shot CLI latency: wall time of N cold `memcore search` runs on the sample vault, with
+no daemon (the command opens the index and loads the model) and beside a running
+`memcore watch` (the command asks the daemon on its Unix socket).
+
+    python bench/cli.py [--runs 20] [--query "render engine"]
+
+Works on a copy of sample_vault in a temporary folder; prints median, p95 and min per case.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def memcore_cmd(vault: Path, *args: str) -> list[str]:
+    exe = Path(sys.executable).parent / "memcore"
+    base = [str(exe)] if exe.exists() else [sys.executable, "-m", "memcore"]
+    return [*base, "--vault", str(vault), *args]
+
+
+def timed(cmd: list[str], runs: int) -> list[float]:
+    out = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        subprocess.run(cmd, check=True, capture_output=True)
+        out.append((time.perf_counter() - t0) * 1000)
+    return out
+
+
+def summary(name: str, ms: list[float]) -> dict[str, object]:
+    ordered = sorted(ms)
+    return {
+        "case": name,
+        "runs": len(ms),
+        "median_ms": round(statistics.median(ms), 1),
+        "p95_ms": round(ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))], 1),
+        "min_ms": round(ordered[0], 1),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=20)
+    ap.add_argument("--query", default="render engine")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        vault = Path(tmp) / "vault"
+        shutil.copytree(REPO / "sample_vault", vault, ignore=shutil.ignore_patterns(".memcore"))
+        subprocess.run(memcore_cmd(vault, "index"), check=True, capture_output=True)
+        search = memcore_cmd(vault, "search", args.query)
+        rows = [summary("no daemon (opens the index)", timed(search, args.runs))]
+        subprocess.run(memcore_cmd(vault, "watch", "--detach"), check=True, capture_output=True)
+        try:
+            rows.append(summary("beside memcore watch", timed(search, args.runs)))
+        finally:
+            subprocess.run(memcore_cmd(vault, "stop"), check=True, capture_output=True)
+        rows.append(summary("memcore --version", timed(memcore_cmd(vault, "--version"), 10)))
+    if args.json:
+        print(json.dumps(rows))
+        return
+    for r in rows:
+        print(f"{r['case']:<30} median {r['median_ms']:>7} ms  p95 {r['p95_ms']:>7} ms  "
+              f"min {r['min_ms']:>7} ms  ({r['runs']} runs)")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
