@@ -8,6 +8,7 @@ import ipaddress
 import logging
 import os
 import socket
+import tempfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
@@ -59,16 +60,24 @@ def socket_path(settings: Settings) -> Path | None:
 
 
 def _private_socket(path: Path) -> socket.socket:
-    """A Unix socket only this user can connect to (uvicorn would make it world-writable)."""
+    """A Unix socket only this user can connect to (uvicorn would make it world-writable).
+    It is bound inside a fresh 0700 folder, made 0600, then renamed into place, so no other
+    user can connect at any moment, and the process umask (shared by threads) is left alone."""
     with contextlib.suppress(FileNotFoundError):
         path.unlink()  # a crashed daemon's: the vault lock says no other daemon runs
+    private = Path(tempfile.mkdtemp(prefix=".sock-", dir=path.parent))
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    old = os.umask(0o177)
     try:
-        sock.bind(str(path))
+        sock.bind(str(private / "s"))
+        os.chmod(private / "s", 0o600)
+        os.replace(private / "s", path)
+    except OSError:
+        sock.close()
+        raise
     finally:
-        os.umask(old)
-    os.chmod(path, 0o600)
+        with contextlib.suppress(OSError):
+            (private / "s").unlink()
+        private.rmdir()
     sock.listen(64)
     return sock
 
