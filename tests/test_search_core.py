@@ -7,7 +7,13 @@ import pytest
 
 from memcore.search import fusion
 from memcore.search.fusion import Candidate, build_candidates
-from memcore.search.tokenize import fts_match_expression, query_terms, segment
+from memcore.search.tokenize import (
+    anchor_terms,
+    anchored_expression,
+    fts_match_expression,
+    query_terms,
+    segment,
+)
 from memcore.search.vectors import VectorIndex, decode_vector, encode_vector, top_k
 
 
@@ -192,3 +198,14 @@ def test_relevant_memories_block_shortens_long_text_and_cites_lines() -> None:
     assert len(lines[1]) < 700
     assert lines[2] == "2. short (MEMORY.md:1-2)"
     assert relevant_memories([]) == ""
+
+
+def test_anchor_terms_are_the_rarest_words_until_enough_chunks() -> None:
+    counts = {"using": 5001, "recipe": 1800, "beer": 157, "ancash": 8, "zzz": 0}
+    assert anchor_terms(counts, want=100, cap=5000) == ["ancash", "beer"]
+    assert anchor_terms(counts, want=1000, cap=5000) == ["ancash", "beer", "recipe"]
+    # every matching word would be taken, or none is rare enough: rank every match
+    assert anchor_terms({"a": 3, "b": 4}, want=100, cap=5000) is None
+    assert anchor_terms({"a": 6000, "b": 7000}, want=100, cap=5000) is None
+    expr = anchored_expression(["beer", "using"], ["beer"])
+    assert expr == '("beer") AND ("beer" OR "using")'

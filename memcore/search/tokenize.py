@@ -102,4 +102,34 @@ def fts_match_expression(text: str) -> str | None:
     terms = query_terms(text)
     if not terms:
         return None
+    return fts_any(terms)
+
+
+def fts_any(terms: list[str]) -> str:
+    """Any of these terms, each a quoted string (nothing in them is syntax)."""
     return " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
+
+
+def anchor_terms(counts: dict[str, int], want: int, cap: int) -> list[str] | None:
+    """The rarest terms whose chunks will be ranked, or None to rank every match.
+
+    ``counts`` holds each term's chunk count, capped (a count above ``cap`` means "common").
+    Rarest first, terms are taken until their chunks add up to ``want``; common terms are
+    never anchors. None when every matching term would be taken anyway (nothing to save) or
+    no term is rare enough (then every match is ranked, as before)."""
+    found = sorted((t for t, n in counts.items() if n > 0), key=lambda t: counts[t])
+    anchors: list[str] = []
+    total = 0
+    for term in found:
+        if counts[term] > cap or total >= want:
+            break
+        anchors.append(term)
+        total += counts[term]
+    if not anchors or len(anchors) == len(found):
+        return None
+    return anchors
+
+
+def anchored_expression(terms: list[str], anchors: list[str]) -> str:
+    """Chunks holding an anchor term, ranked by BM25 over every term of the query."""
+    return f"({fts_any(anchors)}) AND ({fts_any(terms)})"

@@ -21,7 +21,13 @@ from memcore.models import (
     SearchFilters,
     SkippedFile,
 )
-from memcore.search.tokenize import fts_match_expression, has_cjk
+from memcore.search.tokenize import (
+    anchor_terms,
+    anchored_expression,
+    fts_any,
+    has_cjk,
+    query_terms,
+)
 from memcore.search.vectors import VectorIndex, decode_vector, encode_vector
 from memcore.storage.base import ChunkRow, PendingChunk, StoreStats, Vector
 
@@ -29,6 +35,10 @@ if TYPE_CHECKING:
     from memcore.storage.sqlite import SqliteStore
 
 _BATCH = 500  # ids per IN (...) query, well under SQLite's variable limit
+# Keyword search ranks only the chunks holding the query's rarest words, at least ANCHOR_ROWS
+# of them; a word in more than ANCHOR_CAP chunks is too common to anchor (measured: README).
+ANCHOR_CAP = 5000
+ANCHOR_ROWS = 2000
 _LOAD_BATCH = 4096  # rows per fetch when loading the vector matrix
 
 # Pending = no vector, or a vector from another model. embedding and embedding_model are
@@ -165,14 +175,35 @@ class SqliteReader(_Queries):
         self, query: str, k: int, filters: SearchFilters
     ) -> list[tuple[int, float]]:
         # The first Chinese query loads jieba (about a second): not on the event loop.
-        match = (
-            await asyncio.to_thread(fts_match_expression, query)
-            if has_cjk(query)
-            else fts_match_expression(query)
+        terms = (
+            await asyncio.to_thread(query_terms, query) if has_cjk(query) else query_terms(query)
         )
-        if match is None:
+        if not terms:
             return []
         where, params = _filter_sql(filters)
+        # Ranking costs ~3 us a matching chunk: a query with common words ("using", "looking")
+        # matches most of a big index. Rank only chunks holding its rarest words (at least
+        # ANCHOR_ROWS of them), still by BM25 over every word; rows that match only common
+        # words score little anyway. Small indexes (all words rarer than the need) are unchanged.
+        anchors = None
+        if len(terms) > 1:
+            counts = {t: await self._count_capped(t, ANCHOR_CAP) for t in terms}
+            anchors = anchor_terms(counts, want=max(ANCHOR_ROWS, 5 * k), cap=ANCHOR_CAP)
+        if anchors is not None:
+            rows = await self._ranked(anchored_expression(terms, anchors), k, where, params)
+            if len(rows) >= k:
+                return rows
+        return await self._ranked(fts_any(terms), k, where, params)
+
+    async def _count_capped(self, term: str, cap: int) -> int:
+        """How many chunks hold ``term``, counting no further than cap + 1."""
+        sql = "SELECT count(*) FROM (SELECT 1 FROM memory_fts WHERE memory_fts MATCH ? LIMIT ?)"
+        rows = await self._all(sql, [fts_any([term]), cap + 1])
+        return int(rows[0][0])
+
+    async def _ranked(
+        self, match: str, k: int, where: str, params: list[object]
+    ) -> list[tuple[int, float]]:
         if where:
             sql = (
                 "SELECT c.id, -memory_fts.rank FROM memory_fts "
