@@ -15,7 +15,6 @@ from pathlib import Path
 
 from memcore.chunker import split_front_matter
 from memcore.errors import NotFound
-from memcore.history import HistoryEvent, now
 from memcore.memories import (
     MemoryFile,
     MemoryItem,
@@ -25,7 +24,7 @@ from memcore.memories import (
     render_item,
 )
 from memcore.models import MemoryRecord
-from memcore.writer import Change, FileEdit, MemoryWriter
+from memcore.writer import Change, FileEdit, MemoryWriter, api_event
 
 ARCHIVE_DIR = "memory/.archive"
 
@@ -120,7 +119,7 @@ def _appender(items: Sequence[MemoryItem], rel: str, restoring: bool = False) ->
             if f.find(item.id) is None:  # already there after an interrupted move
                 edit.append.append(render_item(item))
                 if restoring:
-                    edit.events.append(_event(item.id, "RESTORE", None, item.text, rel))
+                    edit.events.append(api_event(item.id, "RESTORE", None, item.text, rel))
             edit.ids.append(item.id)
         return edit
 
@@ -132,11 +131,7 @@ def _remover(ids: set[str], rel: str, event: str | None) -> Change:
         gone = [i for i in f.items if i.id in ids]
         edit = FileEdit(replace={i.id: [] for i in gone}, ids=[i.id for i in gone])
         if event:
-            edit.events = [_event(i.id, event, i.text, None, rel) for i in gone]
+            edit.events = [api_event(i.id, event, i.text, None, rel) for i in gone]
         return edit
 
     return change
-
-
-def _event(mid: str, kind: str, old: str | None, new: str | None, path: str) -> HistoryEvent:
-    return HistoryEvent(mid, kind, old, new, "api", now(), path)  # type: ignore[arg-type]

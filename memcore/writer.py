@@ -228,11 +228,11 @@ class MemoryWriter:
         def change(f: MemoryFile) -> FileEdit:
             stamp = now()
             edit = FileEdit(replace={i.id: [] for i in f.items})
-            edit.events += [_event(i.id, "DELETE", i.text, None, rel) for i in f.items]
+            edit.events += [api_event(i.id, "DELETE", i.text, None, rel) for i in f.items]
             for m in checked:
                 item = MemoryItem(m.id, m.content, m.key, stamp, stamp, m.metadata or {})
                 edit.append.append(render_item(item))
-                edit.events.append(_event(item.id, "ADD", None, item.text, rel))
+                edit.events.append(api_event(item.id, "ADD", None, item.text, rel))
                 edit.ids.append(item.id)
             return edit
 
@@ -263,7 +263,7 @@ class MemoryWriter:
             )
             edit = FileEdit(replace={item.id: render_item(new)}, ids=[item.id])
             if new.text != item.text:
-                edit.events.append(_event(item.id, "UPDATE", item.text, new.text, record.path))
+                edit.events.append(api_event(item.id, "UPDATE", item.text, new.text, record.path))
             return edit
 
         await self._change(record, change)
@@ -276,7 +276,7 @@ class MemoryWriter:
             item = _must_find(f, memory_id)
             return FileEdit(
                 replace={item.id: []},
-                events=[_event(item.id, "DELETE", item.text, None, record.path)],
+                events=[api_event(item.id, "DELETE", item.text, None, record.path)],
             )
 
         await self._change(record, change)
@@ -295,7 +295,7 @@ class MemoryWriter:
                 items = [i for i in f.items if i.id in ids]
                 return FileEdit(
                     replace={i.id: [] for i in items},
-                    events=[_event(i.id, "DELETE", i.text, None, rel) for i in items],
+                    events=[api_event(i.id, "DELETE", i.text, None, rel) for i in items],
                     ids=[i.id for i in items],
                 )
 
@@ -379,7 +379,7 @@ def _adder(group: Sequence[NewMemory], rel: str) -> Change:
                     old, text=m.content, metadata=m.metadata or old.metadata, updated=stamp
                 )
                 if new.text != old.text:
-                    edit.events.append(_event(old.id, "UPDATE", old.text, new.text, rel))
+                    edit.events.append(api_event(old.id, "UPDATE", old.text, new.text, rel))
                 edit.replace[old.id] = render_item(new)
                 edit.ids.append(old.id)
                 continue
@@ -390,14 +390,14 @@ def _adder(group: Sequence[NewMemory], rel: str) -> Change:
                 at, first = pending[m.key]
                 item = MemoryItem(first, m.content, m.key, stamp, stamp, m.metadata or {})
                 edit.append[at] = render_item(item)
-                edit.events.append(_event(first, "UPDATE", None, item.text, rel))
+                edit.events.append(api_event(first, "UPDATE", None, item.text, rel))
                 edit.ids.append(first)
                 continue
             item = MemoryItem(m.id, m.content, m.key, stamp, stamp, m.metadata or {})
             if m.key is not None:
                 pending[m.key] = (len(edit.append), m.id)
             edit.append.append(render_item(item))
-            edit.events.append(_event(item.id, "ADD", None, item.text, rel))
+            edit.events.append(api_event(item.id, "ADD", None, item.text, rel))
             edit.ids.append(item.id)
         return edit
 
@@ -414,7 +414,8 @@ def _record_unrecorded(parsed: MemoryFile, edit: FileEdit) -> None:
             )
 
 
-def _event(mid: str, kind: str, old: str | None, new: str | None, path: str) -> HistoryEvent:
+def api_event(mid: str, kind: str, old: str | None, new: str | None, path: str) -> HistoryEvent:
+    """A history event made through the API now (ADD, UPDATE, DELETE, ARCHIVE, RESTORE)."""
     return HistoryEvent(mid, kind, old, new, "api", now(), path)  # type: ignore[arg-type]
 
 
