@@ -31,7 +31,6 @@ from memcore.errors import (
     WriteConflict,
 )
 from memcore.models import MemoryRecord, SearchFilters
-from memcore.recall import note_key
 from memcore.service import MemoryService
 from memcore.storage.base import Vector
 
@@ -243,8 +242,7 @@ def native_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a rout
         async with service.store.snapshot() as reader:
             records = await reader.memories_of_chunks([h.chunk_id for h in result.hits])
         if typed(data, "reinforce", bool, False):
-            keys = [note_key(h.path, h.start_line, h.end_line) for h in result.hits]
-            await m.reinforce_hits([h.chunk_id for h in result.hits], keys)
+            await m.reinforce_hits(result.hits, records)
         out = result.to_dict()
         for hit, row in zip(result.hits, out["results"], strict=True):  # type: ignore[call-overload]
             row["memory_id"] = records[hit.chunk_id].id if hit.chunk_id in records else None

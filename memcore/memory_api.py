@@ -16,7 +16,7 @@ from memcore.archive import Archive
 from memcore.errors import ConfigError, InputError
 from memcore.llm.base import LLM
 from memcore.memories import Scope, check_name
-from memcore.models import MemoryQuery, MemoryRecord, SearchFilters
+from memcore.models import Hit, MemoryQuery, MemoryRecord, SearchFilters
 from memcore.recall import Recall, note_key
 from memcore.searcher import Searcher
 from memcore.storage.base import Store, Vector
@@ -198,15 +198,19 @@ class MemoryApi:
         await self.archive.restore(memory_id)
         return (await self.with_strength([await self.writer.get(memory_id)]))[0]
 
-    async def reinforce_hits(self, chunk_ids: Sequence[int], keys: Sequence[str]) -> None:
-        """Count a use of search hits: memories by id, notes by their note key."""
-        async with self._store.snapshot() as reader:
-            memories = await reader.memories_of_chunks(list(chunk_ids))
-        out = [
-            memories[cid].id if cid in memories else key
-            for cid, key in zip(chunk_ids, keys, strict=True)
-        ]
-        await self.recall.review(out)
+    async def reinforce_hits(
+        self, hits: Sequence[Hit], memories: Mapping[int, MemoryRecord] | None = None
+    ) -> None:
+        """Count a use of search hits: a memory by its id, a note by its note key.
+        ``memories`` (chunk id -> record) saves the lookup when the caller has it."""
+        if memories is None:
+            async with self._store.snapshot() as reader:
+                memories = await reader.memories_of_chunks([h.chunk_id for h in hits])
+        await self.recall.review([
+            memories[h.chunk_id].id if h.chunk_id in memories
+            else note_key(h.path, h.start_line, h.end_line)
+            for h in hits
+        ])  # fmt: skip
 
     async def get_all(
         self,

@@ -117,16 +117,10 @@ class Recall:
     async def of_records(
         self, records: Sequence[MemoryRecord], now: dt.datetime | None = None
     ) -> dict[str, Strength]:
-        """Strength of each memory (by id); a note record's id is mapped to its chunk key."""
+        """Strength of each memory (by id); a note record's id is its note key."""
         times = await self.log.times()
         now = now or dt.datetime.now(dt.UTC)
-        out = {}
-        for r in records:
-            key = r.id  # a note record's id is its note key
-            born = parse_time(r.created) or now
-            tier = tier_of(r.path, r.category, r.metadata)
-            out[r.id] = strength_of(tier, born, times.get(key, []), now)
-        return out
+        return {r.id: _record_strength(r, times, now) for r in records}
 
     async def of_chunks(
         self,
@@ -136,16 +130,22 @@ class Recall:
     ) -> dict[int, Strength]:
         """Strength of each chunk: its memory's when it holds one, else the note's, born on
         the chunk's date (the file's date, or when it was first indexed)."""
-        now = now or dt.datetime.now(dt.UTC)
-        by_memory = await self.of_records(list(memories.values()), now)
         times = await self.log.times()
+        now = now or dt.datetime.now(dt.UTC)
         out = {}
         for cid, row in rows.items():
             if cid in memories:
-                out[cid] = by_memory[memories[cid].id]
+                out[cid] = _record_strength(memories[cid], times, now)
                 continue
             born = parse_time(row.date) or now
             tier = tier_of(row.path, None, row.metadata)
             key = note_key(row.path, row.start_line, row.end_line)
             out[cid] = strength_of(tier, born, times.get(key, []), now)
         return out
+
+
+def _record_strength(
+    r: MemoryRecord, times: Mapping[str, list[dt.datetime]], now: dt.datetime
+) -> Strength:
+    born = parse_time(r.created) or now
+    return strength_of(tier_of(r.path, r.category, r.metadata), born, times.get(r.id, []), now)

@@ -21,7 +21,7 @@ from memcore.llm.base import LLM
 from memcore.memory_api import MemoryApi
 from memcore.models import IndexReport, IndexStatus, SearchFilters, SearchResult
 from memcore.prompt import relevant_memories
-from memcore.recall import Recall, note_key
+from memcore.recall import Recall
 from memcore.searcher import Searcher
 from memcore.settings import Settings
 from memcore.storage.base import Store, Vector
@@ -109,10 +109,8 @@ class MemoryService:
         """A "## Relevant Memories" block for a prompt (empty string when nothing matches).
         Every memory put in the block counts as used: one FSRS review each."""
         result = await self.search(query, limit=limit, filters=filters)
-        hits = result.hits
-        keys = [note_key(h.path, h.start_line, h.end_line) for h in hits]
-        await self.memories.reinforce_hits([h.chunk_id for h in hits], keys)
-        return relevant_memories(hits)
+        await self.memories.reinforce_hits(result.hits)
+        return relevant_memories(result.hits)
 
     async def warm(self) -> None:
         """Load models and dictionaries off the event loop before the first query needs them."""
