@@ -74,27 +74,30 @@ class Searcher:
         """Hybrid search, answered from the L1 cache when the same text query was asked of
         the same index state (any write, here or in another process, moves the state on)."""
         if self.cache is None or query_vector is not None:
-            return await self._search(
+            result, _ = await self._search(
                 query, limit, filters, fusion_name, min_score, query_vector, as_of
             )
+            return result
         async with self.store.snapshot() as reader:
-            state = await self._state(reader)
+            state = self._state(reader.generation)
         key = (query, limit, repr(filters), fusion_name, min_score, as_of, state)
         found = self.cache.get(key)
         if found is not None:
             return found
-        result = await self._search(query, limit, filters, fusion_name, min_score, None, as_of)
-        if not result.warnings:  # a degraded answer (embedder down) is not kept
-            async with self.store.snapshot() as reader:
-                if await self._state(reader) == state:
-                    self.cache.put(key, result)
+        result, generation = await self._search(
+            query, limit, filters, fusion_name, min_score, None, as_of
+        )
+        # kept only when answered from the state it is filed under, and not degraded
+        # (embedder down); a write in between files it under no key at all
+        if not result.warnings and self._state(generation) == state:
+            self.cache.put(key, result)
         return result
 
-    async def _state(self, reader: IndexReader) -> tuple[object, ...]:
+    def _state(self, generation: int | None) -> tuple[object, ...]:
         """What a cached answer depends on besides the query: the index generation, the
         day (recency and strength age with it) and the review log when strength ranks."""
         reviews = self.recall.log.size() if self.settings.strength.weight > 0 else 0
-        return (reader.generation, dt.date.today(), reviews, self.embedder.model_id)
+        return (generation, dt.date.today(), reviews, self.embedder.model_id)
 
     async def _search(
         self,
@@ -105,8 +108,9 @@ class Searcher:
         min_score: float | None = None,
         query_vector: Vector | None = None,
         as_of: dt.date | None = None,
-    ) -> SearchResult:
-        """Hybrid search. Never raises for odd query text; degrades to keyword-only (and says
+    ) -> tuple[SearchResult, int | None]:
+        """Hybrid search, and the index generation it read (None when it read none). Never
+        raises for odd query text; degrades to keyword-only (and says
         so in ``warnings``) when the embedder is unreachable or vectors are still pending.
         Raises StorageError only when the index itself cannot be read.
 
@@ -125,14 +129,14 @@ class Searcher:
         elif not has_words(query):
             # "?" or "..." would only match noise (every chunk is somewhat near it)
             warnings.append("the query has no words to search for")
-            return SearchResult(
-                query, (), "keyword" if method == "keyword" else "hybrid", tuple(warnings)
-            )
+            empty: SearchMode = "keyword" if method == "keyword" else "hybrid"
+            return SearchResult(query, (), empty, tuple(warnings)), None
         if query_vector is None and method != "keyword" and query.strip():
             query_vector = await self.embed_query(query, warnings)
         elif query_vector is not None:
             query_vector = unit_vector(query_vector)
         async with self.store.snapshot() as reader:
+            generation = reader.generation
             try:
                 found = await self.candidates(
                     reader,
@@ -164,7 +168,7 @@ class Searcher:
             if not found.vectors_available
             else ("vector" if method == "vector" else "hybrid")
         )
-        return SearchResult(query, hits, mode, (*warnings, *found.warnings))
+        return SearchResult(query, hits, mode, (*warnings, *found.warnings)), generation
 
     async def embed_query(self, query: str, warnings: list[str]) -> Vector | None:
         """The query's vector, or None (with a warning) when the embedder is unavailable."""
