@@ -39,6 +39,7 @@ _BATCH = 500  # ids per IN (...) query, well under SQLite's variable limit
 # of them; a word in more than ANCHOR_CAP chunks is too common to anchor (measured: README).
 ANCHOR_CAP = 5000
 ANCHOR_ROWS = 2000
+ANCHOR_MAX_TERMS = 256  # counted in one statement: two SQL variables a term
 _LOAD_BATCH = 4096  # rows per fetch when loading the vector matrix
 
 # Pending = no vector, or a vector from another model. embedding and embedding_model are
@@ -186,8 +187,8 @@ class SqliteReader(_Queries):
         # ANCHOR_ROWS of them), still by BM25 over every word; rows that match only common
         # words score little anyway. Small indexes (all words rarer than the need) are unchanged.
         anchors = None
-        if len(terms) > 1:
-            counts = {t: await self._count_capped(t, ANCHOR_CAP) for t in terms}
+        if 1 < len(terms) <= ANCHOR_MAX_TERMS:  # a pasted page: rank every match, as before
+            counts = await self._counts_capped(terms, ANCHOR_CAP)
             anchors = anchor_terms(counts, want=max(ANCHOR_ROWS, 5 * k), cap=ANCHOR_CAP)
         if anchors is not None:
             rows = await self._ranked(anchored_expression(terms, anchors), k, where, params)
@@ -195,11 +196,14 @@ class SqliteReader(_Queries):
                 return rows
         return await self._ranked(fts_any(terms), k, where, params)
 
-    async def _count_capped(self, term: str, cap: int) -> int:
-        """How many chunks hold ``term``, counting no further than cap + 1."""
-        sql = "SELECT count(*) FROM (SELECT 1 FROM memory_fts WHERE memory_fts MATCH ? LIMIT ?)"
-        rows = await self._all(sql, [fts_any([term]), cap + 1])
-        return int(rows[0][0])
+    async def _counts_capped(self, terms: list[str], cap: int) -> dict[str, int]:
+        """How many chunks hold each term, counting no further than cap + 1, in one query."""
+        one = "(SELECT count(*) FROM (SELECT 1 FROM memory_fts WHERE memory_fts MATCH ? LIMIT ?))"
+        params: list[object] = []
+        for term in terms:
+            params += [fts_any([term]), cap + 1]
+        rows = await self._all("SELECT " + ", ".join([one] * len(terms)), params)
+        return {t: int(n) for t, n in zip(terms, rows[0], strict=True)}
 
     async def _ranked(
         self, match: str, k: int, where: str, params: list[object]
