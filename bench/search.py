@@ -24,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.corpus import build_vault, questions
 from memcore.app import open_service
+from memcore.models import SearchFilters
 from memcore.settings import load_settings
 
 
@@ -63,6 +64,12 @@ async def measure(
             t0 = time.perf_counter()
             await svc.search(q)
             incl.append((time.perf_counter() - t0) * 1000)
+        keyword = []  # the full-text part alone (FTS5 and its word counts)
+        async with svc.store.snapshot() as reader:
+            for q in qs:
+                t0 = time.perf_counter()
+                await reader.search_text(q, 20, SearchFilters())
+                keyword.append((time.perf_counter() - t0) * 1000)
         cached = []  # the same text queries again: answered by the L1 cache
         for q in qs:
             t0 = time.perf_counter()
@@ -82,6 +89,8 @@ async def measure(
         "search_incl_p95_ms": round(pct(incl, 95), 2),
         "query_embed_p50_ms": round(statistics.median(embed_only), 2),
         "cached_p50_ms": round(statistics.median(cached), 3),
+        "keyword_p50_ms": round(statistics.median(keyword), 2),
+        "keyword_p95_ms": round(pct(keyword, 95), 2),
         "db_mb": round(status.db_bytes / 1e6, 1),
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "queries": len(qs),
@@ -105,7 +114,8 @@ def main() -> None:
     cols = [
         "size", "chunks", "embedder", "index_s", "chunks_per_s", "matrix_load_ms",
         "search_excl_p50_ms", "search_excl_p95_ms", "search_incl_p50_ms", "search_incl_p95_ms",
-        "query_embed_p50_ms", "cached_p50_ms", "db_mb", "peak_rss_mb",
+        "query_embed_p50_ms", "cached_p50_ms", "keyword_p50_ms", "keyword_p95_ms", "db_mb",
+        "peak_rss_mb",
     ]  # fmt: skip
     print(" | ".join(cols))
     for size in (int(s) for s in args.sizes.split(",")):
