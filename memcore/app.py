@@ -77,7 +77,11 @@ def build_llm(settings: Settings) -> LLM | None:
 def build_store(settings: Settings) -> Store:
     from memcore.storage.sqlite import SqliteStore
 
-    return SqliteStore(settings.db_path, busy_timeout_s=settings.storage.busy_timeout_s)
+    return SqliteStore(
+        settings.db_path,
+        busy_timeout_s=settings.storage.busy_timeout_s,
+        ann_min_vectors=settings.storage.ann_min_vectors,
+    )
 
 
 def embedder_prefixes(settings: Settings) -> tuple[str, str]:

@@ -96,6 +96,9 @@ class StrengthSettings:
 class StorageSettings:
     db: str = ""  # empty = <vault>/.memcore/index.db
     busy_timeout_s: float = 10.0  # how long a write waits for another process's transaction
+    # From this many vectors of one model, vector search uses an HNSW graph saved beside the
+    # index (recall@10 vs exact >= 0.98, see bench/search.py); below it, the exact matrix.
+    ann_min_vectors: int = 200_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -430,6 +433,7 @@ def _problems(s: Settings) -> Iterator[str]:
         "search.limit": s.search.limit,
         "search.candidates": s.search.candidates,
         "search.recency_half_life_days": s.search.recency_half_life_days,
+        "storage.ann_min_vectors": s.storage.ann_min_vectors,
     }
     for name, number in positive.items():
         if number <= 0:

@@ -25,6 +25,7 @@ CONFINED = {
     "jieba": {"search/tokenize.py"},
     "yaml": {"chunker.py"},
     "fsrs": {"strength.py"},
+    "usearch": {"search/ann.py"},
 }
 # the pure core never imports I/O layers
 PURE = {

@@ -11,13 +11,15 @@ its own generation, writes made here are applied incrementally, and a write by a
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import logging
 import sqlite3
 from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
 from pathlib import Path
 from types import TracebackType
-from typing import Self
+from typing import TYPE_CHECKING, Self, TypeAlias
 
 import aiosqlite
 import numpy as np
@@ -29,7 +31,15 @@ from memcore.storage.base import Vector
 from memcore.storage.migrations import load_migrations
 from memcore.storage.sqlite_queries import SqliteReader, SqliteWriter, now
 
+if TYPE_CHECKING:  # usearch (and numkong) load only for a vault that needs the graph
+    from memcore.search.ann import AnnIndex
+
 READERS = 3  # reader connections (each is a thread); more searches than this queue up
+ANN_MIN_VECTORS = 200_000  # from here a model's vectors are searched in an HNSW graph
+_FETCH = 50_000  # vectors read and added to a graph at a time (bounds memory while building)
+
+log = logging.getLogger(__name__)
+Vectors: TypeAlias = "VectorIndex | AnnIndex"
 
 
 def translate(exc: sqlite3.Error, what: str) -> StorageError:
@@ -50,15 +60,24 @@ class SqliteStore:
 
     backend = "sqlite"
 
-    def __init__(self, path: Path, *, readers: int = READERS, busy_timeout_s: float = 10.0) -> None:
+    def __init__(
+        self,
+        path: Path,
+        *,
+        readers: int = READERS,
+        busy_timeout_s: float = 10.0,
+        ann_min_vectors: int = ANN_MIN_VECTORS,
+    ) -> None:
         self.path = path
+        self.ann_min_vectors = ann_min_vectors
+        self._index_id = ""
         self._busy_ms = max(0, int(busy_timeout_s * 1000))
         self._max_readers = max(1, readers)
         self._writer: aiosqlite.Connection | None = None
         self._readers: asyncio.Queue[aiosqlite.Connection] | None = None
         self._all_readers: list[aiosqlite.Connection] = []
         self._write_lock = asyncio.Lock()
-        self._vectors: dict[str, VectorIndex] = {}
+        self._vectors: dict[str, Vectors] = {}
         self._open_snapshots: Counter[int] = Counter()
         self._applying: dict[int, asyncio.Event] = {}  # committed here, matrix not yet updated
         self.pending_memo: dict[tuple[int, str], int] = {}  # (generation, model) -> pending
@@ -88,6 +107,9 @@ class SqliteStore:
             await self._writer.execute("PRAGMA journal_mode = WAL")
             await self._writer.create_function("memcore_fts", 2, _fts_text, deterministic=True)
             await self._migrate(self._writer)
+            async with self._writer.execute("SELECT value FROM meta WHERE key = 'index_id'") as cur:
+                row = await cur.fetchone()
+            self._index_id = str(row[0]) if row else ""
             self._readers = asyncio.Queue()
         except (sqlite3.Error, OSError) as exc:
             await self.close()
@@ -114,7 +136,11 @@ class SqliteStore:
         async with self._write_lock:
             conns = [*self._all_readers, *([self._writer] if self._writer else [])]
             self._writer, self._readers, self._all_readers = None, None, []
+            graphs = {m: v for m, v in self._vectors.items() if not isinstance(v, VectorIndex)}
             self._vectors.clear()
+            for model_id, graph in graphs.items():
+                if graph.changes:
+                    await asyncio.to_thread(self._save_graph, model_id, graph)
             for conn in conns:
                 with suppress(sqlite3.Error, ValueError):
                     await conn.close()
@@ -213,7 +239,7 @@ class SqliteStore:
 
     async def vectors_at(
         self, conn: aiosqlite.Connection, generation: int, model_id: str
-    ) -> VectorIndex:
+    ) -> Vectors:
         """The matrix of ``model_id`` as of ``generation`` (the caller's snapshot). Waits for a
         write committed here to be applied; reloads after writes by another process."""
         index = self._vectors.get(model_id)
@@ -224,11 +250,52 @@ class SqliteStore:
                 index = self._vectors.get(model_id)
         if index is not None and index.serves(generation):
             return index
-        fresh = await SqliteReader(conn, generation, self).load_vectors(model_id)
+        fresh = await self._load(SqliteReader(conn, generation, self), model_id)
         current = self._vectors.get(model_id)
         if current is None or current.generation < generation:
             self._vectors[model_id] = fresh  # newer than what was here (or nothing was)
         return fresh
+
+    async def _load(self, reader: SqliteReader, model_id: str) -> Vectors:
+        """A model's vectors as of the reader's snapshot: an exact matrix, or from
+        ``ann_min_vectors`` on, the saved graph brought up to date by comparing chunk ids
+        (built from scratch, and saved, when there is none)."""
+        ids = await reader.vector_ids(model_id)
+        if len(ids) < self.ann_min_vectors:
+            return await reader.load_vectors(model_id)
+        from memcore.search.ann import AnnIndex
+
+        first = await reader.vectors_of(ids[:1])
+        dim = first[1].shape[1]
+        path = self.graph_path(model_id)
+        graph = await asyncio.to_thread(AnnIndex.load, path, dim, reader.generation)
+        if graph is None:
+            log.info("building the vector graph of %d chunks (saved to %s)", len(ids), path)
+            graph = AnnIndex(dim, reader.generation)
+        keys = graph.keys()
+        graph.remove(np.setdiff1d(keys, ids, assume_unique=True).tolist())
+        missing = np.setdiff1d(ids, keys, assume_unique=True)
+        if len(missing) > len(ids) // 2:  # mostly new: one pass over the table
+            async for got, mat in reader.vector_batches(model_id, _FETCH):
+                await asyncio.to_thread(graph.add, got, mat)
+        else:
+            for i in range(0, len(missing), _FETCH):
+                got, mat = await reader.vectors_of(missing[i : i + _FETCH])
+                await asyncio.to_thread(graph.add, got, mat)
+        if graph.changes > max(1000, len(ids) // 100):
+            await asyncio.to_thread(self._save_graph, model_id, graph)
+        return graph
+
+    def graph_path(self, model_id: str) -> Path:
+        """Where a model's vector graph is saved: beside the index, named for this database."""
+        digest = hashlib.sha256(model_id.encode()).hexdigest()[:12]
+        return self.path.with_name(f"{self.path.name}.{self._index_id}.{digest}.hnsw")
+
+    def _save_graph(self, model_id: str, graph: AnnIndex) -> None:
+        try:
+            graph.save(self.graph_path(model_id))
+        except (OSError, RuntimeError) as exc:  # only a cache: the next start rebuilds it
+            log.warning("could not save the vector graph: %s", exc)
 
     # ---- writing ----------------------------------------------------------------------------
 

@@ -6,11 +6,12 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import aiosqlite
 import numpy as np
+import numpy.typing as npt
 
 from memcore.errors import InputError
 from memcore.models import (
@@ -41,6 +42,7 @@ ANCHOR_CAP = 5000
 ANCHOR_ROWS = 2000
 ANCHOR_MAX_TERMS = 256  # counted in one statement: two SQL variables a term
 _LOAD_BATCH = 4096  # rows per fetch when loading the vector matrix
+_FETCH_IDS = 65536
 
 # Pending = no vector, or a vector from another model. embedding and embedding_model are
 # always NULL together, so the embedding_model index answers this without reading the
@@ -245,6 +247,41 @@ class SqliteReader(_Queries):
     async def has_vectors(self, model_id: str) -> bool:
         sql = "SELECT 1 FROM memory_chunks WHERE embedding_model = ? LIMIT 1"
         return bool(await self._all(sql, (model_id,)))
+
+    async def vector_ids(self, model_id: str) -> npt.NDArray[np.uint64]:
+        """Ids of the chunks holding a vector of this model, ascending (from the index alone)."""
+        sql = "SELECT id FROM memory_chunks WHERE embedding_model = ? ORDER BY id"
+        out: list[int] = []
+        async with self.conn.execute(sql, (model_id,)) as cur:
+            while rows := await cur.fetchmany(_FETCH_IDS):
+                out += [r[0] for r in rows]
+        return np.asarray(out, dtype=np.uint64)
+
+    async def vectors_of(self, ids: npt.NDArray[np.uint64]) -> tuple[list[int], Vector]:
+        """(ids found, their vectors as one float32 matrix) of the named chunks."""
+        got: list[int] = []
+        blobs: list[bytes] = []
+        for i in range(0, len(ids), _BATCH):
+            part = ids[i : i + _BATCH].tolist()
+            sql = (
+                "SELECT id, embedding FROM memory_chunks WHERE embedding IS NOT NULL "
+                f"AND id IN ({_marks(len(part))})"
+            )
+            for r in await self._all(sql, part):
+                got.append(r[0])
+                blobs.append(r[1])
+        flat = np.frombuffer(b"".join(blobs), dtype="<f4").astype(np.float32, copy=False)
+        return got, flat.reshape(len(got), -1)
+
+    async def vector_batches(
+        self, model_id: str, size: int
+    ) -> AsyncIterator[tuple[list[int], Vector]]:
+        """Every vector of this model, ``size`` at a time: (ids, float32 matrix)."""
+        sql = "SELECT id, embedding FROM memory_chunks WHERE embedding_model = ?"
+        async with self.conn.execute(sql, (model_id,)) as cur:
+            while rows := list(await cur.fetchmany(size)):
+                flat = np.frombuffer(b"".join(r[1] for r in rows), dtype="<f4")
+                yield [r[0] for r in rows], flat.astype(np.float32).reshape(len(rows), -1)
 
     async def load_vectors(self, model_id: str) -> VectorIndex:
         """Every vector of this model in this snapshot, as a fresh matrix at its generation."""
@@ -516,12 +553,13 @@ class SqliteWriter(_Queries):
         ]  # fmt: skip
         if fresh:
             self.chunks_changed = True
+            first = await self._take_ids(len(fresh))
             await self.conn.executemany(
-                "INSERT INTO memory_chunks (source_file, chunk_index, heading_path, start_line, "
-                "end_line, content, fts_text, content_hash, embedding, embedding_model, tags, "
-                "date, metadata, updated_at) "
-                "VALUES (?, ?, ?, ?, ?, ?, memcore_fts(?, ?), ?, ?, ?, ?, ?, ?, ?)",
-                fresh,
+                "INSERT INTO memory_chunks (id, source_file, chunk_index, heading_path, "
+                "start_line, end_line, content, fts_text, content_hash, embedding, "
+                "embedding_model, tags, date, metadata, updated_at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, memcore_fts(?, ?), ?, ?, ?, ?, ?, ?, ?)",
+                [(first + n, *row) for n, row in enumerate(fresh)],
             )
         by_index = dict(
             await self._all(
@@ -569,6 +607,11 @@ class SqliteWriter(_Queries):
         )
         meta = {row[0]: row[8] for row in kept.values()}
         return {int(new[0]) for rid, _, new in changed if new[6] != meta[rid]}
+
+    async def _take_ids(self, n: int) -> int:
+        """The first of ``n`` fresh chunk ids; an id is never handed out twice (0005)."""
+        rows = await self._all("UPDATE chunk_ids SET next = next + ? RETURNING next", (n,))
+        return int(rows[0][0]) - n
 
     async def _revector_kept(
         self, kept: Mapping[int, Any], vectors: Sequence[Vector | None], model_id: str

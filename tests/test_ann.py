@@ -1,0 +1,155 @@
+"""The HNSW graph big vaults search in: recall against exact search, snapshots, filters, saving."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from memcore.chunker import chunk_markdown
+from memcore.models import FileState, SearchFilters
+from memcore.search import ann
+from memcore.search.ann import AnnIndex
+from memcore.search.vectors import VectorIndex
+from memcore.storage.sqlite import SqliteStore
+
+DIM = 32
+
+
+def clustered(n: int, seed: int = 0) -> np.ndarray:
+    """Vectors around 50 centres, like topics in a vault (uniform noise is no real corpus)."""
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(size=(50, DIM))
+    out = centres[rng.integers(0, 50, n)] + 0.4 * rng.normal(size=(n, DIM))
+    return out.astype(np.float32)
+
+
+def both(n: int) -> tuple[AnnIndex, VectorIndex, np.ndarray]:
+    vecs = clustered(n)
+    graph, exact = AnnIndex(DIM), VectorIndex()
+    graph.add(list(range(1, n + 1)), vecs)
+    exact.add(list(range(1, n + 1)), vecs)
+    return graph, exact, vecs
+
+
+def test_recall_at_10_against_exact_search() -> None:
+    graph, exact, _ = both(5000)
+    queries = clustered(200, seed=1)
+    found = 0
+    for q in queries:
+        truth = {c for c, _ in exact.search(q, 10)}
+        found += len(truth & {c for c, _ in graph.search(q, 10)})
+    assert found / (10 * len(queries)) >= 0.98
+    top = graph.search(queries[0], 3)
+    want = exact.search(queries[0], 3)
+    assert [s for _, s in top] == pytest.approx([s for _, s in want], abs=1e-3)
+
+
+def test_a_snapshot_sees_its_own_generation() -> None:
+    graph = AnnIndex(DIM)
+    a, b, c = clustered(3, seed=2)
+    graph.add([1, 2], np.stack([a, b]))
+    graph.apply(1, removed=[1], added_ids=[3], added=c[None, :])
+    assert {k for k, _ in graph.search(a, 5, generation=0)} == {1, 2}
+    assert {k for k, _ in graph.search(a, 5, generation=1)} == {2, 3}
+    assert set(graph.similarity(a, [1, 2, 3], generation=0)) == {1, 2}
+    assert set(graph.similarity(a, [1, 2, 3])) == {2, 3}
+    assert len(graph) == 2 and 1 not in graph and 3 in graph
+    graph.compact()  # no reader left: 1 goes for good, generation 0 is no longer served
+    assert not graph.serves(0)
+    with pytest.raises(ValueError, match="not served"):
+        graph.search(a, 5, generation=0)
+    assert {k for k, _ in graph.search(a, 5)} == {2, 3}
+
+
+def test_a_key_removed_and_added_in_one_write_stays() -> None:
+    graph = AnnIndex(DIM)
+    a = clustered(1, seed=3)
+    graph.add([7], a)
+    graph.apply(1, removed=[7], added_ids=[7], added=a)  # a vector set again, same content
+    assert [k for k, _ in graph.search(a[0], 1, generation=1)] == [7]
+    assert [k for k, _ in graph.search(a[0], 1, generation=0)] == [7]
+
+
+@pytest.mark.parametrize("exact_below", [1, ann.EXACT_BELOW])
+def test_filters_never_let_an_excluded_chunk_through(
+    monkeypatch: pytest.MonkeyPatch, exact_below: int
+) -> None:
+    """A narrow filter is answered exactly; a wide one (exact_below=1 forces the graph) asks
+    the graph for more neighbours and still returns only allowed chunks, best first."""
+    monkeypatch.setattr(ann, "EXACT_BELOW", exact_below)
+    graph, exact, _ = both(3000)
+    allowed = set(range(1, 3001, 3))
+    for q in clustered(20, seed=4):
+        got = graph.search(q, 10, allowed=allowed)
+        assert len(got) == 10 and {k for k, _ in got} <= allowed
+        want = exact.search(q, 10, allowed=allowed)
+        assert len({k for k, _ in got} & {k for k, _ in want}) >= 9
+    q = clustered(1, seed=5)[0]
+    one = graph.search(q, 5, allowed={5})
+    assert [k for k, _ in one] == [5]
+    assert one[0][1] == pytest.approx(exact.search(q, 1, allowed={5})[0][1], abs=1e-3)
+    assert graph.search(q, 5, allowed=set()) == []
+
+
+def test_saved_graph_loads_with_its_keys(tmp_path: Path) -> None:
+    graph, _, vecs = both(500)
+    path = tmp_path / "g.hnsw"
+    graph.save(path)
+    assert graph.changes == 0
+    again = AnnIndex.load(path, DIM, generation=4)
+    assert again is not None and len(again) == 500 and again.generation == 4
+    assert again.search(vecs[41], 1)[0][0] == 42
+    assert AnnIndex.load(path, DIM + 1, 0) is None  # another model's size
+    assert AnnIndex.load(tmp_path / "missing.hnsw", DIM, 0) is None
+    (tmp_path / "bad.hnsw").write_bytes(b"not a graph")
+    assert AnnIndex.load(tmp_path / "bad.hnsw", DIM, 0) is None
+
+
+M = "test:model"
+
+
+async def write(store: SqliteStore, path: str, text: str, vectors: np.ndarray) -> list[int]:
+    chunks, _ = chunk_markdown(text, path)
+    async with store.transaction() as tx:
+        state = FileState(path, f"h{hash(text)}", len(text), 1)
+        return await tx.replace_file(state, chunks, list(vectors[: len(chunks)]), M)
+
+
+async def nearest(store: SqliteStore, q: np.ndarray, k: int = 3) -> list[int]:
+    async with store.snapshot() as r:
+        return [c for c, _ in await r.search_vectors(q, M, k, SearchFilters())]
+
+
+async def test_the_store_saves_its_graph_and_catches_up_with_writes_made_meanwhile(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "index.db"
+    vecs = clustered(40, seed=5)
+    async with SqliteStore(db, ann_min_vectors=10) as store:
+        ids = []
+        for n in range(20):
+            ids += await write(store, f"n{n}.md", f"# N{n}\n\nnote {n}\n", vecs[n : n + 1])
+        assert await nearest(store, vecs[3], 1) == [ids[3]]
+        graph_file = store.graph_path(M)
+    assert graph_file.exists()  # saved on close
+    # Meanwhile another client, on the exact path, deletes one note and adds another.
+    async with SqliteStore(db) as other:
+        async with other.transaction() as tx:
+            await tx.delete_files(["n3.md"])
+        new = await write(other, "late.md", "# Late\n\nlate note\n", vecs[30:31])
+    async with SqliteStore(db, ann_min_vectors=10) as store:
+        assert ids[3] not in await nearest(store, vecs[3], 20)
+        assert await nearest(store, vecs[30], 1) == new
+        assert set(new).isdisjoint(ids)  # ids are never handed out twice
+
+
+async def test_chunk_ids_are_never_reused_after_the_newest_are_deleted(tmp_path: Path) -> None:
+    vecs = clustered(4, seed=6)
+    async with SqliteStore(tmp_path / "index.db") as store:
+        first = await write(store, "a.md", "# A\n\none\n", vecs)
+        async with store.transaction() as tx:
+            await tx.delete_files(["a.md"])
+        second = await write(store, "b.md", "# B\n\ntwo\n", vecs)
+        assert min(second) > max(first)
