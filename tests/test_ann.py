@@ -153,3 +153,23 @@ async def test_chunk_ids_are_never_reused_after_the_newest_are_deleted(tmp_path:
             await tx.delete_files(["a.md"])
         second = await write(store, "b.md", "# B\n\ntwo\n", vecs)
         assert min(second) > max(first)
+
+
+async def test_a_graph_catches_up_in_place_with_another_clients_writes(tmp_path: Path) -> None:
+    db = tmp_path / "index.db"
+    vecs = clustered(40, seed=7)
+    async with SqliteStore(db, ann_min_vectors=10) as store, SqliteStore(db) as other:
+        ids = []
+        for n in range(20):
+            ids += await write(store, f"n{n}.md", f"# N{n}\n\nnote {n}\n", vecs[n : n + 1])
+        assert await nearest(store, vecs[5], 1) == [ids[5]]
+        graph = store._vectors[M]
+        async with store.snapshot() as before:
+            async with other.transaction() as tx:
+                await tx.delete_files(["n5.md"])
+            new = await write(other, "late.md", "# Late\n\nlate note\n", vecs[30:31])
+            assert await nearest(store, vecs[30], 1) == new  # a new snapshot sees both writes
+            assert ids[5] not in await nearest(store, vecs[5], 20)
+            assert store._vectors[M] is graph  # advanced in place, never reloaded
+            old = await before.search_vectors(vecs[5], M, 1, SearchFilters())
+            assert [c for c, _ in old] == [ids[5]]  # the open snapshot still sees its state

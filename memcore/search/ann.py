@@ -93,6 +93,13 @@ class AnnIndex:
         """Every key in the graph, dead ones included."""
         return np.asarray(self._graph.keys, dtype=np.uint64)
 
+    def alive_keys(self) -> npt.NDArray[np.uint64]:
+        """The keys the newest state sees, ascending."""
+        keys = np.sort(self.keys())
+        if self._dead:
+            keys = keys[~np.isin(keys, np.fromiter(self._dead, dtype=np.uint64))]
+        return keys
+
     def serves(self, generation: int) -> bool:
         return self.floor <= generation <= self.generation
 

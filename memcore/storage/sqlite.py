@@ -77,6 +77,7 @@ class SqliteStore:
         self._readers: asyncio.Queue[aiosqlite.Connection] | None = None
         self._all_readers: list[aiosqlite.Connection] = []
         self._write_lock = asyncio.Lock()
+        self._catching_up = asyncio.Lock()
         self._vectors: dict[str, Vectors] = {}
         self._open_snapshots: Counter[int] = Counter()
         self._applying: dict[int, asyncio.Event] = {}  # committed here, matrix not yet updated
@@ -250,7 +251,13 @@ class SqliteStore:
                 index = self._vectors.get(model_id)
         if index is not None and index.serves(generation):
             return index
-        fresh = await self._load(SqliteReader(conn, generation, self), model_id)
+        reader = SqliteReader(conn, generation, self)
+        if index is not None and not isinstance(index, VectorIndex) and index.floor <= generation:
+            async with self._catching_up:  # a graph is brought forward in place, not reloaded
+                await self._catch_up(reader, model_id, index)
+            if index.serves(generation):
+                return index
+        fresh = await self._load(reader, model_id)
         current = self._vectors.get(model_id)
         if current is None or current.generation < generation:
             self._vectors[model_id] = fresh  # newer than what was here (or nothing was)
@@ -285,6 +292,21 @@ class SqliteStore:
         if graph.changes > max(1000, len(ids) // 100):
             await asyncio.to_thread(self._save_graph, model_id, graph)
         return graph
+
+    async def _catch_up(self, reader: SqliteReader, model_id: str, graph: AnnIndex) -> None:
+        """Advance a graph that missed writes (another process's) to the reader's snapshot,
+        as one generation step, by comparing its keys with the chunk ids holding vectors."""
+        if graph.generation >= reader.generation:
+            return
+        ids = await reader.vector_ids(model_id)
+        missing = np.setdiff1d(ids, graph.alive_keys(), assume_unique=True)
+        got, mat = await reader.vectors_of(missing)
+        if graph.generation >= reader.generation:
+            return  # brought forward meanwhile
+        alive = graph.alive_keys()  # read again: the awaits above let other tasks run
+        fresh = ~np.isin(np.asarray(got, dtype=np.uint64), alive)
+        removed = np.setdiff1d(alive, ids, assume_unique=True).tolist()
+        graph.apply(reader.generation, removed, np.asarray(got)[fresh].tolist(), mat[fresh])
 
     def graph_path(self, model_id: str) -> Path:
         """Where a model's vector graph is saved: beside the index, named for this database."""
@@ -339,14 +361,17 @@ class SqliteStore:
         if generation and tx is not None:
             for model_id, index in list(self._vectors.items()):
                 if index.generation != generation - 1:
-                    del self._vectors[model_id]  # missed a write: reload on next use
-                    continue
+                    if isinstance(index, VectorIndex):
+                        del self._vectors[model_id]  # missed a write: reload on next use
+                    continue  # a graph catches up on next use
                 ids = [cid for cid, m, _ in tx.added if m == model_id]
                 vecs = [v for _, m, v in tx.added if m == model_id]
                 index.apply(generation, tx.removed, ids, _stack(vecs))
             self._compact()
-        elif generation:
-            self._vectors.clear()  # the commit may or may not have happened
+        elif generation:  # the commit may or may not have happened: reload (or catch up)
+            for model_id, index in list(self._vectors.items()):
+                if isinstance(index, VectorIndex):
+                    del self._vectors[model_id]
         if event is not None:
             event.set()
 
