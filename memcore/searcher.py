@@ -8,12 +8,13 @@ retrieval harness, which scores several fusion methods on the same candidates.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import datetime as dt
 import logging
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -199,12 +200,19 @@ class Searcher:
         """The top ``n`` of each retriever (cosine and BM25) in one snapshot, before fusion."""
         warnings: list[str] = []
         model = self.embedder.model_id
-        keyword = await reader.search_text(query, n, filters) if use_keywords else []
         vector: list[tuple[int, float]] = []
         cosine: dict[int, float] = {}
         available = False
+        if query_vector is None or not use_keywords:
+            keyword = await reader.search_text(query, n, filters) if use_keywords else []
+        else:  # the keyword query runs in the database's thread while the vectors are scored
+            keyword, vector = await _both(
+                reader.search_text(query, n, filters),
+                reader.search_vectors(query_vector, model, n, filters),
+            )
         if query_vector is not None:
-            vector = await reader.search_vectors(query_vector, model, n, filters)
+            if not use_keywords:
+                vector = await reader.search_vectors(query_vector, model, n, filters)
             available = bool(vector) or await reader.has_vectors(model)
             if vector:
                 cosine = await reader.vector_similarity(
@@ -323,3 +331,20 @@ def vault_relative(filters: SearchFilters, vault: Path) -> SearchFilters:
     while prefix.startswith("./"):
         prefix = prefix[2:]
     return dataclasses.replace(filters, path_prefix=prefix if prefix not in ("", ".") else None)
+
+
+async def _both(
+    first: Awaitable[list[tuple[int, float]]], second: Awaitable[list[tuple[int, float]]]
+) -> tuple[list[tuple[int, float]], list[tuple[int, float]]]:
+    """Run two searches at once; the first starts before the second takes the event loop.
+    An error in either propagates as itself (no ExceptionGroup), the other one cancelled."""
+    task = asyncio.ensure_future(first)
+    try:
+        await asyncio.sleep(0)  # let the first hand its query to the database thread
+        other = await second
+        return await task, other
+    finally:
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -173,3 +175,17 @@ async def test_a_graph_catches_up_in_place_with_another_clients_writes(tmp_path:
             assert store._vectors[M] is graph  # advanced in place, never reloaded
             old = await before.search_vectors(vecs[5], M, 1, SearchFilters())
             assert [c for c, _ in old] == [ids[5]]  # the open snapshot still sees its state
+
+
+def test_the_graph_library_loaded_first_leaves_the_local_model_working() -> None:
+    """usearch 2.26 loaded before onnxruntime made onnxruntime's import crash the process (a
+    daemon opening a big vault's graph before its first embedding); pyproject pins it out."""
+    script = (
+        "import memcore.search.ann\n"
+        "from memcore.embedders.local import OnnxMiniLMEmbedder\n"
+        "print(OnnxMiniLMEmbedder().embed_sync(['hello']).shape)\n"
+    )
+    cmd = [sys.executable, "-c", script]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-500:]
+    assert done.stdout.strip() == "(1, 384)"

@@ -81,6 +81,17 @@ class VectorIndex:
         """Whether a snapshot at this generation can be answered exactly."""
         return self.floor <= generation <= self.generation
 
+    def reserve(self, rows: int, dim: int) -> None:
+        """Make room for ``rows`` vectors up front, so loading them never copies the matrix."""
+        if self._dim is None:
+            self._dim = dim
+            self._mat = np.zeros((0, dim), dtype=np.float32)
+        if rows > self._mat.shape[0]:
+            self._mat = _grow(self._mat, self._n, (rows, self._dim))
+            self._ids = _grow(self._ids, self._n, (rows,))
+            self._born = _grow(self._born, self._n, (rows,))
+            self._dead = _grow(self._dead, self._n, (rows,))
+
     def add(self, ids: Sequence[int], vectors: Matrix) -> None:
         """Insert or replace vectors (normalised here) at the current generation."""
         self.remove(ids)
@@ -147,11 +158,7 @@ class VectorIndex:
             raise ValueError(f"vector has {vecs.shape[1]} dimensions, index has {self._dim}")
         need = self._n + len(ids)
         if need > self._mat.shape[0]:
-            cap = max(need, 2 * self._mat.shape[0], 256)
-            self._mat = _grow(self._mat, self._n, (cap, self._dim))
-            self._ids = _grow(self._ids, self._n, (cap,))
-            self._born = _grow(self._born, self._n, (cap,))
-            self._dead = _grow(self._dead, self._n, (cap,))
+            self.reserve(max(need, 2 * self._mat.shape[0], 256), self._dim)
         self._mat[self._n : need] = vecs
         self._ids[self._n : need] = ids
         self._born[self._n : need] = born

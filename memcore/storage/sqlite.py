@@ -269,7 +269,7 @@ class SqliteStore:
         (built from scratch, and saved, when there is none)."""
         ids = await reader.vector_ids(model_id)
         if len(ids) < self.ann_min_vectors:
-            return await reader.load_vectors(model_id)
+            return await reader.load_vectors(model_id, len(ids))
         from memcore.search.ann import AnnIndex
 
         first = await reader.vectors_of(ids[:1])

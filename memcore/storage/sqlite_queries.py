@@ -283,19 +283,15 @@ class SqliteReader(_Queries):
                 flat = np.frombuffer(b"".join(r[1] for r in rows), dtype="<f4")
                 yield [r[0] for r in rows], flat.astype(np.float32).reshape(len(rows), -1)
 
-    async def load_vectors(self, model_id: str) -> VectorIndex:
-        """Every vector of this model in this snapshot, as a fresh matrix at its generation."""
-        ids: list[int] = []
-        blobs: list[bytes] = []
-        sql = (
-            "SELECT id, embedding FROM memory_chunks WHERE embedding_model = ? "
-            "AND embedding IS NOT NULL"
-        )
-        async with self.conn.execute(sql, (model_id,)) as cur:
-            while rows := await cur.fetchmany(_LOAD_BATCH):
-                ids += [r[0] for r in rows]
-                blobs += [r[1] for r in rows]
-        return await asyncio.to_thread(_build_index, ids, blobs, self.generation)
+    async def load_vectors(self, model_id: str, count: int) -> VectorIndex:
+        """Every vector of this model in this snapshot (``count`` of them), as a fresh matrix
+        at its generation. Read in batches into a matrix sized once: peak memory is the matrix
+        and one batch, not every row's bytes as well."""
+        index = VectorIndex(generation=self.generation)
+        async for ids, mat in self.vector_batches(model_id, _LOAD_BATCH):
+            index.reserve(count, mat.shape[1])
+            index.add(ids, mat)
+        return index
 
     async def chunk_rows(self, ids: Sequence[int]) -> dict[int, ChunkRow]:
         out: dict[int, ChunkRow] = {}
@@ -476,14 +472,6 @@ def _kept_changes(
 
 def _file_states(rows: list[Any]) -> dict[str, FileState]:
     return {r[0]: FileState(r[0], r[1], r[2], r[3]) for r in rows}
-
-
-def _build_index(ids: list[int], blobs: list[bytes], generation: int) -> VectorIndex:
-    index = VectorIndex(generation=generation)
-    if ids:
-        flat = np.frombuffer(b"".join(blobs), dtype="<f4").astype(np.float32, copy=False)
-        index.add(ids, flat.reshape(len(ids), -1))
-    return index
 
 
 class SqliteWriter(_Queries):
