@@ -6,8 +6,10 @@ This is the only module that reads configuration files or environment variables.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
+import re
 import tomllib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -94,7 +96,12 @@ class StrengthSettings:
 
 @dataclass(frozen=True, slots=True)
 class StorageSettings:
-    db: str = ""  # empty = <vault>/.memcore/index.db
+    db: str = ""  # empty = <vault>/.memcore/index.db; a postgresql:// URL here means url
+    url: str = ""  # postgresql://user@host/db: the index lives in PostgreSQL (pgvector)
+    # Whose rows these are in a shared PostgreSQL database: vaults with different namespaces
+    # never see each other's chunks or memories. Empty = one derived from the vault's path; set
+    # the same name on every machine that shares one vault.
+    namespace: str = ""
     busy_timeout_s: float = 10.0  # how long a write waits for another process's transaction
     # From this many vectors of one model, vector search uses an HNSW graph saved beside the
     # index (recall@10 vs exact >= 0.98, see bench/search.py); below it, the exact matrix.
@@ -146,10 +153,28 @@ class Settings:
         return self.vault / ".memcore"
 
     @property
+    def database_url(self) -> str:
+        """The PostgreSQL URL when the index lives there, else ""."""
+        if self.storage.url:
+            return self.storage.url
+        return self.storage.db if is_postgres_url(self.storage.db) else ""
+
+    @property
+    def namespace(self) -> str:
+        if self.storage.namespace:
+            return self.storage.namespace
+        digest = hashlib.sha256(str(self.vault.resolve()).encode()).hexdigest()[:16]
+        return f"{self.vault.name[:40]}-{digest}"
+
+    @property
     def db_path(self) -> Path:
         if self.storage.db:
             return Path(self.storage.db).expanduser().resolve()
         return self.state_dir / "index.db"
+
+
+def is_postgres_url(value: str) -> bool:
+    return value.startswith(("postgresql://", "postgres://"))
 
 
 def embedder_signature(s: Settings) -> str:
@@ -171,9 +196,10 @@ SECTIONS: dict[str, type[Any]] = {
 
 # A vault's own memcore.toml travels with the vault (git clone); it must not be able to send
 # memory to another endpoint, read another key, or move the database.
+_NAMESPACE = re.compile(r"[A-Za-z0-9._-]{1,64}")
 VAULT_FORBIDDEN = frozenset(
-    {"ollama.host", "openai.base_url", "openai.api_key_env", "storage.db", "llm.host",
-     "llm.base_url", "llm.api_key_env"}
+    {"ollama.host", "openai.base_url", "openai.api_key_env", "storage.db", "storage.url",
+     "storage.namespace", "llm.host", "llm.base_url", "llm.api_key_env"}
 )  # fmt: skip
 LLM_PROVIDERS = ("", "ollama", "openai")
 VAULT_PROVIDERS = ("local", "static", "ollama")
@@ -410,6 +436,13 @@ def _coerce(value: object, hint: Any, name: str) -> object:
         raise ConfigError(f"{name}: invalid value {value!r}") from exc
 
 
+def _storage_problems(s: StorageSettings) -> Iterator[str]:
+    if s.url and not is_postgres_url(s.url):
+        yield "storage.url: must be a postgresql:// URL"
+    if s.namespace and not _NAMESPACE.fullmatch(s.namespace):
+        yield "storage.namespace: 1-64 letters, digits, '.', '_' or '-'"
+
+
 def _problems(s: Settings) -> Iterator[str]:
     """Invalid values, each as "section.key: what is wrong"."""
     choices = {
@@ -444,6 +477,7 @@ def _problems(s: Settings) -> Iterator[str]:
         yield f"strength.forget_below: must be >= 0 and below 1, got {s.strength.forget_below}"
     if s.strength.forget_interval_s <= 0:
         yield f"strength.forget_interval_s: must be positive, got {s.strength.forget_interval_s}"
+    yield from _storage_problems(s.storage)
     if s.search.cache_size < 0:
         yield f"search.cache_size: must be >= 0, got {s.search.cache_size}"
     if s.search.recency_weight < 0:

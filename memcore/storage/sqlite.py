@@ -29,7 +29,8 @@ from memcore.search.tokenize import segment
 from memcore.search.vectors import VectorIndex
 from memcore.storage.base import Vector
 from memcore.storage.migrations import load_migrations
-from memcore.storage.sqlite_queries import SqliteReader, SqliteWriter, now
+from memcore.storage.rows import now
+from memcore.storage.sqlite_queries import SqliteReader, SqliteWriter
 
 if TYPE_CHECKING:  # usearch (and numkong) load only for a vault that needs the graph
     from memcore.search.ann import AnnIndex

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import json
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -31,6 +30,19 @@ from memcore.search.tokenize import (
 )
 from memcore.search.vectors import VectorIndex, decode_vector, encode_vector
 from memcore.storage.base import ChunkRow, PendingChunk, StoreStats, Vector
+from memcore.storage.rows import (
+    CHUNK_ROW_COLUMNS,
+    MEMORY_SELECT,
+    OLD_CHUNK_COLUMNS,
+    chunk_row,
+    file_states,
+    fresh_chunk_fields,
+    kept_changes,
+    match_kept,
+    memory_record,
+    memory_rows,
+    now,
+)
 
 if TYPE_CHECKING:
     from memcore.storage.sqlite import SqliteStore
@@ -48,10 +60,6 @@ _FETCH_IDS = 65536
 # always NULL together, so the embedding_model index answers this without reading the
 # rows (a scan over rows carrying 1.5 KB vectors took 238 ms at 100k chunks; this, 0.03 ms).
 _PENDING = "(embedding_model IS NULL OR embedding_model < ? OR embedding_model > ?)"
-
-
-def now() -> str:
-    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
 
 
 def _filter_sql(filters: SearchFilters) -> tuple[str, list[object]]:
@@ -172,7 +180,7 @@ class SqliteReader(_Queries):
     async def file_states(self) -> dict[str, FileState]:
         rows = await self._all("SELECT path, content_hash, size, mtime_ns FROM files")
         # 20k rows take ~20 ms to wrap: in a worker, so the loop keeps answering
-        return await asyncio.to_thread(_file_states, rows)
+        return await asyncio.to_thread(file_states, rows)
 
     async def search_text(
         self, query: str, k: int, filters: SearchFilters
@@ -298,14 +306,11 @@ class SqliteReader(_Queries):
         for i in range(0, len(ids), _BATCH):
             part = list(ids[i : i + _BATCH])
             rows = await self._all(
-                "SELECT id, source_file, start_line, end_line, heading_path, content, date, tags, "
-                f"metadata FROM memory_chunks WHERE id IN ({_marks(len(part))})",
+                f"SELECT {CHUNK_ROW_COLUMNS} FROM memory_chunks WHERE id IN ({_marks(len(part))})",
                 part,
             )
             for r in rows:
-                tags = tuple(json.loads(r[7]))
-                meta = json.loads(r[8])
-                out[r[0]] = ChunkRow(r[0], r[1], r[2], r[3], r[4], r[5], r[6], tags, meta)
+                out[r[0]] = chunk_row(r)
         return out
 
     async def cached_vectors(self, hashes: Sequence[str], model_id: str) -> dict[str, Vector]:
@@ -388,11 +393,11 @@ class SqliteReader(_Queries):
     async def memories(self, query: MemoryQuery) -> list[MemoryRecord]:
         where, params = _memory_query_sql(query)
         rows = await self._all(
-            f"{_MEMORY_SELECT} WHERE 1=1{where} "
+            f"{MEMORY_SELECT} WHERE 1=1{where} "
             "ORDER BY m.created, m.path, c.chunk_index LIMIT ? OFFSET ?",
             [*params, query.limit, query.offset],
         )
-        return [_memory_record(r) for r in rows]
+        return [memory_record(r) for r in rows]
 
     async def count_memories(self, query: MemoryQuery) -> int:
         where, params = _memory_query_sql(query)
@@ -408,29 +413,14 @@ class SqliteReader(_Queries):
         for i in range(0, len(ids), _BATCH):
             part = list(ids[i : i + _BATCH])
             rows = await self._all(
-                f"{_MEMORY_SELECT} WHERE m.chunk_id IN ({_marks(len(part))})", part
+                f"{MEMORY_SELECT} WHERE m.chunk_id IN ({_marks(len(part))})", part
             )
-            out.update((r[-1], _memory_record(r)) for r in rows)
+            out.update((r[-1], memory_record(r)) for r in rows)
         return out
 
     async def skipped_files(self) -> dict[str, SkippedFile]:
         rows = await self._all("SELECT path, reason, size, mtime_ns FROM skipped_files")
         return {r[0]: SkippedFile(*r) for r in rows}
-
-
-_MEMORY_SELECT = (
-    "SELECT m.memory_id, c.content, m.path, c.start_line, c.end_line, m.category, m.user_id, "
-    "m.agent_id, m.run_id, m.key, m.created, m.updated, m.metadata, m.chunk_id "
-    "FROM memories m JOIN memory_chunks c ON c.id = m.chunk_id"
-)
-
-
-def _memory_record(r: Any) -> MemoryRecord:
-    return MemoryRecord(
-        id=r[0], text=r[1], path=r[2], start_line=r[3], end_line=r[4], category=r[5],
-        user_id=r[6], agent_id=r[7], run_id=r[8], key=r[9], created=r[10], updated=r[11],
-        metadata=json.loads(r[12] or "{}"),
-    )  # fmt: skip
 
 
 def _memory_query_sql(q: MemoryQuery) -> tuple[str, list[object]]:
@@ -452,26 +442,6 @@ def _memory_query_sql(q: MemoryQuery) -> tuple[str, list[object]]:
         clauses.append(sql)
         params += more
     return (" AND " + " AND ".join(clauses) if clauses else ""), params
-
-
-def _kept_changes(
-    chunks: Sequence[Chunk], kept: Mapping[int, Any]
-) -> list[tuple[int, bool, tuple[Any, ...]]]:
-    """(row id, moved, new fields) of kept rows whose position or fields differ. Pure CPU
-    (two JSON encodings a row): run in a worker thread."""
-    changed = []
-    for n, row in kept.items():
-        c = chunks[n]
-        new = (n, c.heading, c.start_line, c.end_line,
-               json.dumps(list(c.tags), ensure_ascii=False), c.date,
-               json.dumps(dict(c.metadata), ensure_ascii=False, default=str))  # fmt: skip
-        if tuple(row[2:9]) != new:
-            changed.append((row[0], row[2] != n, new))
-    return changed
-
-
-def _file_states(rows: list[Any]) -> dict[str, FileState]:
-    return {r[0]: FileState(r[0], r[1], r[2], r[3]) for r in rows}
 
 
 class SqliteWriter(_Queries):
@@ -513,19 +483,11 @@ class SqliteWriter(_Queries):
             (path, state.content_hash, state.size, state.mtime_ns, stamp),
         )
         old = await self._all(
-            "SELECT id, content_hash, chunk_index, heading_path, start_line, end_line, tags, "
-            "date, metadata, embedding_model FROM memory_chunks WHERE source_file = ? "
+            f"SELECT {OLD_CHUNK_COLUMNS} FROM memory_chunks WHERE source_file = ? "
             "ORDER BY chunk_index",
             (path,),
         )
-        pool: dict[str, list[Any]] = {}
-        for row in old:
-            pool.setdefault(row[1], []).append(row)
-        kept: dict[int, Any] = {}
-        for n, c in enumerate(chunks):
-            if pool.get(c.content_hash):
-                kept[n] = pool[c.content_hash].pop(0)
-        gone = [row[0] for rows in pool.values() for row in rows]
+        kept, gone = match_kept(chunks, old)
         await self._delete_chunks(gone)
         refreshed = await self._move_kept(chunks, kept, stamp)
         await self._revector_kept(kept, vectors, model_id)
@@ -533,8 +495,7 @@ class SqliteWriter(_Queries):
             (
                 c.path, n, c.heading, c.start_line, c.end_line, c.text, c.heading, c.text,
                 c.content_hash, None if v is None else encode_vector(v),
-                None if v is None else model_id, json.dumps(list(c.tags), ensure_ascii=False),
-                c.date, json.dumps(dict(c.metadata), ensure_ascii=False, default=str), stamp,
+                None if v is None else model_id, *fresh_chunk_fields(c), stamp,
             )
             for n, (c, v) in enumerate(zip(chunks, vectors, strict=True))
             if n not in kept
@@ -581,7 +542,7 @@ class SqliteWriter(_Queries):
         """Give kept rows their new position and fields; chunk_index goes through -id first
         so no two rows of a file ever share one (a UNIQUE constraint). Returns the chunk
         numbers whose metadata changed (their memory rows need writing)."""
-        changed = await asyncio.to_thread(_kept_changes, chunks, kept)
+        changed = await asyncio.to_thread(kept_changes, chunks, kept)
         if not changed:
             return set()
         moving = [(rid,) for rid, moved, _ in changed if moved]
@@ -631,16 +592,7 @@ class SqliteWriter(_Queries):
             await self.conn.execute(
                 f"DELETE FROM memories WHERE chunk_id IN ({_marks(len(part))})", part
             )
-        memories = [
-            (
-                m["id"], i, path, m.get("user_id"), m.get("agent_id"), m.get("run_id"),
-                m.get("category") or "core", m.get("key"), m.get("created") or stamp,
-                m.get("updated") or m.get("created") or stamp,
-                json.dumps(m.get("metadata") or {}, ensure_ascii=False),
-            )
-            for c, i in zip(chunks, ids, strict=True)
-            if isinstance(m := c.metadata.get("memory"), dict)
-        ]  # fmt: skip
+        memories = memory_rows(path, chunks, ids, stamp)
         if memories:
             # a memory pasted with its comment into a second file keeps its first home
             await self.conn.executemany(

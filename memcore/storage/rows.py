@@ -1,0 +1,111 @@
+"""What every SQL adapter does the same way with rows: no SQL dialect, no driver. Pure.
+
+Both adapters keep a chunk's tags and front matter as JSON text, so a kept chunk's fields can be
+compared with the new ones as written, and return rows in the column orders named here.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from memcore.models import Chunk, FileState, MemoryRecord
+from memcore.storage.base import ChunkRow
+
+# Columns of the old rows of a file that replace_file compares (chunk_index first at 2).
+OLD_CHUNK_COLUMNS = (
+    "id, content_hash, chunk_index, heading_path, start_line, end_line, tags, date, metadata, "
+    "embedding_model"
+)
+CHUNK_ROW_COLUMNS = (
+    "id, source_file, start_line, end_line, heading_path, content, date, tags, metadata"
+)
+MEMORY_SELECT = (
+    "SELECT m.memory_id, c.content, m.path, c.start_line, c.end_line, m.category, m.user_id, "
+    "m.agent_id, m.run_id, m.key, m.created, m.updated, m.metadata, m.chunk_id "
+    "FROM memories m JOIN memory_chunks c ON c.id = m.chunk_id"
+)
+
+
+def now() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+
+
+def chunk_row(r: Sequence[Any]) -> ChunkRow:
+    """A ChunkRow from a row in CHUNK_ROW_COLUMNS order."""
+    return ChunkRow(
+        r[0], r[1], r[2], r[3], r[4], r[5], r[6], tuple(json.loads(r[7])), json.loads(r[8])
+    )
+
+
+def memory_record(r: Sequence[Any]) -> MemoryRecord:
+    """A MemoryRecord from a row in MEMORY_SELECT order."""
+    return MemoryRecord(
+        id=r[0], text=r[1], path=r[2], start_line=r[3], end_line=r[4], category=r[5],
+        user_id=r[6], agent_id=r[7], run_id=r[8], key=r[9], created=r[10], updated=r[11],
+        metadata=json.loads(r[12] or "{}"),
+    )  # fmt: skip
+
+
+def file_states(rows: Sequence[Sequence[Any]]) -> dict[str, FileState]:
+    return {r[0]: FileState(r[0], r[1], r[2], r[3]) for r in rows}
+
+
+def match_kept(
+    chunks: Sequence[Chunk], old: Sequence[Sequence[Any]]
+) -> tuple[dict[int, Any], list[int]]:
+    """Which old rows (OLD_CHUNK_COLUMNS) the new chunks keep, by text: {chunk number: row},
+    and the ids of old rows no chunk keeps. A chunk whose text is unchanged keeps its row,
+    full-text entry and vector."""
+    pool: dict[str, list[Any]] = {}
+    for row in old:
+        pool.setdefault(row[1], []).append(row)
+    kept: dict[int, Any] = {}
+    for n, c in enumerate(chunks):
+        if pool.get(c.content_hash):
+            kept[n] = pool[c.content_hash].pop(0)
+    return kept, [row[0] for rows in pool.values() for row in rows]
+
+
+def kept_changes(
+    chunks: Sequence[Chunk], kept: Mapping[int, Any]
+) -> list[tuple[int, bool, tuple[Any, ...]]]:
+    """(row id, moved, new fields) of kept rows whose position or fields differ. Pure CPU
+    (two JSON encodings a row): run in a worker thread."""
+    changed = []
+    for n, row in kept.items():
+        c = chunks[n]
+        new = (n, c.heading, c.start_line, c.end_line,
+               json.dumps(list(c.tags), ensure_ascii=False), c.date,
+               json.dumps(dict(c.metadata), ensure_ascii=False, default=str))  # fmt: skip
+        if tuple(row[2:9]) != new:
+            changed.append((row[0], row[2] != n, new))
+    return changed
+
+
+def fresh_chunk_fields(c: Chunk) -> tuple[Any, ...]:
+    """(tags JSON, date, metadata JSON) of a chunk, as stored."""
+    return (
+        json.dumps(list(c.tags), ensure_ascii=False),
+        c.date,
+        json.dumps(dict(c.metadata), ensure_ascii=False, default=str),
+    )
+
+
+def memory_rows(
+    path: str, chunks: Sequence[Chunk], ids: Sequence[int], stamp: str
+) -> list[tuple[Any, ...]]:
+    """(memory_id, chunk_id, path, user_id, agent_id, run_id, category, key, created, updated,
+    metadata JSON) of the chunks that hold a memory."""
+    return [
+        (
+            m["id"], i, path, m.get("user_id"), m.get("agent_id"), m.get("run_id"),
+            m.get("category") or "core", m.get("key"), m.get("created") or stamp,
+            m.get("updated") or m.get("created") or stamp,
+            json.dumps(m.get("metadata") or {}, ensure_ascii=False),
+        )
+        for c, i in zip(chunks, ids, strict=True)
+        if isinstance(m := c.metadata.get("memory"), dict)
+    ]  # fmt: skip
