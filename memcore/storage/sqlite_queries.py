@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -12,7 +11,6 @@ import aiosqlite
 import numpy as np
 import numpy.typing as npt
 
-from memcore.errors import InputError
 from memcore.models import (
     Chunk,
     FileState,
@@ -30,6 +28,7 @@ from memcore.search.tokenize import (
 )
 from memcore.search.vectors import VectorIndex, decode_vector, encode_vector
 from memcore.storage.base import ChunkRow, PendingChunk, StoreStats, Vector
+from memcore.storage.filters_sql import SQLITE, filter_sql, memory_query_sql
 from memcore.storage.rows import (
     CHUNK_ROW_COLUMNS,
     MEMORY_SELECT,
@@ -60,92 +59,6 @@ _FETCH_IDS = 65536
 # always NULL together, so the embedding_model index answers this without reading the
 # rows (a scan over rows carrying 1.5 KB vectors took 238 ms at 100k chunks; this, 0.03 ms).
 _PENDING = "(embedding_model IS NULL OR embedding_model < ? OR embedding_model > ?)"
-
-
-def _filter_sql(filters: SearchFilters) -> tuple[str, list[object]]:
-    clauses: list[str] = []
-    params: list[object] = []
-    if filters.path_prefix:
-        clauses.append("substr(c.source_file, 1, ?) = ?")
-        params += [len(filters.path_prefix), filters.path_prefix]
-    if filters.tag:
-        clauses.append("EXISTS (SELECT 1 FROM json_each(c.tags) WHERE lower(value) = ?)")
-        params.append(filters.tag.lstrip("#").lower())
-    if filters.date_from:
-        clauses.append("c.date >= ?")
-        params.append(filters.date_from)
-    if filters.date_to:
-        clauses.append("c.date <= ?")
-        params.append(filters.date_to)
-    if filters.about_memories:
-        clause, more = _scope_sql(filters)
-        clauses.append(clause)
-        params += more
-    return (" AND " + " AND ".join(clauses) if clauses else ""), params
-
-
-_SCOPED = "(user_id IS NOT NULL OR agent_id IS NOT NULL OR run_id IS NOT NULL)"
-
-
-def _scope_sql(f: SearchFilters) -> tuple[str, list[object]]:
-    """Chunks a scoped search may see: memories of that scope, plus shared context (notes and
-    memories with no scope) unless scope_only. Category/metadata filters keep only memories."""
-    scope = [(f"m.{n} = ?", v) for n in ("user_id", "agent_id", "run_id") if (v := getattr(f, n))]
-    extra: list[tuple[str, list[object]]] = []
-    if f.category is not None:
-        extra.append(("m.category = ?", [f.category]))
-    if f.metadata:
-        extra.append(metadata_sql(f.metadata))
-    conds = [c for c, _ in scope] + [c for c, _ in extra]
-    params: list[object] = [v for _, v in scope] + [p for _, ps in extra for p in ps]
-    mine = f"c.id IN (SELECT m.chunk_id FROM memories m WHERE {' AND '.join(conds) or '1=1'})"
-    if not f.scoped or f.scope_only:
-        return mine, params
-    if extra:
-        shared_conds = " AND ".join(["m.user_id IS NULL", "m.agent_id IS NULL",
-                                     "m.run_id IS NULL", *(c for c, _ in extra)])  # fmt: skip
-        shared = f"c.id IN (SELECT m.chunk_id FROM memories m WHERE {shared_conds})"
-        return f"({mine} OR {shared})", params + [p for _, ps in extra for p in ps]
-    return f"({mine} OR c.id NOT IN (SELECT chunk_id FROM memories WHERE {_SCOPED}))", params
-
-
-_OPS = {"eq": "=", "ne": "IS NOT", "gt": ">", "gte": ">=", "lt": "<", "lte": "<="}
-
-
-def metadata_sql(
-    spec: Mapping[str, object], column: str = "m.metadata"
-) -> tuple[str, list[object]]:
-    """A Mem0-style metadata filter as SQL over a JSON column. Raises InputError."""
-    if not isinstance(spec, Mapping) or not spec:
-        raise InputError("a metadata filter must be a non-empty JSON object")
-    parts: list[str] = []
-    params: list[object] = []
-    for key, value in spec.items():
-        if key in ("AND", "OR"):
-            if not isinstance(value, list) or not value:
-                raise InputError(f"metadata filter {key} needs a non-empty list of filters")
-            subs = [metadata_sql(v, column) for v in value]
-            parts.append("(" + f" {key} ".join(sql for sql, _ in subs) + ")")
-            params += [p for _, ps in subs for p in ps]
-            continue
-        path = "$." + json.dumps(str(key), ensure_ascii=False)
-        ops = value if isinstance(value, Mapping) else {"eq": value}
-        for op, arg in ops.items():
-            if op == "in":
-                if not isinstance(arg, list) or not arg or not all(map(_scalar, arg)):
-                    raise InputError(f"metadata filter {key}.in needs a list of plain values")
-                parts.append(f"json_extract({column}, ?) IN ({_marks(len(arg))})")
-                params += [path, *arg]
-            elif op in _OPS and _scalar(arg):
-                parts.append(f"json_extract({column}, ?) {_OPS[op]} ?")
-                params += [path, arg]
-            else:
-                raise InputError(f"metadata filter {key}: unsupported {op!r} or value {arg!r}")
-    return "(" + " AND ".join(parts) + ")", params
-
-
-def _scalar(value: object) -> bool:
-    return value is None or isinstance(value, str | int | float | bool)
 
 
 def _marks(n: int) -> str:
@@ -191,7 +104,7 @@ class SqliteReader(_Queries):
         )
         if not terms:
             return []
-        where, params = _filter_sql(filters)
+        where, params = filter_sql(filters, SQLITE)
         # Ranking costs ~3 us a matching chunk: a query with common words ("using", "looking")
         # matches most of a big index. Rank only chunks holding its rarest words (at least
         # ANCHOR_ROWS of them), still by BM25 over every word; rows that match only common
@@ -235,7 +148,7 @@ class SqliteReader(_Queries):
     async def _filtered_ids(self, filters: SearchFilters) -> set[int] | None:
         if not filters.active:
             return None
-        where, params = _filter_sql(filters)
+        where, params = filter_sql(filters, SQLITE)
         rows = await self._all(f"SELECT c.id FROM memory_chunks c WHERE 1=1{where}", params)
         return {r[0] for r in rows}
 
@@ -391,7 +304,7 @@ class SqliteReader(_Queries):
         return out
 
     async def memories(self, query: MemoryQuery) -> list[MemoryRecord]:
-        where, params = _memory_query_sql(query)
+        where, params = memory_query_sql(query, SQLITE)
         rows = await self._all(
             f"{MEMORY_SELECT} WHERE 1=1{where} "
             "ORDER BY m.created, m.path, c.chunk_index LIMIT ? OFFSET ?",
@@ -400,7 +313,7 @@ class SqliteReader(_Queries):
         return [memory_record(r) for r in rows]
 
     async def count_memories(self, query: MemoryQuery) -> int:
-        where, params = _memory_query_sql(query)
+        where, params = memory_query_sql(query, SQLITE)
         rows = await self._all(
             "SELECT count(*) FROM memories m JOIN memory_chunks c ON c.id = m.chunk_id "
             f"WHERE 1=1{where}",
@@ -421,27 +334,6 @@ class SqliteReader(_Queries):
     async def skipped_files(self) -> dict[str, SkippedFile]:
         rows = await self._all("SELECT path, reason, size, mtime_ns FROM skipped_files")
         return {r[0]: SkippedFile(*r) for r in rows}
-
-
-def _memory_query_sql(q: MemoryQuery) -> tuple[str, list[object]]:
-    clauses: list[str] = []
-    params: list[object] = []
-    for name in ("user_id", "agent_id", "run_id", "category", "key", "path"):
-        value = getattr(q, name)
-        if value is not None:
-            clauses.append(f"m.{name} = ?")
-            params.append(value)
-    if q.ids is not None:
-        clauses.append(f"m.memory_id IN ({_marks(len(q.ids))})" if q.ids else "0")
-        params += list(q.ids)
-    if q.tag:
-        clauses.append("EXISTS (SELECT 1 FROM json_each(c.tags) WHERE lower(value) = ?)")
-        params.append(q.tag.lstrip("#").lower())
-    if q.metadata:
-        sql, more = metadata_sql(q.metadata)
-        clauses.append(sql)
-        params += more
-    return (" AND " + " AND ".join(clauses) if clauses else ""), params
 
 
 class SqliteWriter(_Queries):

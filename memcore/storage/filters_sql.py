@@ -1,0 +1,169 @@
+"""Search filters, memory queries and Mem0-style metadata filters as SQL WHERE clauses, in the
+dialect of each SQL adapter (SQLite's ``?`` and JSON1, PostgreSQL's ``%s`` and jsonb). Pure.
+
+Every clause expects the chunk table as ``c`` and the memories table as ``m``; the values go
+in as parameters, never into the SQL text.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from memcore.errors import InputError
+from memcore.models import MemoryQuery, SearchFilters
+
+
+@dataclass(frozen=True, slots=True)
+class Dialect:
+    mark: str  # a parameter placeholder
+    never: str  # a condition that is always false
+    prefix: str  # c.source_file starts with a string: two parameters (length, prefix)
+    tag: str  # one of c.tags, lowercased, equals a parameter
+    json_value: Callable[[str], str]  # a JSON column's value at a key given as a parameter
+    json_key: Callable[[str], object]  # the key parameter for a metadata key
+    json_arg: Callable[[object], object]  # a comparison value as a parameter
+    arg_mark: str  # the placeholder of a comparison value
+    distinct: str  # "not equal, NULL counting as a value"
+
+    def marks(self, n: int) -> str:
+        return ",".join([self.mark] * n)
+
+
+SQLITE = Dialect(
+    mark="?",
+    never="0",
+    prefix="substr(c.source_file, 1, ?) = ?",
+    tag="EXISTS (SELECT 1 FROM json_each(c.tags) WHERE lower(value) = ?)",
+    json_value=lambda column: f"json_extract({column}, ?)",
+    json_key=lambda key: "$." + json.dumps(key, ensure_ascii=False),
+    json_arg=lambda value: value,
+    arg_mark="?",
+    distinct="IS NOT",
+)
+# JSON null reads as SQL NULL, as SQLite's json_extract does, so both answer alike.
+POSTGRES = Dialect(
+    mark="%s",
+    never="false",
+    prefix="left(c.source_file, %s) = %s",
+    tag="EXISTS (SELECT 1 FROM jsonb_array_elements_text(c.tags::jsonb) t(v) "
+    "WHERE lower(t.v) = %s)",
+    json_value=lambda column: f"NULLIF(({column})::jsonb -> %s, 'null'::jsonb)",
+    json_key=lambda key: key,
+    json_arg=lambda value: json.dumps(value, ensure_ascii=False),
+    arg_mark="%s::jsonb",
+    distinct="IS DISTINCT FROM",
+)
+
+
+def filter_sql(filters: SearchFilters, d: Dialect) -> tuple[str, list[object]]:
+    """`` AND ...`` restricting chunks ``c`` to the filters ("" when there are none)."""
+    clauses: list[str] = []
+    params: list[object] = []
+    if filters.path_prefix:
+        clauses.append(d.prefix)
+        params += [len(filters.path_prefix), filters.path_prefix]
+    if filters.tag:
+        clauses.append(d.tag)
+        params.append(filters.tag.lstrip("#").lower())
+    if filters.date_from:
+        clauses.append(f"c.date >= {d.mark}")
+        params.append(filters.date_from)
+    if filters.date_to:
+        clauses.append(f"c.date <= {d.mark}")
+        params.append(filters.date_to)
+    if filters.about_memories:
+        clause, more = scope_sql(filters, d)
+        clauses.append(clause)
+        params += more
+    return (" AND " + " AND ".join(clauses) if clauses else ""), params
+
+
+_SCOPED = "(user_id IS NOT NULL OR agent_id IS NOT NULL OR run_id IS NOT NULL)"
+
+
+def scope_sql(f: SearchFilters, d: Dialect) -> tuple[str, list[object]]:
+    """Chunks a scoped search may see: memories of that scope, plus shared context (notes and
+    memories with no scope) unless scope_only. Category/metadata filters keep only memories."""
+    scope = [
+        (f"m.{n} = {d.mark}", v) for n in ("user_id", "agent_id", "run_id") if (v := getattr(f, n))
+    ]
+    extra: list[tuple[str, list[object]]] = []
+    if f.category is not None:
+        extra.append((f"m.category = {d.mark}", [f.category]))
+    if f.metadata:
+        extra.append(metadata_sql(f.metadata, d))
+    conds = [c for c, _ in scope] + [c for c, _ in extra]
+    params: list[object] = [v for _, v in scope] + [p for _, ps in extra for p in ps]
+    mine = f"c.id IN (SELECT m.chunk_id FROM memories m WHERE {' AND '.join(conds) or '1=1'})"
+    if not f.scoped or f.scope_only:
+        return mine, params
+    if extra:
+        shared_conds = " AND ".join(["m.user_id IS NULL", "m.agent_id IS NULL",
+                                     "m.run_id IS NULL", *(c for c, _ in extra)])  # fmt: skip
+        shared = f"c.id IN (SELECT m.chunk_id FROM memories m WHERE {shared_conds})"
+        return f"({mine} OR {shared})", params + [p for _, ps in extra for p in ps]
+    return f"({mine} OR c.id NOT IN (SELECT chunk_id FROM memories WHERE {_SCOPED}))", params
+
+
+_OPS = {"eq": "=", "gt": ">", "gte": ">=", "lt": "<", "lte": "<="}
+
+
+def metadata_sql(
+    spec: Mapping[str, object], d: Dialect, column: str = "m.metadata"
+) -> tuple[str, list[object]]:
+    """A Mem0-style metadata filter as SQL over a JSON column. Raises InputError."""
+    if not isinstance(spec, Mapping) or not spec:
+        raise InputError("a metadata filter must be a non-empty JSON object")
+    parts: list[str] = []
+    params: list[object] = []
+    for key, value in spec.items():
+        if key in ("AND", "OR"):
+            if not isinstance(value, list) or not value:
+                raise InputError(f"metadata filter {key} needs a non-empty list of filters")
+            subs = [metadata_sql(v, d, column) for v in value]
+            parts.append("(" + f" {key} ".join(sql for sql, _ in subs) + ")")
+            params += [p for _, ps in subs for p in ps]
+            continue
+        ops = value if isinstance(value, Mapping) else {"eq": value}
+        for op, arg in ops.items():
+            if op == "in":
+                if not isinstance(arg, list) or not arg or not all(map(_scalar, arg)):
+                    raise InputError(f"metadata filter {key}.in needs a list of plain values")
+                marks = ",".join([d.arg_mark] * len(arg))
+                parts.append(f"{d.json_value(column)} IN ({marks})")
+                params += [d.json_key(str(key)), *map(d.json_arg, arg)]
+            elif (op in _OPS or op == "ne") and _scalar(arg):
+                sign = d.distinct if op == "ne" else _OPS[op]
+                parts.append(f"{d.json_value(column)} {sign} {d.arg_mark}")
+                params += [d.json_key(str(key)), d.json_arg(arg)]
+            else:
+                raise InputError(f"metadata filter {key}: unsupported {op!r} or value {arg!r}")
+    return "(" + " AND ".join(parts) + ")", params
+
+
+def memory_query_sql(q: MemoryQuery, d: Dialect) -> tuple[str, list[object]]:
+    """`` AND ...`` restricting memories ``m`` (joined to chunks ``c``) to a query."""
+    clauses: list[str] = []
+    params: list[object] = []
+    for name in ("user_id", "agent_id", "run_id", "category", "key", "path"):
+        value = getattr(q, name)
+        if value is not None:
+            clauses.append(f"m.{name} = {d.mark}")
+            params.append(value)
+    if q.ids is not None:
+        clauses.append(f"m.memory_id IN ({d.marks(len(q.ids))})" if q.ids else d.never)
+        params += list(q.ids)
+    if q.tag:
+        clauses.append(d.tag)
+        params.append(q.tag.lstrip("#").lower())
+    if q.metadata:
+        sql, more = metadata_sql(q.metadata, d)
+        clauses.append(sql)
+        params += more
+    return (" AND " + " AND ".join(clauses) if clauses else ""), params
+
+
+def _scalar(value: object) -> bool:
+    return value is None or isinstance(value, str | int | float | bool)
