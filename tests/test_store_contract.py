@@ -22,11 +22,24 @@ OpenStore = Callable[[], AbstractAsyncContextManager[Store]]
 M = "test:model"
 
 
-@pytest.fixture(params=["sqlite", "sqlite-graph"])
+@pytest.fixture(params=["sqlite", "sqlite-graph", "postgres"])
 def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> OpenStore:
     """Opens a store on one shared location; each call is a new client, as another process
     would be. ``sqlite-graph`` searches vectors in the HNSW graph from the first vector on
-    (the path big vaults take), so every vector promise here holds for it too."""
+    (the path big vaults take), so every vector promise here holds for it too. ``postgres``
+    is a real PostgreSQL with pgvector, in a namespace of this test's own."""
+    if request.param == "postgres":
+        url = request.getfixturevalue("postgres_url")
+        namespace = request.getfixturevalue("namespace")
+
+        @asynccontextmanager
+        async def pg_opener() -> AsyncIterator[Store]:
+            from memcore.storage.postgres import PostgresStore
+
+            async with PostgresStore(url, namespace) as store:
+                yield store
+
+        return pg_opener
     ann_min = 1 if request.param == "sqlite-graph" else 200_000
 
     @asynccontextmanager

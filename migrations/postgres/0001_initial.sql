@@ -90,3 +90,11 @@ CREATE INDEX memories_chunk ON memories (chunk_id);
 CREATE INDEX memories_scope ON memories (ns, user_id, agent_id, run_id, category);
 CREATE INDEX memories_key ON memories (ns, key);
 CREATE INDEX memories_path ON memories (ns, path);
+
+-- Full text as the SQLite index sees it: English stems (porter-like snowball), no stopword list
+-- (a query of only common words still finds something), Chinese words pre-segmented by memcore.
+CREATE TEXT SEARCH DICTIONARY memcore_stem (TEMPLATE = snowball, Language = english);
+CREATE TEXT SEARCH CONFIGURATION memcore (COPY = english);
+ALTER TEXT SEARCH CONFIGURATION memcore
+    ALTER MAPPING FOR asciiword, asciihword, hword_asciipart, word, hword, hword_part
+    WITH memcore_stem;
