@@ -143,7 +143,8 @@ def ensure_state_dir(settings: Settings) -> None:
 
 
 def index_exists(settings: Settings) -> bool:
-    return settings.db_path.is_file()
+    """Whether there is an index to read (a PostgreSQL database is asked when opened)."""
+    return bool(settings.database_url) or settings.db_path.is_file()
 
 
 @asynccontextmanager

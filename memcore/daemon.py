@@ -346,7 +346,7 @@ class Daemon:
                 "watching": self._watcher is not None,
                 "retrying": {p or "<vault>": r.to_dict() for p, r in self.failing.items()},
                 "forgotten": self.forgotten,
-                "db": str(self.settings.db_path),
+                "db": self.settings.index_location,
                 "embedder": embedder_signature(self.settings),
                 "socket": self.socket,
             },

@@ -167,10 +167,23 @@ class Settings:
         return f"{self.vault.name[:40]}-{digest}"
 
     @property
+    def index_location(self) -> str:
+        """Which index these settings read, as text (no password): two processes with the same
+        location share one index."""
+        if self.database_url:
+            return f"{redact_url(self.database_url)}#{self.namespace}"
+        return str(self.db_path)
+
+    @property
     def db_path(self) -> Path:
         if self.storage.db:
             return Path(self.storage.db).expanduser().resolve()
         return self.state_dir / "index.db"
+
+
+def redact_url(url: str) -> str:
+    """A database URL without its password."""
+    return re.sub(r"(://[^:/@]*):[^@]*@", r"\1@", url)
 
 
 def is_postgres_url(value: str) -> bool:

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from memcore.app import build_store
 from memcore.embedders.base import EmbeddingRunner
 from memcore.service import MemoryService
 from memcore.settings import Settings, load_settings
-from memcore.storage.sqlite import SqliteStore
 from tests.support import FakeEmbedder
 
 REPO = Path(__file__).resolve().parent.parent
@@ -92,12 +92,19 @@ def embedder() -> FakeEmbedder:
 
 
 def make_service(settings: Settings, embedder: FakeEmbedder) -> MemoryService:
+    """The service on the configured backend (SQLite, or PostgreSQL with storage.url)."""
     settings.state_dir.mkdir(exist_ok=True)
-    return MemoryService(
-        settings,
-        SqliteStore(settings.db_path, busy_timeout_s=settings.storage.busy_timeout_s),
-        EmbeddingRunner(embedder, retries=0),
-    )
+    return MemoryService(settings, build_store(settings), EmbeddingRunner(embedder, retries=0))
+
+
+def backend_env(settings: Settings) -> dict[str, str]:
+    """Variables that send another process to the same index as ``settings``."""
+    if not settings.database_url:
+        return {}
+    return {
+        "MEMCORE_STORAGE_URL": settings.database_url,
+        "MEMCORE_STORAGE_NAMESPACE": settings.namespace,
+    }
 
 
 @pytest.fixture

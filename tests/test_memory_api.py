@@ -16,10 +16,20 @@ from memcore.errors import InputError, NotFound
 from memcore.memories import Scope
 from memcore.models import MemoryRecord
 from memcore.service import MemoryService
-from memcore.settings import Settings
+from memcore.settings import Settings, load_settings
 from memcore.writer import NewMemory
-from tests.conftest import REPO, make_service
+from tests.conftest import REPO, backend_env, make_service
 from tests.support import FakeEmbedder, write
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def settings(request: pytest.FixtureRequest, vault: Path) -> Settings:
+    """The write-API contract runs on every backend: SQLite, and a real PostgreSQL."""
+    if request.param == "postgres":
+        url = request.getfixturevalue("postgres_url")
+        namespace = request.getfixturevalue("namespace")
+        return load_settings(vault, {"storage.url": url, "storage.namespace": namespace})
+    return load_settings(vault)
 
 
 def fields(r: MemoryRecord) -> tuple[object, ...]:
@@ -227,12 +237,12 @@ import asyncio, sys
 from memcore.embedders.base import EmbeddingRunner
 from memcore.service import MemoryService
 from memcore.settings import load_settings
-from memcore.storage.sqlite import SqliteStore
+from memcore.app import build_store
 from tests.support import FakeEmbedder
 
 async def main() -> None:
-    settings = load_settings(sys.argv[1])
-    async with MemoryService(settings, SqliteStore(settings.db_path),
+    settings = load_settings(sys.argv[1])  # MEMCORE_STORAGE_* name a PostgreSQL index
+    async with MemoryService(settings, build_store(settings),
                              EmbeddingRunner(FakeEmbedder())) as svc:
         for i in range(int(sys.argv[2])):
             await svc.memories.add(f"from the other process {i}", user_id="team")
@@ -242,10 +252,10 @@ asyncio.run(main())
 
 
 async def test_two_processes_adding_to_one_file_lose_nothing(
-    vault: Path, service: MemoryService
+    vault: Path, settings: Settings, service: MemoryService
 ) -> None:
     await service.memories.add("first", user_id="team")
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "PYTHONPATH": str(REPO), **backend_env(settings)}
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-c", SECOND_PROCESS, str(vault), "25", env=env, cwd=REPO,
         stderr=asyncio.subprocess.PIPE,

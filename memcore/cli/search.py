@@ -78,7 +78,7 @@ LOCAL = "http://memcore"  # the daemon's Unix socket needs no host
 def _daemon_socket(settings: Settings) -> str | None:
     """The running daemon's socket, when it answers for this index and model."""
     sock = remote.daemon_socket(
-        daemon_status(settings), str(settings.db_path), embedder_signature(settings)
+        daemon_status(settings), settings.index_location, embedder_signature(settings)
     )
     if sock:
         log.debug("asking the running daemon at %s", sock)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
 from types import TracebackType
@@ -23,6 +22,7 @@ import psycopg
 from psycopg import errors as pg_errors
 
 from memcore.errors import StorageBusy, StorageError
+from memcore.settings import redact_url
 from memcore.storage.migrations import load_migrations
 from memcore.storage.postgres_queries import PostgresReader, PostgresWriter
 from memcore.storage.rows import now
@@ -30,11 +30,6 @@ from memcore.storage.rows import now
 READERS = 3
 EF_SEARCH = 100  # HNSW candidates a query looks at (pgvector's default, 40, misses neighbours)
 _MIGRATION_LOCK = 0x6D656D636F7265  # "memcore": one process migrates a database at a time
-
-
-def redact(url: str) -> str:
-    """The URL without its password."""
-    return re.sub(r"(://[^:/@]*):[^@]*@", r"\1@", url)
 
 
 def translate(exc: psycopg.Error, what: str) -> StorageError:
@@ -78,7 +73,7 @@ class PostgresStore:
 
     @property
     def location(self) -> str:
-        return f"{redact(self.url)} (namespace {self.namespace})"
+        return f"{redact_url(self.url)} (namespace {self.namespace})"
 
     async def __aenter__(self) -> Self:
         await self.open()
@@ -105,7 +100,7 @@ class PostgresStore:
         except psycopg.Error as exc:
             await self.close()
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-            raise StorageError(f"cannot open index {redact(self.url)}: {first}") from exc
+            raise StorageError(f"cannot open index {redact_url(self.url)}: {first}") from exc
         except BaseException:
             await self.close()
             raise
