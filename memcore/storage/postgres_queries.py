@@ -62,6 +62,24 @@ def vector_index_name(namespace: str, model_id: str, dim: int) -> str:
     return f"memory_chunks_hnsw_{digest}"
 
 
+def nearest_query(namespace: str, model_id: str, dim: int, where: str = "") -> sql.Composed:
+    """The k-nearest query, shaped to match the partial HNSW index of (namespace, model, dim):
+    the predicate's values are literals, so the planner can prove the index applies.
+    Parameters: query vector, the ``where`` values, query vector again, k."""
+    typed = sql.SQL("vector({})").format(sql.Literal(dim))
+    return sql.SQL(
+        "SELECT c.id, c.embedding::{t} <=> %s::float4[]::{t} AS d FROM memory_chunks c "
+        "WHERE c.ns = {ns} AND c.embedding_model = {model} AND vector_dims(c.embedding) = {n}"
+        "{where} ORDER BY c.embedding::{t} <=> %s::float4[]::{t} LIMIT %s"
+    ).format(
+        t=typed,
+        ns=sql.Literal(namespace),
+        model=sql.Literal(model_id),
+        n=sql.Literal(dim),
+        where=sql.SQL(where),  # placeholders only: the values are parameters
+    )
+
+
 class _Queries:
     def __init__(self, conn: Conn, store: PostgresStore) -> None:
         self.conn = conn
@@ -117,18 +135,7 @@ class PostgresReader(_Queries):
     ) -> list[tuple[int, float]]:
         dim = int(np.asarray(vector).size)
         where, params = filter_sql(filters, POSTGRES)
-        typed = sql.SQL("vector({})").format(sql.Literal(dim))
-        query = sql.SQL(
-            "SELECT c.id, c.embedding::{t} <=> %s::float4[]::{t} AS d FROM memory_chunks c "
-            "WHERE c.ns = {ns} AND c.embedding_model = {model} AND vector_dims(c.embedding) = {n}"
-            "{where} ORDER BY c.embedding::{t} <=> %s::float4[]::{t} LIMIT %s"
-        ).format(
-            t=typed,
-            ns=sql.Literal(self.ns),
-            model=sql.Literal(model_id),
-            n=sql.Literal(dim),
-            where=sql.SQL(where),  # placeholders only: the values are parameters
-        )
+        query = nearest_query(self.ns, model_id, dim, where)
         q = as_list(vector)
         rows = await self._all(query, [q, *params, q, k])
         # the iterative scan may return near-ties slightly out of order

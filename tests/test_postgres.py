@@ -1,0 +1,144 @@
+"""PostgreSQL as a shared index: several processes, one database, namespaced vaults, pgvector's
+HNSW index in use. On a real PostgreSQL (the postgres_url fixture)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from memcore.app import build_store
+from memcore.chunker import chunk_markdown
+from memcore.errors import NotFound, StorageError
+from memcore.models import FileState, SearchFilters
+from memcore.settings import Settings, load_settings
+from memcore.storage.postgres import PostgresStore
+from memcore.storage.postgres_queries import as_list, nearest_query
+from tests.conftest import REPO, backend_env, make_service
+from tests.support import FakeEmbedder
+
+INDEXER = """
+import asyncio, sys
+from memcore.app import build_store
+from memcore.embedders.base import EmbeddingRunner
+from memcore.service import MemoryService
+from memcore.settings import load_settings
+from tests.support import FakeEmbedder
+
+async def main() -> None:
+    settings = load_settings(sys.argv[1])
+    async with MemoryService(settings, build_store(settings),
+                             EmbeddingRunner(FakeEmbedder())) as svc:
+        for _ in range(int(sys.argv[2])):
+            await svc.index()
+
+asyncio.run(main())
+"""
+
+
+def pg_settings(vault: Path, url: str, namespace: str) -> Settings:
+    return load_settings(vault, {"storage.url": url, "storage.namespace": namespace})
+
+
+def note(n: int, version: int) -> str:
+    sections = "\n\n".join(f"## Part {p}\n\nnote {n} part {p} version {version}" for p in range(3))
+    return f"# Note {n}\n\n{sections}\n"
+
+
+async def test_two_processes_indexing_one_shared_vault_lose_and_repeat_nothing(
+    vault: Path, postgres_url: str, namespace: str
+) -> None:
+    """Two daemons on one shared vault (two machines, one synced folder) index the same files
+    into one namespace while the files change under them."""
+    settings = pg_settings(vault, postgres_url, namespace)
+    for n in range(30):
+        (vault / "memory" / f"n{n}.md").write_text(note(n, 0))
+    env = {**os.environ, "PYTHONPATH": str(REPO), **backend_env(settings)}
+    cmd = [sys.executable, "-c", INDEXER, str(vault), "8"]
+    procs = [
+        await asyncio.create_subprocess_exec(
+            *cmd, env=env, cwd=REPO, stderr=asyncio.subprocess.PIPE
+        )
+        for _ in range(2)
+    ]
+    for version in range(1, 4):  # edits, new files and deletions while both index
+        for n in range(0, 30, 3):
+            (vault / "memory" / f"n{n}.md").write_text(note(n, version))
+        (vault / "memory" / f"new{version}.md").write_text(note(100 + version, version))
+        (vault / "memory" / f"n{29 - version}.md").unlink()
+        await asyncio.sleep(0.2)
+    for proc in procs:
+        _, err = await proc.communicate()
+        assert proc.returncode == 0, err.decode()[-800:]
+    async with make_service(settings, FakeEmbedder()) as svc:
+        await svc.index()  # the last word: whatever changed after the other two finished
+        async with svc.store.snapshot() as r:
+            states = await r.file_states()
+            on_disk = {p.name: p for p in (vault / "memory").glob("*.md")}
+            assert set(states) == {f"memory/{name}" for name in on_disk}
+            for name, path in on_disk.items():
+                chunks, _ = chunk_markdown(path.read_text(), f"memory/{name}")
+                hits = await r.search_text(f"note {name}", 500, SearchFilters(path_prefix=""))
+                rows = await r.chunk_rows([c for c, _ in hits])
+                mine = sorted(row.text for row in rows.values() if row.path == f"memory/{name}")
+                assert mine == sorted(c.text for c in chunks), name  # each chunk once
+            stats = await r.stats(svc.embedder.model_id)
+            expected = sum(len(chunk_markdown(p.read_text(), "x")[0]) for p in on_disk.values())
+            assert stats.chunks == expected and stats.vectors_pending == 0
+
+
+async def test_vaults_in_one_database_never_see_each_other(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    vaults = []
+    for name in ("alpha", "beta"):
+        (tmp_path / name / "memory").mkdir(parents=True)
+        vaults.append(load_settings(tmp_path / name, {"storage.url": postgres_url}))
+    alpha, beta = vaults
+    assert alpha.namespace != beta.namespace  # derived from each vault's own path
+    async with make_service(alpha, FakeEmbedder()) as a, make_service(beta, FakeEmbedder()) as b:
+        (mine,) = await a.memories.add("alpha keeps the launch codes", user_id="u")
+        await b.memories.add("beta has a cat", user_id="u")
+        assert [m.text for m in await b.memories.get_all(user_id="u")] == ["beta has a cat"]
+        assert all("launch" not in h.text for h in (await b.search("launch codes")).hits)
+        assert [m.id for m in await a.memories.search("launch codes", user_id="u")] == [mine.id]
+        with pytest.raises(NotFound):
+            await b.memories.get(mine.id)
+
+
+async def test_vector_search_uses_the_hnsw_index_with_filters_in_sql(
+    postgres_url: str, namespace: str
+) -> None:
+    rng = np.random.default_rng(0)
+    vecs = rng.normal(size=(60, 16)).astype(np.float32)
+    async with PostgresStore(postgres_url, namespace) as store:
+        async with store.transaction() as tx:
+            for n in range(60):
+                chunks, _ = chunk_markdown(f"# N{n}\n\nnote {n}\n", f"memory/{n % 3}/n{n}.md")
+                state = FileState(chunks[0].path, f"h{n}", 1, 1)
+                await tx.replace_file(state, chunks, [vecs[n]], "m")
+        async with store.snapshot() as r:
+            await r.conn.execute("SET LOCAL enable_sort = off")  # as on a big table
+            q = as_list(vecs[7])
+            cur = await r.conn.execute(
+                b"EXPLAIN " + nearest_query(namespace, "m", 16).as_bytes(r.conn), [q, q, 5]
+            )
+            plan = "\n".join(str(row[0]) for row in await cur.fetchall())
+            assert "memory_chunks_hnsw_" in plan, plan
+            hits = await r.search_vectors(vecs[7], "m", 5, SearchFilters(path_prefix="memory/1/"))
+            rows = await r.chunk_rows([c for c, _ in hits])
+            assert len(hits) == 5 and {row.path[:9] for row in rows.values()} == {"memory/1/"}
+            assert rows[hits[0][0]].path == "memory/1/n7.md"
+
+
+async def test_an_unreachable_database_is_a_one_line_error(vault: Path) -> None:
+    settings = pg_settings(vault, "postgresql://nobody@127.0.0.1:9/none", "x")
+    with pytest.raises(StorageError) as err:
+        async with build_store(settings):
+            pass
+    assert "cannot open index postgresql://nobody@127.0.0.1:9/none" in str(err.value)
+    assert "\n" not in str(err.value)
