@@ -291,3 +291,26 @@ async def test_skipped_files_are_recorded_until_the_path_is_written_or_deleted(
             await tx.delete_files(["b.md"])
         async with store.snapshot() as r:
             assert await r.skipped_files() == {}
+
+
+async def test_stored_files_give_back_what_was_written(open_store: OpenStore) -> None:
+    text = "---\ntags: [ops]\n---\n# A\n\n## B\n\none #x\n\n## C\n\ntwo\n"
+    chunks, _ = chunk_markdown(text, "memory/a.md")
+    vectors: list[Vector | None] = [vec(1, 0), None, vec(0, 1)][: len(chunks)]
+    async with open_store() as store:
+        async with store.transaction() as tx:
+            state = FileState("memory/a.md", "h1", len(text), 7)
+            await tx.replace_file(state, chunks, vectors, M)
+        async with store.snapshot() as r:
+            (got,) = await r.stored_files(["memory/a.md", "memory/missing.md"])
+    assert got.state == FileState("memory/a.md", "h1", len(text), 7)
+    assert [(c.heading_path, c.start_line, c.end_line, c.text, c.content_hash, c.tags, c.date,
+             dict(c.metadata), c.index) for c in got.chunks] == [
+        (c.heading_path, c.start_line, c.end_line, c.text, c.content_hash, c.tags, c.date,
+         dict(c.metadata), c.index) for c in chunks
+    ]  # fmt: skip
+    assert got.models == tuple(None if v is None else M for v in vectors)
+    for mine, theirs in zip(got.vectors, vectors, strict=True):
+        assert (mine is None) == (theirs is None)
+        if mine is not None and theirs is not None:
+            assert np.allclose(mine, theirs, atol=1e-6)

@@ -69,8 +69,12 @@ def root(
         ),
     ] = None,
     db: Annotated[
-        Path | None,
-        typer.Option("--db", help="Index database (default: <vault>/.memcore/index.db)"),
+        str | None,
+        typer.Option(
+            "--db",
+            help="Index database: a file (default: <vault>/.memcore/index.db) or a "
+            "postgresql:// URL",
+        ),
     ] = None,
     embedder: Annotated[
         str | None, typer.Option("--embedder", help="local, static, ollama or openai")
@@ -85,7 +89,7 @@ def root(
 ) -> None:
     ctx.obj = CliState(
         vault=vault,
-        overrides={"storage.db": str(db) if db else None, "embedder.provider": embedder},
+        overrides={"storage.db": db or None, "embedder.provider": embedder},
         verbose=verbose,
     )
     # memcore's own debug lines; the libraries under it (aiosqlite, asyncio) stay at warnings

@@ -1,7 +1,8 @@
-"""Commands that build and inspect the index: init, index, reindex, status."""
+"""Commands that build and inspect the index: init, index, reindex, status, migrate."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -124,6 +125,58 @@ def reindex(
 ) -> None:
     """Rebuild the index from the Markdown (cached embeddings are reused)."""
     _index(ctx, full=True, as_json=as_json)
+
+
+@app.command()
+def migrate(
+    ctx: typer.Context,
+    to: Annotated[
+        str, typer.Option("--to", help="Where to copy: a postgresql:// URL or an index.db path")
+    ],
+    namespace: Annotated[
+        str | None,
+        typer.Option("--namespace", help="Namespace in PostgreSQL (default: this vault's)"),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON")] = False,
+) -> None:
+    """Copy this vault's index to PostgreSQL or a SQLite file, vectors included (nothing is
+    embedded again). Then point storage.url (or storage.db) at the copy."""
+    from memcore.app import build_store
+    from memcore.migrate import copy_index
+    from memcore.settings import is_postgres_url
+
+    where: dict[str, object] = {"storage.url": to, "storage.db": ""}
+    if not is_postgres_url(to):
+        path = Path(to).expanduser().resolve()
+        where = {"storage.url": "", "storage.db": str(path)}
+        if not path.parent.is_dir():
+            raise fail(f"folder {path.parent} does not exist", 2)
+    if namespace:
+        where["storage.namespace"] = namespace
+
+    async def job() -> dict[str, object]:
+        settings = settings_of(ctx)
+        if not index_exists(settings):
+            raise fail(f"no index yet at {settings.index_location}; run `memcore index` first")
+        target = settings_of(ctx, **where)
+        if target.index_location == settings.index_location:
+            raise fail(f"{to} is the index being copied", 2)
+
+        def progress(done: int, total: int) -> None:
+            typer.echo(f"copied {done}/{total} files", err=True)
+
+        async with build_store(settings) as source, build_store(target) as dest:
+            report = await copy_index(source, dest, "", progress=progress)
+        return {"to": target.index_location, **dataclasses.asdict(report)}
+
+    info = run(ctx, job)
+    if as_json:
+        typer.echo(json.dumps(info, indent=2))
+        return
+    typer.echo(
+        f"Copied {plural(int(str(info['files'])), 'file')} ({info['chunks']} chunks, "
+        f"{info['vectors']} vectors, {info['skipped']} skipped-file records) to {info['to']}"
+    )
 
 
 @app.command()

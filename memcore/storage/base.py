@@ -55,6 +55,17 @@ class PendingChunk:
 
 
 @dataclass(frozen=True, slots=True)
+class StoredFile:
+    """A file as the index holds it, with each chunk's vector and the model that made it:
+    enough to copy an index to another backend without reading the vault or embedding."""
+
+    state: FileState
+    chunks: tuple[Chunk, ...]
+    vectors: tuple[Vector | None, ...]
+    models: tuple[str | None, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class StoreStats:
     files: int
     chunks: int
@@ -125,6 +136,11 @@ class IndexReader(Protocol):
         ...
 
     async def get_meta(self, key: str) -> str | None: ...
+
+    async def stored_files(self, paths: Sequence[str]) -> list[StoredFile]:
+        """These files as stored (chunks in order, vectors included); unknown paths are left
+        out."""
+        ...
 
 
 class IndexWriter(Protocol):

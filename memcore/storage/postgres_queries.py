@@ -21,12 +21,13 @@ from memcore.models import (
     SkippedFile,
 )
 from memcore.search.tokenize import has_cjk, query_terms, segment
-from memcore.storage.base import ChunkRow, PendingChunk, StoreStats, Vector
+from memcore.storage.base import ChunkRow, PendingChunk, StoredFile, StoreStats, Vector
 from memcore.storage.filters_sql import POSTGRES, filter_sql, memory_query_sql
 from memcore.storage.rows import (
     CHUNK_ROW_COLUMNS,
     MEMORY_SELECT,
     OLD_CHUNK_COLUMNS,
+    STORED_CHUNK_COLUMNS,
     chunk_row,
     file_states,
     fresh_chunk_fields,
@@ -35,6 +36,7 @@ from memcore.storage.rows import (
     memory_record,
     memory_rows,
     now,
+    stored_files,
 )
 
 if TYPE_CHECKING:
@@ -222,6 +224,24 @@ class PostgresReader(_Queries):
             db_bytes=int(size[0][0]),
             last_indexed=files[1],
         )
+
+    async def stored_files(self, paths: Sequence[str]) -> list[StoredFile]:
+        if not paths:
+            return []
+        found = await self._all(
+            "SELECT path, content_hash, size, mtime_ns FROM files WHERE ns = %s "
+            "AND path = ANY(%s) ORDER BY path",
+            (self.ns, list(paths)),
+        )
+        columns = STORED_CHUNK_COLUMNS.replace("embedding_model, embedding", "embedding_model, "
+                                               "embedding::float4[]")  # fmt: skip
+        rows = await self._all(
+            f"SELECT {columns} FROM memory_chunks WHERE ns = %s AND source_file = ANY(%s) "
+            "ORDER BY source_file, chunk_index",
+            (self.ns, list(paths)),
+        )
+        states = {r[0]: FileState(r[0], r[1], int(r[2]), int(r[3])) for r in found}
+        return stored_files(states, rows, as_vector)
 
     async def skipped_files(self) -> dict[str, SkippedFile]:
         rows = await self._all(

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from memcore.models import Chunk, FileState, MemoryRecord
-from memcore.storage.base import ChunkRow
+from memcore.storage.base import ChunkRow, StoredFile, Vector
 
 # Columns of the old rows of a file that replace_file compares (chunk_index first at 2).
 OLD_CHUNK_COLUMNS = (
@@ -27,6 +27,44 @@ MEMORY_SELECT = (
     "m.agent_id, m.run_id, m.key, m.created, m.updated, m.metadata, m.chunk_id "
     "FROM memories m JOIN memory_chunks c ON c.id = m.chunk_id"
 )
+
+
+# Columns stored_files reads, in order; the embedding comes as the backend's own value.
+STORED_CHUNK_COLUMNS = (
+    "source_file, chunk_index, heading_path, start_line, end_line, content, content_hash, tags, "
+    "date, metadata, embedding_model, embedding"
+)
+
+
+def stored_files(
+    states: Mapping[str, FileState],
+    rows: Sequence[Sequence[Any]],
+    vector: Callable[[Any], Vector | None],
+) -> list[StoredFile]:
+    """StoredFiles from file states and chunk rows (STORED_CHUNK_COLUMNS, in file and chunk
+    order); ``vector`` decodes the backend's embedding value."""
+    by_path: dict[str, list[Sequence[Any]]] = {path: [] for path in states}
+    for r in rows:
+        by_path[r[0]].append(r)
+    out = []
+    for path, chunk_rows in by_path.items():
+        chunks = tuple(
+            Chunk(
+                path=path, index=r[1], heading_path=tuple(r[2].split(" > ")) if r[2] else (),
+                start_line=r[3], end_line=r[4], text=r[5], content_hash=r[6],
+                tags=tuple(json.loads(r[7])), date=r[8], metadata=json.loads(r[9]),
+            )
+            for r in chunk_rows
+        )  # fmt: skip
+        out.append(
+            StoredFile(
+                states[path],
+                chunks,
+                tuple(None if r[11] is None else vector(r[11]) for r in chunk_rows),
+                tuple(r[10] for r in chunk_rows),
+            )
+        )
+    return out
 
 
 def now() -> str:

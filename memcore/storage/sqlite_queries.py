@@ -27,12 +27,13 @@ from memcore.search.tokenize import (
     query_terms,
 )
 from memcore.search.vectors import VectorIndex, decode_vector, encode_vector
-from memcore.storage.base import ChunkRow, PendingChunk, StoreStats, Vector
+from memcore.storage.base import ChunkRow, PendingChunk, StoredFile, StoreStats, Vector
 from memcore.storage.filters_sql import SQLITE, filter_sql, memory_query_sql
 from memcore.storage.rows import (
     CHUNK_ROW_COLUMNS,
     MEMORY_SELECT,
     OLD_CHUNK_COLUMNS,
+    STORED_CHUNK_COLUMNS,
     chunk_row,
     file_states,
     fresh_chunk_fields,
@@ -41,6 +42,7 @@ from memcore.storage.rows import (
     memory_record,
     memory_rows,
     now,
+    stored_files,
 )
 
 if TYPE_CHECKING:
@@ -330,6 +332,24 @@ class SqliteReader(_Queries):
             )
             out.update((r[-1], memory_record(r)) for r in rows)
         return out
+
+    async def stored_files(self, paths: Sequence[str]) -> list[StoredFile]:
+        states: dict[str, FileState] = {}
+        rows: list[Any] = []
+        for i in range(0, len(paths), _BATCH):
+            part = list(paths[i : i + _BATCH])
+            found = await self._all(
+                "SELECT path, content_hash, size, mtime_ns FROM files "
+                f"WHERE path IN ({_marks(len(part))}) ORDER BY path",
+                part,
+            )
+            states.update(file_states(found))
+            rows += await self._all(
+                f"SELECT {STORED_CHUNK_COLUMNS} FROM memory_chunks "
+                f"WHERE source_file IN ({_marks(len(part))}) ORDER BY source_file, chunk_index",
+                part,
+            )
+        return stored_files(states, rows, decode_vector)
 
     async def skipped_files(self) -> dict[str, SkippedFile]:
         rows = await self._all("SELECT path, reason, size, mtime_ns FROM skipped_files")
