@@ -2,6 +2,7 @@
 
     python bench/search.py                       # 1k, 10k, 100k with the default embedder
     python bench/search.py --sizes 1000,10000,100000,1000000 --embedder static
+    python bench/search.py --sizes 10000,100000 --db postgresql://user@host/db  # and PostgreSQL
 
 Each size runs two fresh processes: one indexes (and builds the vectors' in-memory form once),
 one starts on the finished index as a daemon would and searches, so start-to-searchable and
@@ -54,6 +55,8 @@ async def measure_index(
     if not reuse:
         shutil.rmtree(vault / ".memcore", ignore_errors=True)
     settings = load_settings(vault, {"embedder.provider": embedder, **options})
+    if settings.database_url and not reuse:
+        await drop_namespace(settings.database_url, settings.namespace)
     async with open_service(settings) as svc:
         t0 = time.perf_counter()
         await svc.index()
@@ -128,16 +131,33 @@ async def measure_search(
     }
 
 
-async def recall_at_10(svc: MemoryService, vecs: np.ndarray) -> float:
-    """Share of the exact top 10 (cosine over every stored vector, streamed) that the vector
-    search returns. Queries with no vector (nothing the model knows) are left out."""
+async def drop_namespace(url: str, namespace: str) -> None:
+    """A fresh start for this size in PostgreSQL (its chunks and memories go with the files)."""
+    import psycopg
+
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        for table in ("files", "meta", "skipped_files", "embedding_cache", "generation"):
+            try:
+                await conn.execute(f"DELETE FROM {table} WHERE ns = %s", (namespace,))
+            except psycopg.errors.UndefinedTable:
+                return  # a database memcore has not used yet
+
+
+async def exact_top10(svc: MemoryService, q: np.ndarray) -> list[set[int]]:
+    """The exact top 10 of each query: PostgreSQL scans every vector with its indexes off;
+    SQLite's vectors are streamed from the file and scored here."""
     model = svc.embedder.model_id
-    q = vecs / np.maximum(np.linalg.norm(vecs, axis=1, keepdims=True), 1e-12)
-    keep = np.linalg.norm(vecs, axis=1) > 0
-    best_ids = np.zeros((len(q), 0), dtype=np.int64)
-    best = np.zeros((len(q), 0), dtype=np.float32)
     async with svc.store.snapshot() as reader:
-        got = [await reader.search_vectors(v, model, 10, SearchFilters()) for v in vecs]
+        if svc.store.backend == "postgres":
+            await reader.conn.execute("SET LOCAL enable_indexscan = off")
+            await reader.conn.execute("SET LOCAL enable_bitmapscan = off")
+            out = []
+            for v in q:
+                hits = await reader.search_vectors(v, model, 10, SearchFilters())
+                out.append({c for c, _ in hits})
+            return out
+        best_ids = np.zeros((len(q), 0), dtype=np.int64)
+        best = np.zeros((len(q), 0), dtype=np.float32)
         async for ids, mat in reader.vector_batches(model, 50_000):
             mat = mat / np.maximum(np.linalg.norm(mat, axis=1, keepdims=True), 1e-12)
             scores = np.concatenate([best, q @ mat.T], axis=1)
@@ -145,11 +165,20 @@ async def recall_at_10(svc: MemoryService, vecs: np.ndarray) -> float:
             top = np.argsort(-scores, axis=1)[:, :10]
             best = np.take_along_axis(scores, top, axis=1)
             best_ids = np.take_along_axis(all_ids, top, axis=1)
-    hits = [
-        len({c for c, _ in g} & set(best_ids[n].tolist())) / 10
-        for n, g in enumerate(got)
-        if keep[n]
-    ]
+        return [set(row.tolist()) for row in best_ids]
+
+
+async def recall_at_10(svc: MemoryService, vecs: np.ndarray) -> float:
+    """Share of the exact top 10 that the vector search returns (the HNSW graph or pgvector's
+    HNSW index where they are used). Queries with no vector (nothing the model knows) are left
+    out."""
+    model = svc.embedder.model_id
+    q = vecs / np.maximum(np.linalg.norm(vecs, axis=1, keepdims=True), 1e-12)
+    keep = np.linalg.norm(vecs, axis=1) > 0
+    async with svc.store.snapshot() as reader:
+        got = [await reader.search_vectors(v, model, 10, SearchFilters()) for v in vecs]
+    truth = await exact_top10(svc, q)
+    hits = [len({c for c, _ in g} & truth[n]) / 10 for n, g in enumerate(got) if keep[n]]
     return float(np.mean(hits))
 
 
@@ -168,6 +197,7 @@ def main() -> None:
         metavar="SECTION.KEY=V",
         help="a setting for both phases, e.g. -o storage.ann_min_vectors=50000",
     )
+    ap.add_argument("--db", help="also run each size on this postgresql:// database, side by side")
     ap.add_argument("--phase", choices=["index", "search"], help=argparse.SUPPRESS)
     ap.add_argument("--one", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -184,7 +214,8 @@ def main() -> None:
         print(json.dumps(row))
         return
     cols = [
-        "size", "chunks", "index_s", "chunks_per_s", "vectors_build_s", "start_to_searchable_ms",
+        "size", "backend", "chunks", "index_s", "chunks_per_s", "vectors_build_s",
+        "start_to_searchable_ms",
         "search_excl_p50_ms", "search_excl_p95_ms", "search_incl_p50_ms", "search_incl_p95_ms",
         "query_embed_p50_ms", "cached_p50_ms", "keyword_p50_ms", "keyword_p95_ms",
         "recall10_vs_exact", "db_mb", "index_rss_mb", "daemon_rss_mb",
@@ -192,15 +223,23 @@ def main() -> None:
     print(f"embedder: {args.embedder}; {args.queries} queries; each phase in its own process")
     print(" | ".join(cols))
     for size in (int(s) for s in args.sizes.split(",")):
-        row: dict[str, object] = {"size": size}
-        for phase in ("index", "search"):
-            cmd = [sys.executable, __file__, "--one", str(size), "--phase", phase,
-                   "--embedder", args.embedder, "--queries", str(args.queries),
-                   "--workdir", str(args.workdir), *(["--reuse"] if args.reuse else []),
-                   *(f"-o{o}" for o in args.options)]  # fmt: skip
-            out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-            row |= json.loads(out.strip().splitlines()[-1])
-        print(" | ".join(str(row[c]) for c in cols), flush=True)
+        backends = {"sqlite": list(args.options)}
+        if args.db:
+            backends["postgres"] = [
+                *args.options,
+                f"storage.url={args.db}",
+                f"storage.namespace=bench-{size}",
+            ]
+        for backend, opts in backends.items():
+            row: dict[str, object] = {"size": size, "backend": backend}
+            for phase in ("index", "search"):
+                cmd = [sys.executable, __file__, "--one", str(size), "--phase", phase,
+                       "--embedder", args.embedder, "--queries", str(args.queries),
+                       "--workdir", str(args.workdir), *(["--reuse"] if args.reuse else []),
+                       *(f"-o{o}" for o in opts)]  # fmt: skip
+                out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+                row |= json.loads(out.strip().splitlines()[-1])
+            print(" | ".join(str(row[c]) for c in cols), flush=True)
 
 
 if __name__ == "__main__":
