@@ -53,8 +53,27 @@ PENDING_BATCH = 256
 WriteJob = Callable[[IndexWriter], Awaitable[object]]
 
 
-async def _replace(item: PreparedFile, model_id: str, tx: IndexWriter) -> None:
+async def _replace(
+    item: PreparedFile, model_id: str, root: Path, stale: list[str], tx: IndexWriter
+) -> None:
+    """Write a prepared file, unless the file changed on disk since it was read: then another
+    writer's newer version may already be in the index, and this older one must not replace
+    it. Checked inside the write transaction, so no newer version can commit in between."""
+    if await asyncio.to_thread(_disk_stat, root / item.state.path) != (
+        item.state.size,
+        item.state.mtime_ns,
+    ):
+        stale.append(item.state.path)
+        return
     await tx.replace_file(item.state, item.chunks, item.vectors, model_id)
+
+
+def _disk_stat(path: Path) -> tuple[int, int] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_size, st.st_mtime_ns
 
 
 def _any_file(root: Path, paths: Sequence[str]) -> bool:
@@ -219,8 +238,10 @@ class Indexer:
         states: dict[str, FileState],
         tally: Tally,
         log_edits: bool = False,
+        retries: int = 3,
     ) -> None:
         s = self.settings
+        stale: list[str] = []  # changed on disk while being indexed: read them again
         async with self._paths.hold([f.path for f in files]):
             failed_before = len(tally.failed)
             prepared = await asyncio.to_thread(
@@ -250,25 +271,43 @@ class Indexer:
             error = await attach_vectors(self.store, self.embedder, prepared, tally)
             if error is not None:
                 self._embedder_failed(tally, error)
-            model = self.embedder.model_id
-            before = await self._memories_of(
-                [p.state.path for p in prepared if p.state.path in states] if log_edits else []
+            await self._replace_all(prepared, states, tally, log_edits, stale)
+        if stale and retries:
+            again = await asyncio.to_thread(
+                stat_memory_files, s.vault, stale, s.index.include, s.index.exclude
             )
-            events = []
-            for item in prepared:
-                write = partial(_replace, item, model)
-                if await self._write(tally, [item.state.path], write):
-                    tally.indexed.append(item.state.path)
-                    path = item.state.path
-                    if path in before or (log_edits and path in states):
-                        after = {
-                            str(m["id"]): c.text
-                            for c in item.chunks
-                            if isinstance(m := c.metadata.get("memory"), dict)
-                        }
-                        events += changes(path, before.get(path, []), after, "person")
-            if events and self.history is not None:
-                await self.history.append_new(events)
+            await self._index_batch(again, {}, tally, log_edits, retries - 1)
+
+    async def _replace_all(
+        self,
+        prepared: Sequence[PreparedFile],
+        states: dict[str, FileState],
+        tally: Tally,
+        log_edits: bool,
+        stale: list[str],
+    ) -> None:
+        """Write each prepared file in its own transaction (files changed on disk meanwhile go
+        to ``stale``); with ``log_edits``, log the person's edits to memories."""
+        model = self.embedder.model_id
+        before = await self._memories_of(
+            [p.state.path for p in prepared if p.state.path in states] if log_edits else []
+        )
+        events = []
+        for item in prepared:
+            path = item.state.path
+            write = partial(_replace, item, model, self.settings.vault, stale)
+            if not await self._write(tally, [path], write) or (stale and stale[-1] == path):
+                continue
+            tally.indexed.append(path)
+            if path in before or (log_edits and path in states):
+                after = {
+                    str(m["id"]): c.text
+                    for c in item.chunks
+                    if isinstance(m := c.metadata.get("memory"), dict)
+                }
+                events += changes(path, before.get(path, []), after, "person")
+        if events and self.history is not None:
+            await self.history.append_new(events)
 
     async def _write(self, tally: Tally, paths: list[str], job: WriteJob) -> bool:
         """Run one transaction; a storage failure becomes a transient failure of ``paths``."""

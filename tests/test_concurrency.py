@@ -9,8 +9,13 @@ import sys
 import time
 from pathlib import Path
 
+from memcore.chunker import chunk_markdown
+from memcore.indexer import _replace
+from memcore.indexing import PreparedFile
+from memcore.models import FileState
 from memcore.service import MemoryService
 from memcore.settings import Settings
+from memcore.vault import content_hash, read_memory_file
 from tests.conftest import REPO
 from tests.support import write
 
@@ -128,3 +133,26 @@ async def test_a_limit_two_search_after_a_file_shrinks_returns_two(
     await service.index()
     result = await service.search("shared word", limit=2)
     assert len(result.hits) == 2 and result.mode == "hybrid"
+
+
+async def test_a_version_read_before_a_newer_one_was_indexed_never_replaces_it(
+    vault: Path, service: MemoryService
+) -> None:
+    """Two writers of one file: the first reads version A, the second writes and indexes B,
+    then the first commits. A must not replace B in the index (the file says B)."""
+    write(vault, "memory/a.md", "# A\n\nversion A\n")
+    await service.index()
+    st = (vault / "memory" / "a.md").stat()
+    text, data = read_memory_file(vault, "memory/a.md", 10**6)
+    chunks, _ = chunk_markdown(text, "memory/a.md")
+    old = PreparedFile(FileState("memory/a.md", content_hash(data), st.st_size, st.st_mtime_ns),
+                       chunks, [None] * len(chunks))  # fmt: skip
+    await asyncio.sleep(0.01)
+    write(vault, "memory/a.md", "# A\n\nversion B, newer\n")
+    await service.index()
+    stale: list[str] = []
+    async with service.store.transaction() as tx:
+        await _replace(old, "m", vault, stale, tx)
+    assert stale == ["memory/a.md"]
+    hits = (await service.search("version")).hits
+    assert [h.text.splitlines()[-1] for h in hits] == ["version B, newer"]
