@@ -314,3 +314,29 @@ async def test_stored_files_give_back_what_was_written(open_store: OpenStore) ->
         assert (mine is None) == (theirs is None)
         if mine is not None and theirs is not None:
             assert np.allclose(mine, theirs, atol=1e-6)
+
+
+async def test_keyword_search_ranks_only_chunks_with_rare_words_and_fills_up_when_short(
+    open_store: OpenStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from memcore.storage import postgres_queries, sqlite_queries
+
+    for module in (sqlite_queries, postgres_queries):
+        monkeypatch.setattr(module, "ANCHOR_CAP", 50)  # "common" at 120 chunks is common
+        monkeypatch.setattr(module, "ANCHOR_ROWS", 2)
+    async with open_store() as store:
+        files = [
+            (f"memory/n{i}.md", f"# N{i}\n\ncommon filler {i} common again\n") for i in range(120)
+        ]
+        files += [(f"memory/z{i}.md", f"# Z{i}\n\nthe zebra {i} is common\n") for i in range(3)]
+        async with store.transaction() as tx:
+            for path, text in files:
+                chunks, _ = chunk_markdown(text, path)
+                await tx.replace_file(FileState(path, path, len(text), 1), chunks, [None], M)
+        async with store.snapshot() as r:
+            anchored = await r.search_text("common zebra", 2, SearchFilters())
+            filled = await r.search_text("common zebra", 5, SearchFilters())
+            paths = {c: row.path for c, row in (await r.chunk_rows([c for c, _ in filled])).items()}
+    assert len(anchored) == 2 and len(filled) == 5
+    assert [paths[c][:8] for c, _ in filled[:3]] == ["memory/z"] * 3  # the rare word first
+    assert {c for c, _ in anchored} <= {c for c, _ in filled[:3]}

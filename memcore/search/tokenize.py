@@ -110,6 +110,13 @@ def fts_any(terms: list[str]) -> str:
     return " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
 
 
+# Keyword search at scale: count each query word's chunks up to ANCHOR_CAP, then rank only the
+# chunks of the rarest words (at least ANCHOR_ROWS of them), still scored over every word.
+ANCHOR_CAP = 5000
+ANCHOR_ROWS = 2000
+ANCHOR_MAX_TERMS = 256  # counted in one statement: two SQL parameters a term
+
+
 def anchor_terms(counts: dict[str, int], want: int, cap: int) -> list[str] | None:
     """The rarest terms whose chunks will be ranked, or None to rank every match.
 

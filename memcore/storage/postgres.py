@@ -70,6 +70,7 @@ class PostgresStore:
         self._write_lock = asyncio.Lock()
         self.vector_indexes: set[str] = set()  # HNSW indexes known to exist
         self.pending_memo: dict[tuple[int, str], int] = {}
+        self.count_memo: dict[str, int] = {}  # chunks of the namespace at one generation
 
     @property
     def location(self) -> str:

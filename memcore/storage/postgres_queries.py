@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import math
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -20,7 +21,15 @@ from memcore.models import (
     SearchFilters,
     SkippedFile,
 )
-from memcore.search.tokenize import has_cjk, query_terms, segment
+from memcore.search.tokenize import (
+    ANCHOR_CAP,
+    ANCHOR_MAX_TERMS,
+    ANCHOR_ROWS,
+    anchor_terms,
+    has_cjk,
+    query_terms,
+    segment,
+)
 from memcore.storage.base import ChunkRow, PendingChunk, StoredFile, StoreStats, Vector
 from memcore.storage.filters_sql import POSTGRES, filter_sql, memory_query_sql
 from memcore.storage.rows import (
@@ -53,6 +62,11 @@ def as_list(vec: Vector) -> list[float]:
 
 def as_vector(value: Sequence[float]) -> Vector:
     return np.asarray(value, dtype=np.float32)
+
+
+def idf(total: int, count: int) -> float:
+    """BM25's inverse document frequency of a word found in ``count`` of ``total`` chunks."""
+    return math.log((total - count + 0.5) / (count + 0.5) + 1.0)
 
 
 def fts_text(heading: str, text: str) -> str:
@@ -121,14 +135,63 @@ class PostgresReader(_Queries):
         )
         if not terms:
             return []
-        # Every word is its own plainto_tsquery, ORed: nothing the user typed is syntax.
-        tsq = " || ".join([f"plainto_tsquery('{TS}', %s)"] * len(terms))
         where, params = filter_sql(filters, POSTGRES)
+        if not 1 < len(terms) <= ANCHOR_MAX_TERMS:
+            return await self._ranked(terms, None, k, where, params)
+        # Each word's chunks are counted (a GIN lookup, up to a cap). The counts weigh each
+        # word by its rarity (BM25's IDF; ts_rank_cd alone has none, so "common zebra" would
+        # rank the chunks saying "common" twice first), and, as in SQLite, when common words
+        # would make ranking read most of the table, only the rarest words' chunks are ranked.
+        counts = await self._counts_capped(terms, ANCHOR_CAP)
+        total = await self._chunk_count()
+        weights = [idf(total, counts[t]) for t in terms]
+        anchors = anchor_terms(counts, want=max(ANCHOR_ROWS, 5 * k), cap=ANCHOR_CAP)
+        if anchors is not None:
+            rows = await self._ranked(terms, weights, k, where, params, anchors)
+            if len(rows) >= k:
+                return rows
+        return await self._ranked(terms, weights, k, where, params)
+
+    async def _chunk_count(self) -> int:
+        memo = self._store.count_memo
+        if memo.get("generation") != self.generation:
+            rows = await self._all("SELECT count(*) FROM memory_chunks WHERE ns = %s", (self.ns,))
+            memo.update(generation=self.generation, chunks=int(rows[0][0]))
+        return memo["chunks"]
+
+    async def _counts_capped(self, terms: list[str], cap: int) -> dict[str, int]:
+        one = (
+            "(SELECT count(*) FROM (SELECT 1 FROM memory_chunks WHERE ns = %s AND "
+            f"fts @@ plainto_tsquery('{TS}', %s) LIMIT %s) x)"
+        )
+        params: list[object] = []
+        for term in terms:
+            params += [self.ns, term, cap + 1]
+        rows = await self._all("SELECT " + ", ".join([one] * len(terms)), params)
+        return {t: int(n) for t, n in zip(terms, rows[0], strict=True)}
+
+    async def _ranked(
+        self,
+        terms: list[str],
+        weights: list[float] | None,
+        k: int,
+        where: str,
+        params: list[object],
+        anchors: list[str] | None = None,
+    ) -> list[tuple[int, float]]:
+        # Every word is its own plainto_tsquery, ORed: nothing the user typed is syntax.
+        one = f"plainto_tsquery('{TS}', %s)"
+        match = "(" + " || ".join([one] * len(anchors or terms)) + ")"
+        score_params: list[object]
+        if weights is None:
+            score, score_params = f"ts_rank_cd(c.fts, {match}, 1)", list(terms)
+        else:  # sum over the words of rarity x the word's own ts_rank_cd
+            score = " + ".join(f"%s * ts_rank_cd(c.fts, {one}, 1)" for _ in terms)
+            score_params = [p for w, t in zip(weights, terms, strict=True) for p in (w, t)]
         rows = await self._all(
-            f"SELECT c.id, ts_rank_cd(c.fts, q.q, 1) AS r FROM memory_chunks c, "
-            f"(SELECT {tsq} AS q) q WHERE c.ns = %s AND c.fts @@ q.q{where} "
-            "ORDER BY r DESC, c.id LIMIT %s",
-            [*terms, self.ns, *params, k],
+            f"SELECT c.id, {score} AS r FROM memory_chunks c "
+            f"WHERE c.ns = %s AND c.fts @@ {match}{where} ORDER BY r DESC, c.id LIMIT %s",
+            [*score_params, self.ns, *(anchors or terms), *params, k],
         )
         return [(int(r[0]), float(r[1])) for r in rows]
 

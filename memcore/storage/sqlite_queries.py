@@ -20,6 +20,9 @@ from memcore.models import (
     SkippedFile,
 )
 from memcore.search.tokenize import (
+    ANCHOR_CAP,
+    ANCHOR_MAX_TERMS,
+    ANCHOR_ROWS,
     anchor_terms,
     anchored_expression,
     fts_any,
@@ -51,9 +54,6 @@ if TYPE_CHECKING:
 _BATCH = 500  # ids per IN (...) query, well under SQLite's variable limit
 # Keyword search ranks only the chunks holding the query's rarest words, at least ANCHOR_ROWS
 # of them; a word in more than ANCHOR_CAP chunks is too common to anchor (measured: README).
-ANCHOR_CAP = 5000
-ANCHOR_ROWS = 2000
-ANCHOR_MAX_TERMS = 256  # counted in one statement: two SQL variables a term
 _LOAD_BATCH = 4096  # rows per fetch when loading the vector matrix
 _FETCH_IDS = 65536
 
