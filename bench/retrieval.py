@@ -161,7 +161,7 @@ async def run_vault(
         index_s = time.perf_counter() - t0
         if report.failed:
             print(f"warning: {len(report.failed)} files failed in {vault}", file=sys.stderr)
-        newest = newest_day(settings.db_path)
+        newest = None if settings.database_url else newest_day(settings.db_path)
         for q in queries:
             as_of = reference_day(q, newest, args)
             if len(scores) == 1:

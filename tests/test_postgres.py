@@ -142,3 +142,27 @@ async def test_an_unreachable_database_is_a_one_line_error(vault: Path) -> None:
             pass
     assert "cannot open index postgresql://nobody@127.0.0.1:9/none" in str(err.value)
     assert "\n" not in str(err.value)
+
+
+async def test_a_restarted_server_connection_is_replaced(
+    vault: Path, postgres_url: str, namespace: str
+) -> None:
+    """The server drops every memcore connection (a restart, a failover): the pooled reader
+    and the writer connect again, and nothing the caller asked for fails."""
+    settings = pg_settings(vault, postgres_url, namespace)
+    write_file = vault / "memory" / "a.md"
+    write_file.write_text("# A\n\nfirst note\n")
+    async with make_service(settings, FakeEmbedder()) as svc:
+        await svc.index()
+        async with await __import__("psycopg").AsyncConnection.connect(
+            postgres_url, autocommit=True
+        ) as admin:
+            await admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE application_name = 'memcore' AND pid <> pg_backend_pid()"
+            )
+        write_file.write_text("# A\n\nsecond note\n")
+        report = await svc.index()  # its read and its write each meet a dead connection
+        assert report.indexed == ("memory/a.md",) and not report.failed
+        hits = (await svc.search("second note")).hits
+        assert hits and hits[0].text.endswith("second note")

@@ -150,7 +150,12 @@ class PostgresStore:
     async def _take_reader(self) -> psycopg.AsyncConnection[tuple[object, ...]]:
         if self._readers is None:
             raise StorageError("index is not open")
-        if self._readers.empty() and len(self._all_readers) < self._max_readers:
+        while not self._readers.empty():  # a connection the server dropped is replaced
+            conn = self._readers.get_nowait()
+            if not conn.broken and not conn.closed:
+                return conn
+            self._all_readers.remove(conn)
+        if len(self._all_readers) < self._max_readers:
             try:
                 conn = await self._connect()
             except psycopg.Error as exc:
@@ -161,20 +166,36 @@ class PostgresStore:
 
     @asynccontextmanager
     async def snapshot(self) -> AsyncIterator[PostgresReader]:
-        conn = await self._take_reader()
+        conn, generation = await self._begin_read()
         try:
-            await conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-            await conn.execute(f"SET LOCAL hnsw.ef_search = {int(self.ef_search)}")
-            await conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
-            cur = await conn.execute(
-                "SELECT value FROM generation WHERE ns = %s", (self.namespace,)
-            )
-            row = await cur.fetchone()
-            yield PostgresReader(conn, int(str(row[0])) if row else 0, self)
+            yield PostgresReader(conn, generation, self)
         except psycopg.Error as exc:
             raise translate(exc, "read") from exc
         finally:
             await self._end_read(conn)
+
+    async def _begin_read(self) -> tuple[psycopg.AsyncConnection[tuple[object, ...]], int]:
+        """A reader connection inside a fresh snapshot, and the snapshot's generation. A
+        pooled connection the server has dropped (a restart) is replaced, once."""
+        for attempt in range(2):
+            conn = await self._take_reader()
+            try:
+                await conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                await conn.execute(f"SET LOCAL hnsw.ef_search = {int(self.ef_search)}")
+                await conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
+                cur = await conn.execute(
+                    "SELECT value FROM generation WHERE ns = %s", (self.namespace,)
+                )
+                row = await cur.fetchone()
+                return conn, int(str(row[0])) if row else 0
+            except psycopg.OperationalError as exc:
+                await self._end_read(conn)
+                if attempt or not conn.broken:
+                    raise translate(exc, "read") from exc
+            except psycopg.Error as exc:
+                await self._end_read(conn)
+                raise translate(exc, "read") from exc
+        raise AssertionError("unreachable")
 
     async def _end_read(self, conn: psycopg.AsyncConnection[tuple[object, ...]]) -> None:
         try:
@@ -197,9 +218,7 @@ class PostgresStore:
             if db is None:
                 raise StorageError("index is not open")
             try:
-                await db.execute("BEGIN")
-                await db.execute(f"SET LOCAL lock_timeout = {self._busy_ms}")
-                await db.execute("SELECT pg_advisory_xact_lock(%s)", (lock_key(self.namespace),))
+                db = await self._begin_write(db)
             except psycopg.Error as exc:
                 await self._rollback(db)
                 raise translate(exc, "write") from exc
@@ -216,6 +235,24 @@ class PostgresStore:
                 if isinstance(exc, psycopg.Error):
                     raise translate(exc, "write") from exc
                 raise
+
+    async def _begin_write(
+        self, db: psycopg.AsyncConnection[tuple[object, ...]]
+    ) -> psycopg.AsyncConnection[tuple[object, ...]]:
+        """BEGIN and take the namespace's write lock. A writer connection the server has
+        dropped (a restart) is replaced, once: nothing was written on it yet."""
+        for attempt in range(2):
+            if db.broken or db.closed:
+                db = self._writer = await self._connect()
+            try:
+                await db.execute("BEGIN")
+                break
+            except psycopg.OperationalError:
+                if attempt or not db.broken:
+                    raise
+        await db.execute(f"SET LOCAL lock_timeout = {self._busy_ms}")
+        await db.execute("SELECT pg_advisory_xact_lock(%s)", (lock_key(self.namespace),))
+        return db
 
     async def _rollback(self, db: psycopg.AsyncConnection[tuple[object, ...]]) -> None:
         with suppress(psycopg.Error):
