@@ -28,7 +28,7 @@ from memcore.storage.postgres_queries import PostgresReader, PostgresWriter
 from memcore.storage.rows import now
 
 READERS = 3
-EF_SEARCH = 100  # HNSW candidates a query looks at (pgvector's default, 40, misses neighbours)
+EF_SEARCH = 400  # HNSW candidates a query looks at: recall@10 0.93 at 100, 0.99 at 400 (119k)
 _MIGRATION_LOCK = 0x6D656D636F7265  # "memcore": one process migrates a database at a time
 
 
