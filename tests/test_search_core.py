@@ -10,6 +10,8 @@ from memcore.search.fusion import Candidate, build_candidates
 from memcore.search.tokenize import (
     anchor_terms,
     anchored_expression,
+    common_tiers,
+    fts_conjunctions,
     fts_match_expression,
     query_terms,
     segment,
@@ -209,3 +211,14 @@ def test_anchor_terms_are_the_rarest_words_until_enough_chunks() -> None:
     assert anchor_terms({"a": 6000, "b": 7000}, want=100, cap=5000) is None
     expr = anchored_expression(["beer", "using"], ["beer"])
     assert expr == '("beer") AND ("beer" OR "using")'
+
+
+def test_common_words_are_ranked_where_several_of_them_meet() -> None:
+    common = {"kind": 5001, "art": 5001, "caroline": 5001, "missing": 0}
+    assert common_tiers(common, cap=5000) == [
+        [["kind", "art", "caroline"]],
+        [["kind", "art"], ["kind", "caroline"], ["art", "caroline"]],
+    ]
+    assert common_tiers({**common, "ancash": 83}, cap=5000) == []  # a rare word anchors
+    assert common_tiers({"art": 5001}, cap=5000) == []
+    assert fts_conjunctions([["a", 'b"c']]) == '("a" AND "b""c")'

@@ -100,3 +100,25 @@ async def test_vectors_are_little_endian_float32_blobs(tmp_path: Path) -> None:
             "SELECT embedding, embedding_model FROM memory_chunks"
         ).fetchone()
     assert blob == v.astype("<f4").tobytes() and model == "m"
+
+
+async def test_when_every_word_is_common_chunks_holding_them_all_are_ranked_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from memcore.storage import sqlite_queries
+
+    monkeypatch.setattr(sqlite_queries, "ANCHOR_CAP", 20)  # both words are "common" here
+    async with SqliteStore(tmp_path / "index.db") as store:
+        files = [(f"memory/a{i}.md", f"# A{i}\n\nart only {i}\n") for i in range(40)]
+        files += [(f"memory/k{i}.md", f"# K{i}\n\nkind only {i}\n") for i in range(40)]
+        files += [(f"memory/b{i}.md", f"# B{i}\n\nkind of art {i}\n") for i in range(3)]
+        async with store.transaction() as tx:
+            for path, text in files:
+                chunks, _ = chunk_markdown(text, path)
+                await tx.replace_file(FileState(path, path, len(text), 1), chunks, [None], "m")
+        async with store.snapshot() as r:
+            both = await r.search_text("kind art", 3, SearchFilters())
+            more = await r.search_text("kind art", 10, SearchFilters())  # fills up from all
+            rows = await r.chunk_rows([c for c, _ in more])
+    assert {rows[c].path[:8] for c, _ in both} == {"memory/b"}
+    assert len(more) == 10 and [rows[c].path[:8] for c, _ in more[:3]] == ["memory/b"] * 3

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 import re
 import threading
@@ -135,6 +136,25 @@ def anchor_terms(counts: dict[str, int], want: int, cap: int) -> list[str] | Non
     if not anchors or len(anchors) == len(found):
         return None
     return anchors
+
+
+def common_tiers(counts: dict[str, int], cap: int, max_pairs: int = 8) -> list[list[list[str]]]:
+    """When every word found is common (over ``cap`` chunks), the chunks worth ranking are
+    those holding several of them: first all the words, then any two (for up to ``max_pairs``
+    words). Each tier is a list of conjunctions (words that must all be there); [] when some
+    word is rare enough to anchor on, or there are fewer than two words."""
+    found = [t for t, n in counts.items() if n > 0]
+    if len(found) < 2 or any(counts[t] <= cap for t in found):
+        return []
+    tiers = [[found]]
+    if 2 < len(found) <= max_pairs:
+        tiers.append([list(pair) for pair in itertools.combinations(found, 2)])
+    return tiers
+
+
+def fts_conjunctions(groups: list[list[str]]) -> str:
+    """Chunks holding every word of at least one group (FTS5 syntax, every word quoted)."""
+    return " OR ".join("(" + " AND ".join(fts_any([t]) for t in g) + ")" for g in groups)
 
 
 def anchored_expression(terms: list[str], anchors: list[str]) -> str:

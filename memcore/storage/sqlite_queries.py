@@ -25,7 +25,9 @@ from memcore.search.tokenize import (
     ANCHOR_ROWS,
     anchor_terms,
     anchored_expression,
+    common_tiers,
     fts_any,
+    fts_conjunctions,
     has_cjk,
     query_terms,
 )
@@ -111,12 +113,20 @@ class SqliteReader(_Queries):
         # matches most of a big index. Rank only chunks holding its rarest words (at least
         # ANCHOR_ROWS of them), still by BM25 over every word; rows that match only common
         # words score little anyway. Small indexes (all words rarer than the need) are unchanged.
-        anchors = None
+        # When every word is common (a big vault: "what kind of art does Caroline make"), the
+        # chunks holding all of them, else any two, are ranked before every match is.
+        narrower: list[str] = []
         if 1 < len(terms) <= ANCHOR_MAX_TERMS:  # a pasted page: rank every match, as before
             counts = await self._counts_capped(terms, ANCHOR_CAP)
             anchors = anchor_terms(counts, want=max(ANCHOR_ROWS, 5 * k), cap=ANCHOR_CAP)
-        if anchors is not None:
-            rows = await self._ranked(anchored_expression(terms, anchors), k, where, params)
+            if anchors is not None:
+                narrower.append(anchored_expression(terms, anchors))
+            narrower += [
+                f"({fts_conjunctions(tier)}) AND ({fts_any(terms)})"
+                for tier in common_tiers(counts, ANCHOR_CAP)
+            ]
+        for expression in narrower:
+            rows = await self._ranked(expression, k, where, params)
             if len(rows) >= k:
                 return rows
         return await self._ranked(fts_any(terms), k, where, params)
