@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import os
+import threading
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -25,7 +26,7 @@ import numpy as np
 import numpy.typing as npt
 from usearch.index import Index
 
-from memcore.search.vectors import Matrix, Vector, normalize_rows, top_k
+from memcore.search.vectors import Matrix, Vector, locked, normalize_rows, top_k
 
 CONNECTIVITY = 16  # graph degree: 16 keeps the file at ~660 B a 256-d vector
 EXPANSION_ADD = 128
@@ -57,6 +58,7 @@ class AnnIndex:
         self.generation = generation
         self.floor = generation
         self.changes = 0  # keys added or dropped since the last save or load
+        self._lock = threading.RLock()
 
     @classmethod
     def load(cls, path: Path, dim: int, generation: int) -> AnnIndex | None:
@@ -72,6 +74,7 @@ class AnnIndex:
         index._graph = graph
         return index
 
+    @locked
     def save(self, path: Path) -> None:
         """Write the graph (all live and not yet compacted keys) atomically."""
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
@@ -92,10 +95,12 @@ class AnnIndex:
     def dim(self) -> int:
         return self._dim
 
+    @locked
     def keys(self) -> npt.NDArray[np.uint64]:
         """Every key in the graph, dead ones included."""
         return np.asarray(self._graph.keys, dtype=np.uint64)
 
+    @locked
     def alive_keys(self) -> npt.NDArray[np.uint64]:
         """The keys the newest state sees, ascending."""
         keys = np.sort(self.keys())
@@ -106,11 +111,13 @@ class AnnIndex:
     def serves(self, generation: int) -> bool:
         return self.floor <= generation <= self.generation
 
+    @locked
     def add(self, ids: Sequence[int], vectors: Matrix) -> None:
         """Insert vectors at the current generation (visible to every snapshot it serves)."""
         self.remove(ids)
         self._insert(ids, vectors, self.generation)
 
+    @locked
     def remove(self, ids: Iterable[int]) -> None:
         """Drop keys at once (no snapshot keeps seeing them)."""
         keys = np.asarray(list(ids), dtype=np.uint64)
@@ -125,6 +132,7 @@ class AnnIndex:
             self._graph.remove(present)
             self.changes += len(present)
 
+    @locked
     def apply(
         self,
         generation: int,
@@ -149,6 +157,7 @@ class AnnIndex:
         if fresh:
             self._insert([int(added_ids[n]) for n in fresh], added[fresh], generation)
 
+    @locked
     def compact(self, oldest_reader: int | None = None) -> None:
         """Physically drop keys dead at or before ``oldest_reader`` (default: now)."""
         cutoff = self.generation if oldest_reader is None else min(oldest_reader, self.generation)
@@ -161,6 +170,7 @@ class AnnIndex:
             self.changes += len(gone)
         self._born = {k: g for k, g in self._born.items() if g > cutoff}
 
+    @locked
     def search(
         self,
         query: Vector,
@@ -188,6 +198,7 @@ class AnnIndex:
             return self._ask(q, k + len(hidden), hidden, None, exact=True)[:k]
         return self._exact(q, k, [c for c in allowed if c not in hidden])
 
+    @locked
     def similarity(
         self, query: Vector, ids: Iterable[int], generation: int | None = None
     ) -> dict[int, float]:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from typing import TypeVar
+import functools
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from typing import Concatenate, ParamSpec, Protocol, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -42,6 +44,28 @@ def top_k(scores: npt.NDArray[np.float32], k: int) -> npt.NDArray[np.intp]:
 
 
 _ALIVE = np.iinfo(np.int64).max
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class _Locked(Protocol):
+    _lock: threading.RLock
+
+
+L = TypeVar("L", bound=_Locked)
+
+
+def locked(method: Callable[Concatenate[L, P], R]) -> Callable[Concatenate[L, P], R]:
+    """Run the method holding the index's lock: a search may run in a worker thread (the
+    scan releases the GIL, so the event loop and SQLite's thread carry on meanwhile) while the
+    loop applies a commit; neither ever sees the other half done."""
+
+    @functools.wraps(method)
+    def run(self: L, *args: P.args, **kwargs: P.kwargs) -> R:
+        with self._lock:
+            return method(self, *args, **kwargs)
+
+    return run  # type: ignore[return-value]  # mypy reads wraps' result as another type
 
 
 class VectorIndex:
@@ -66,6 +90,7 @@ class VectorIndex:
         self._dead_rows = 0
         self.generation = generation  # the newest state applied
         self.floor = generation  # the oldest state it can still answer for
+        self._lock = threading.RLock()
 
     def __len__(self) -> int:
         return len(self._row)
@@ -81,6 +106,7 @@ class VectorIndex:
         """Whether a snapshot at this generation can be answered exactly."""
         return self.floor <= generation <= self.generation
 
+    @locked
     def reserve(self, rows: int, dim: int) -> None:
         """Make room for ``rows`` vectors up front, so loading them never copies the matrix."""
         if self._dim is None:
@@ -92,11 +118,13 @@ class VectorIndex:
             self._born = _grow(self._born, self._n, (rows,))
             self._dead = _grow(self._dead, self._n, (rows,))
 
+    @locked
     def add(self, ids: Sequence[int], vectors: Matrix) -> None:
         """Insert or replace vectors (normalised here) at the current generation."""
         self.remove(ids)
         self._append(ids, vectors, self.generation)
 
+    @locked
     def remove(self, ids: Iterable[int]) -> None:
         """Drop chunk ids at once (no snapshot keeps seeing them)."""
         for chunk_id in ids:
@@ -104,6 +132,7 @@ class VectorIndex:
             if row is not None:
                 self._drop_row(row)
 
+    @locked
     def apply(
         self,
         generation: int,
@@ -124,6 +153,7 @@ class VectorIndex:
         if len(added_ids) and added is not None:
             self._append(added_ids, added, generation)
 
+    @locked
     def compact(self, oldest_reader: int | None = None) -> None:
         """Physically drop rows dead at or before ``oldest_reader`` (default: the current
         generation, when no reader is open); snapshots older than that are no longer served."""
@@ -184,6 +214,7 @@ class VectorIndex:
         result: npt.NDArray[np.float32] = self._mat[: self._n] @ q
         return result
 
+    @locked
     def search(
         self,
         query: Vector,
@@ -207,6 +238,7 @@ class VectorIndex:
         best = top_k(scores, k)
         return [(int(self._ids[i]), float(scores[i])) for i in best if np.isfinite(scores[i])]
 
+    @locked
     def similarity(
         self, query: Vector, ids: Iterable[int], generation: int | None = None
     ) -> dict[int, float]:

@@ -169,7 +169,9 @@ class SqliteReader(_Queries):
     ) -> list[tuple[int, float]]:
         allowed = await self._filtered_ids(filters)
         index = await self._store.vectors_at(self.conn, self.generation, model_id)
-        return index.search(vector, k, allowed, self.generation)
+        # in a worker: the scan releases the GIL, so the keyword query started beside it in
+        # SQLite's thread keeps going (see Searcher.candidates)
+        return await asyncio.to_thread(index.search, vector, k, allowed, self.generation)
 
     async def vector_similarity(
         self, vector: Vector, model_id: str, ids: Sequence[int]
