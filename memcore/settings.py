@@ -105,7 +105,7 @@ class StorageSettings:
     busy_timeout_s: float = 10.0  # how long a write waits for another process's transaction
     # From this many vectors of one model, vector search uses an HNSW graph saved beside the
     # index (recall@10 vs exact >= 0.98, see bench/search.py); below it, the exact matrix.
-    ann_min_vectors: int = 200_000
+    ann_min_vectors: int = 50_000
 
 
 @dataclass(frozen=True, slots=True)

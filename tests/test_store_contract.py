@@ -40,7 +40,7 @@ def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> OpenStore:
                 yield store
 
         return pg_opener
-    ann_min = 1 if request.param == "sqlite-graph" else 200_000
+    ann_min = 1 if request.param == "sqlite-graph" else 10**9
 
     @asynccontextmanager
     async def opener() -> AsyncIterator[Store]:

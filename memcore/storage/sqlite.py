@@ -36,7 +36,7 @@ if TYPE_CHECKING:  # usearch (and numkong) load only for a vault that needs the 
     from memcore.search.ann import AnnIndex
 
 READERS = 3  # reader connections (each is a thread); more searches than this queue up
-ANN_MIN_VECTORS = 200_000  # from here a model's vectors are searched in an HNSW graph
+ANN_MIN_VECTORS = 50_000  # from here a model's vectors are searched in an HNSW graph
 _FETCH = 50_000  # vectors read and added to a graph at a time (bounds memory while building)
 
 log = logging.getLogger(__name__)
