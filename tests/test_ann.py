@@ -166,6 +166,9 @@ async def test_a_graph_catches_up_in_place_with_another_clients_writes(tmp_path:
             ids += await write(store, f"n{n}.md", f"# N{n}\n\nnote {n}\n", vecs[n : n + 1])
         assert await nearest(store, vecs[5], 1) == [ids[5]]
         graph = store._vectors[M]
+        async with other.transaction() as tx:  # a write that only deletes
+            await tx.delete_files(["n6.md"])
+        assert ids[6] not in await nearest(store, vecs[6], 20)
         async with store.snapshot() as before:
             async with other.transaction() as tx:
                 await tx.delete_files(["n5.md"])

@@ -242,8 +242,9 @@ class SqliteStore:
     async def vectors_at(
         self, conn: aiosqlite.Connection, generation: int, model_id: str
     ) -> Vectors:
-        """The matrix of ``model_id`` as of ``generation`` (the caller's snapshot). Waits for a
-        write committed here to be applied; reloads after writes by another process."""
+        """The vectors of ``model_id`` as of ``generation`` (the caller's snapshot). Waits for
+        a write committed here to be applied; after writes by another process a matrix is
+        reloaded and a graph caught up in place."""
         index = self._vectors.get(model_id)
         if index is not None and index.generation < generation:
             event = self._applying.get(generation)

@@ -205,6 +205,8 @@ class SqliteReader(_Queries):
             for r in await self._all(sql, part):
                 got.append(r[0])
                 blobs.append(r[1])
+        if not got:
+            return [], np.zeros((0, 0), dtype=np.float32)
         flat = np.frombuffer(b"".join(blobs), dtype="<f4").astype(np.float32, copy=False)
         return got, flat.reshape(len(got), -1)
 
