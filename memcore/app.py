@@ -122,11 +122,12 @@ def build_service(settings: Settings, embedder: Embedder | None = None) -> Memor
     return MemoryService(settings, build_store(settings), runner, build_llm(settings))
 
 
-def ensure_state_dir(settings: Settings) -> None:
-    """Create <vault>/.memcore, which ignores itself in git."""
+def ensure_state_dir(settings: Settings, *, daemon: bool = False) -> None:
+    """Create <vault>/.memcore, which ignores itself in git. With the index elsewhere (a
+    --db file or PostgreSQL) only a daemon needs it, for its lock, socket and log."""
     if not settings.vault.is_dir():
         raise VaultError(f"vault folder {settings.vault} does not exist")
-    if settings.storage.db and not settings.state_dir.exists():
+    if settings.storage.db and not settings.state_dir.exists() and not daemon:
         return  # the index lives elsewhere; leave a read-only vault untouched
     try:
         settings.state_dir.mkdir(exist_ok=True)

@@ -11,6 +11,8 @@ import sys
 from pathlib import Path
 from xml.etree import ElementTree
 
+import pytest
+
 from memcore.cli.watch import unit_name
 from memcore.daemon import daemon_status
 from memcore.settings import load_settings
@@ -146,3 +148,26 @@ def test_a_killed_daemon_leaves_no_socket_the_cli_would_trust(vault: Path) -> No
     found = memcore("-v", "search", "DX12", "--json", vault=vault)
     assert found.returncode == 0 and "asking" not in found.stderr
     assert json.loads(found.stdout)["results"][0]["path"] == "MEMORY.md"
+
+
+def test_a_detached_daemon_indexes_into_postgresql(
+    vault: Path, postgres_url: str, namespace: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`watch --detach --db postgresql://...` on a vault that has no .memcore/ yet: the
+    daemon keeps its lock, socket and log there and its index in PostgreSQL."""
+    write(vault, "MEMORY.md", "# M\n\nDiveAdstra uses DX12 by default.\n")
+    monkeypatch.setenv("MEMCORE_STORAGE_NAMESPACE", namespace)  # for the daemon and the CLI
+    started = memcore("--db", postgres_url, "watch", "--detach", vault=vault)
+    try:
+        assert started.returncode == 0, started.stderr
+        write(vault, "memory/zebra.md", "# Z\n\nThe zebra migration starts in July.\n")
+
+        def found() -> bool:
+            out = memcore("--db", postgres_url, "search", "zebra migration", "--json", vault=vault)
+            return any(r["path"] == "memory/zebra.md" for r in json.loads(out.stdout)["results"])
+
+        assert wait_until(found, timeout=20)
+    finally:
+        memcore("stop", vault=vault)
+    assert "caught up with the vault" in (vault / ".memcore" / "daemon.log").read_text()
+    assert not (vault / ".memcore" / "index.db").exists()

@@ -95,7 +95,7 @@ def _detach(ctx: typer.Context, poll: bool, json_logs: bool) -> None:
         # Idempotent, so a setup script (the README's first line) can run twice.
         typer.echo(f"memcore watch is already running (pid {running['pid']}) for {settings.vault}")
         return
-    ensure_state_dir(settings)
+    ensure_state_dir(settings, daemon=True)
     log_path = settings.state_dir / "daemon.log"
     cmd = [sys.executable, "-m", "memcore", "--vault", str(settings.vault)]
     for key, flag in (("storage.db", "--db"), ("embedder.provider", "--embedder")):
