@@ -11,8 +11,8 @@ from memcore.search.tokenize import (
     anchor_terms,
     anchored_expression,
     common_tiers,
+    fts_any,
     fts_conjunctions,
-    fts_match_expression,
     query_terms,
     segment,
 )
@@ -141,14 +141,15 @@ def test_query_terms_drop_stopwords_and_segment_chinese() -> None:
     "raw", ['"unbalanced', "AND(", "a* -b", "NEAR(x y)", "col:term", "^start", "+++", "it's"]
 )
 def test_fts_expression_quotes_every_term(raw: str) -> None:
-    expr = fts_match_expression(raw)
+    terms = query_terms(raw)
+    expr = fts_any(terms) if terms else None
     assert expr is None or all(
         part.startswith('"') and part.endswith('"') for part in expr.split(" OR ")
     )
 
 
 def test_fts_expression_is_none_without_terms() -> None:
-    assert fts_match_expression("?!* -- ()") is None
+    assert query_terms("?!* -- ()") == []
 
 
 def _lists(vector_cos: list[float], bm25: list[float]) -> list[Candidate]:

@@ -95,17 +95,6 @@ def query_terms(text: str) -> list[str]:
     return content or unique
 
 
-def fts_match_expression(text: str) -> str | None:
-    """A MATCH expression that ORs every term as a quoted string, so no user input is syntax.
-
-    Returns None when the query has no searchable term (only punctuation, say).
-    """
-    terms = query_terms(text)
-    if not terms:
-        return None
-    return fts_any(terms)
-
-
 def fts_any(terms: list[str]) -> str:
     """Any of these terms, each a quoted string (nothing in them is syntax)."""
     return " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)

@@ -54,8 +54,6 @@ if TYPE_CHECKING:
     from memcore.storage.sqlite import SqliteStore
 
 _BATCH = 500  # ids per IN (...) query, well under SQLite's variable limit
-# Keyword search ranks only the chunks holding the query's rarest words, at least ANCHOR_ROWS
-# of them; a word in more than ANCHOR_CAP chunks is too common to anchor (measured: README).
 _LOAD_BATCH = 4096  # rows per fetch when loading the vector matrix
 _FETCH_IDS = 65536
 
