@@ -200,19 +200,18 @@ class Searcher:
         """The top ``n`` of each retriever (cosine and BM25) in one snapshot, before fusion."""
         warnings: list[str] = []
         model = self.embedder.model_id
-        vector: list[tuple[int, float]] = []
         cosine: dict[int, float] = {}
         available = False
-        if query_vector is None or not use_keywords:
-            keyword = await reader.search_text(query, n, filters) if use_keywords else []
-        else:  # the keyword query runs in the database's thread while the vectors are scored
-            keyword, vector = await _both(
-                reader.search_text(query, n, filters),
-                reader.search_vectors(query_vector, model, n, filters),
-            )
+        # the keyword query runs in the database's thread while the vectors are scored
+        keyword, vector = await _both(
+            reader.search_text(query, n, filters) if use_keywords else _no_hits(),
+            (
+                reader.search_vectors(query_vector, model, n, filters)
+                if query_vector is not None
+                else _no_hits()
+            ),
+        )
         if query_vector is not None:
-            if not use_keywords:
-                vector = await reader.search_vectors(query_vector, model, n, filters)
             available = bool(vector) or await reader.has_vectors(model)
             if vector:
                 cosine = await reader.vector_similarity(
@@ -331,6 +330,10 @@ def vault_relative(filters: SearchFilters, vault: Path) -> SearchFilters:
     while prefix.startswith("./"):
         prefix = prefix[2:]
     return dataclasses.replace(filters, path_prefix=prefix if prefix not in ("", ".") else None)
+
+
+async def _no_hits() -> list[tuple[int, float]]:
+    return []
 
 
 async def _both(
