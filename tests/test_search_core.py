@@ -11,9 +11,10 @@ from memcore.search.tokenize import (
     anchor_terms,
     anchored_expression,
     common_tiers,
+    estimated_count,
     fts_any,
-    fts_conjunctions,
     query_terms,
+    ranked_terms,
     segment,
 )
 from memcore.search.vectors import VectorIndex, decode_vector, encode_vector, top_k
@@ -215,11 +216,40 @@ def test_anchor_terms_are_the_rarest_words_until_enough_chunks() -> None:
 
 
 def test_common_words_are_ranked_where_several_of_them_meet() -> None:
-    common = {"kind": 5001, "art": 5001, "caroline": 5001, "missing": 0}
+    common = {"kind": 8316, "art": 20216, "caroline": 7522, "missing": 0}
     assert common_tiers(common, cap=5000) == [
-        [["kind", "art", "caroline"]],
-        [["kind", "art"], ["kind", "caroline"], ["art", "caroline"]],
+        '"caroline" AND "kind" AND "art"',
+        '("caroline" AND ("kind" OR "art")) OR ("kind" AND ("art"))',
     ]
     assert common_tiers({**common, "ancash": 83}, cap=5000) == []  # a rare word anchors
     assert common_tiers({"art": 5001}, cap=5000) == []
-    assert fts_conjunctions([["a", 'b"c']]) == '("a" AND "b""c")'
+    assert common_tiers({"art": 5001, "kind": 6000}, cap=5000) == ['"art" AND "kind"']
+
+
+def test_contractions_are_stopwords_with_either_apostrophe() -> None:
+    assert query_terms("I\u2019m sure I've seen Tokyo's guide, don't you think?") == [
+        "sure",
+        "seen",
+        "tokyo's",
+        "guide",
+        "think",
+    ]
+
+
+def test_word_counts_past_the_cap_are_estimated_from_both_ends() -> None:
+    # a word everywhere: its first 5001 chunks in ids 1..16530, its last 2500 in 1182866..
+    one = estimated_count(5001, 16_530, 2500, 1_182_866, 1, 1_191_238)
+    assert 330_000 < one < 380_000  # 356,528 chunks really hold it
+    # a word written in one stretch (ids 600k..800k): the ends meet in the middle of it
+    local = estimated_count(5001, 733_000, 2500, 760_000, 1, 1_191_238)
+    assert 7501 <= local < 8000
+    # the two ends overlap: fewer than head + tail, at least head
+    assert estimated_count(5001, 900_000, 2500, 850_000, 1, 1_191_238) == 5001
+
+
+def test_only_the_rarer_words_are_weighed_within_the_budget() -> None:
+    counts = {"one": 356_528, "cocktail": 3626, "making": 124_316, "sure": 46_712, "zz": 0}
+    assert ranked_terms(counts, 200_000) == ["cocktail", "sure", "making"]
+    assert ranked_terms(counts, 10_000) == ["cocktail"]
+    assert ranked_terms(counts, 10) == ["cocktail"]  # the rarest always
+    assert ranked_terms({"zz": 0}, 10) == []

@@ -122,3 +122,71 @@ async def test_when_every_word_is_common_chunks_holding_them_all_are_ranked_firs
             rows = await r.chunk_rows([c for c, _ in more])
     assert {rows[c].path[:8] for c, _ in both} == {"memory/b"}
     assert len(more) == 10 and [rows[c].path[:8] for c, _ in more[:3]] == ["memory/b"] * 3
+
+
+async def _index(store: SqliteStore, files: list[tuple[str, str]]) -> None:
+    async with store.transaction() as tx:
+        for path, text in files:
+            chunks, _ = chunk_markdown(text, path)
+            await tx.replace_file(FileState(path, path, len(text), 1), chunks, [None], "m")
+
+
+async def test_word_counts_are_exact_under_the_cap_and_estimated_past_it(
+    tmp_path: Path,
+) -> None:
+    async with SqliteStore(tmp_path / "index.db") as store:
+        # "alpha" in every chunk, "beta" only in a stretch of 100 notes, "gamma" in 8
+        files = [
+            (
+                f"memory/{i:03d}.md",
+                f"# N{i}\n\nalpha {'beta' if 100 <= i < 200 else 'x'}"
+                f" {'gamma' if i % 50 == 7 else 'y'}\n",
+            )
+            for i in range(400)
+        ]
+        await _index(store, files)
+        async with store.snapshot() as r:
+            counts = await r._doc_counts(["alpha", "beta", "gamma", "delta"], cap=20)
+    assert counts["gamma"] == 8 and counts["delta"] == 0  # under the cap: exact
+    assert 360 <= counts["alpha"] <= 440  # 400, from 21 + 10 chunks at the two ends
+    assert 31 <= counts["beta"] <= 150  # 100 in one stretch: not taken for a word everywhere
+
+
+async def test_with_three_common_words_chunks_holding_two_of_them_come_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from memcore.storage import sqlite_queries
+
+    monkeypatch.setattr(sqlite_queries, "ANCHOR_CAP", 20)
+    async with SqliteStore(tmp_path / "index.db") as store:
+        files = [
+            (f"memory/{w}{i}.md", f"# {w}\n\n{w} only {i}\n")
+            for w in ("art", "kind", "make")
+            for i in range(40)
+        ]
+        files += [(f"memory/two{i}.md", f"# T{i}\n\nkind of art {i}\n") for i in range(2)]
+        files += [(f"memory/two{i}.md", f"# T{i}\n\nmake art {i}\n") for i in range(2, 4)]
+        await _index(store, files)
+        async with store.snapshot() as r:
+            hits = await r.search_text("kind art make", 4, SearchFilters())
+            rows = await r.chunk_rows([c for c, _ in hits])
+    assert sorted(rows[c].path for c, _ in hits) == [f"memory/two{i}.md" for i in range(4)]
+
+
+async def test_a_word_too_common_to_weigh_leaves_the_rare_words_ranking(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from memcore.storage import sqlite_queries
+
+    async with SqliteStore(tmp_path / "index.db") as store:
+        files = [(f"memory/n{i}.md", f"# N{i}\n\ncommon filler {i}\n") for i in range(120)]
+        files += [(f"memory/z{i}.md", f"# Z{i}\n\nthe zebra {i} is common\n") for i in range(3)]
+        await _index(store, files)
+        async with store.snapshot() as r:
+            weighed = await r.search_text("common zebra", 5, SearchFilters())
+            monkeypatch.setattr(sqlite_queries, "RANK_POSTINGS", 50)  # 3 + 123 chunks: over
+            budgeted = await r.search_text("common zebra", 5, SearchFilters())
+            rows = await r.chunk_rows([c for c, _ in weighed])
+    assert len(weighed) == 5 and [rows[c].path[:8] for c, _ in weighed[:3]] == ["memory/z"] * 3
+    # only "zebra" is weighed: its three chunks, and no chunk that holds nothing but "common"
+    assert [c for c, _ in budgeted] == [c for c, _ in weighed[:3]]

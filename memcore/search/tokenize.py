@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import logging
 import re
 import threading
@@ -24,6 +23,14 @@ STOPWORDS = frozenset(
     themselves then there these they this those through to too under until up very was we were
     what when where which while who whom why will with would you your yours yourself
     yourselves""".split()  # noqa: SIM905 - a word list reads better as prose
+) | frozenset(
+    # Contractions: the full-text tokenizer splits "i'm" into the phrase "i m", which matches
+    # nothing a reader would call a keyword and costs a scan of the commonest word there is.
+    """i'm i've i'd i'll you're you've you'd you'll he's he'd he'll she's she'd she'll it's
+    it'd it'll we're we've we'd we'll they're they've they'd they'll that's that'll there's
+    here's what's who's where's when's why's how's let's isn't aren't wasn't weren't hasn't
+    haven't hadn't doesn't don't didn't won't wouldn't shan't shouldn't can't cannot couldn't
+    mustn't mightn't needn't""".split()  # noqa: SIM905
 )
 
 
@@ -91,7 +98,7 @@ def query_terms(text: str) -> list[str]:
         pos = m.end()
     terms.extend(w.lower() for w in _WORD.findall(text[pos:]))
     unique = list(dict.fromkeys(terms))
-    content = [t for t in unique if t not in STOPWORDS]
+    content = [t for t in unique if t.replace("\u2019", "'") not in STOPWORDS]
     return content or unique
 
 
@@ -105,6 +112,39 @@ def fts_any(terms: list[str]) -> str:
 ANCHOR_CAP = 5000
 ANCHOR_ROWS = 2000
 ANCHOR_MAX_TERMS = 256  # counted in one statement: two SQL parameters a term
+# BM25 weighs each word by reading every chunk that holds it (~50 ns a chunk in FTS5): the
+# words of one query may hold this many chunks between them; the commonest go unweighed.
+RANK_POSTINGS = 250_000
+
+
+def estimated_count(head: int, head_last: int, tail: int, tail_first: int, lo: int, hi: int) -> int:
+    """How many chunks hold a word, from its first ``head`` chunks (ids lo..head_last) and its
+    last ``tail`` (tail_first..hi): the ids between are taken to be as dense as both ends.
+
+    Sampling both ends keeps a word written in one stretch of the vault (one project's notes)
+    from passing for a word found everywhere. When the ends overlap there are fewer than
+    head + tail, and at least head."""
+    if tail_first <= head_last:
+        return head
+    sampled = (head_last - lo + 1) + (hi - tail_first + 1)
+    gap = tail_first - head_last - 1
+    return head + tail + round((head + tail) * gap / max(sampled, 1))
+
+
+def ranked_terms(counts: dict[str, int], budget: int) -> list[str]:
+    """The words BM25 ranks by: rarest first while their chunks add up to at most ``budget``,
+    and always the rarest. Words past it are the commonest of the query, with the lowest IDF
+    ("one" in a third of the chunks); weighing them would cost more than the rest of the query
+    and move few results. Words found nowhere are left out (they add nothing)."""
+    found = sorted((t for t, n in counts.items() if n > 0), key=lambda t: counts[t])
+    kept: list[str] = []
+    total = 0
+    for term in found:
+        total += counts[term]
+        if kept and total > budget:
+            break
+        kept.append(term)
+    return kept
 
 
 def anchor_terms(counts: dict[str, int], want: int, cap: int) -> list[str] | None:
@@ -127,23 +167,23 @@ def anchor_terms(counts: dict[str, int], want: int, cap: int) -> list[str] | Non
     return anchors
 
 
-def common_tiers(counts: dict[str, int], cap: int, max_pairs: int = 8) -> list[list[list[str]]]:
+def common_tiers(counts: dict[str, int], cap: int) -> list[str]:
     """When every word found is common (over ``cap`` chunks), the chunks worth ranking are
-    those holding several of them: first all the words, then any two (for up to ``max_pairs``
-    words). Each tier is a list of conjunctions (words that must all be there); [] when some
-    word is rare enough to anchor on, or there are fewer than two words."""
-    found = [t for t, n in counts.items() if n > 0]
-    if len(found) < 2 or any(counts[t] <= cap for t in found):
+    those holding several of them. Two FTS5 expressions, tried in turn: all the words; then
+    any two of them of which one is among the two rarest (every pair is twice the work, for
+    pairs of the commonest words, which score least). [] when some word is rare enough to
+    anchor on, or there are fewer than two words."""
+    found = sorted((t for t, n in counts.items() if n > 0), key=lambda t: counts[t])
+    if len(found) < 2 or counts[found[0]] <= cap:
         return []
-    tiers = [[found]]
-    if 2 < len(found) <= max_pairs:
-        tiers.append([list(pair) for pair in itertools.combinations(found, 2)])
+    quoted = [fts_any([t]) for t in found]
+    tiers = [" AND ".join(quoted)]
+    if len(found) > 2:
+        first, second = quoted[:2]
+        tiers.append(
+            f"({first} AND ({fts_any(found[1:])})) OR ({second} AND ({fts_any(found[2:])}))"
+        )
     return tiers
-
-
-def fts_conjunctions(groups: list[list[str]]) -> str:
-    """Chunks holding every word of at least one group (FTS5 syntax, every word quoted)."""
-    return " OR ".join("(" + " AND ".join(fts_any([t]) for t in g) + ")" for g in groups)
 
 
 def anchored_expression(terms: list[str], anchors: list[str]) -> str:

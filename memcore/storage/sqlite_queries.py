@@ -23,13 +23,15 @@ from memcore.search.tokenize import (
     ANCHOR_CAP,
     ANCHOR_MAX_TERMS,
     ANCHOR_ROWS,
+    RANK_POSTINGS,
     anchor_terms,
     anchored_expression,
     common_tiers,
+    estimated_count,
     fts_any,
-    fts_conjunctions,
     has_cjk,
     query_terms,
+    ranked_terms,
 )
 from memcore.search.vectors import VectorIndex, decode_vector, encode_vector
 from memcore.storage.base import ChunkRow, PendingChunk, StoredFile, StoreStats, Vector
@@ -107,36 +109,69 @@ class SqliteReader(_Queries):
         if not terms:
             return []
         where, params = filter_sql(filters, SQLITE)
-        # Ranking costs ~3 us a matching chunk: a query with common words ("using", "looking")
-        # matches most of a big index. Rank only chunks holding its rarest words (at least
-        # ANCHOR_ROWS of them), still by BM25 over every word; rows that match only common
-        # words score little anyway. Small indexes (all words rarer than the need) are unchanged.
-        # When every word is common (a big vault: "what kind of art does Caroline make"), the
-        # chunks holding all of them, else any two, are ranked before every match is.
+        if not 1 < len(terms) <= ANCHOR_MAX_TERMS:  # one word, or a pasted page: rank all
+            return await self._ranked(fts_any(terms), k, where, params)
+        # Ranking costs ~3 us a matching chunk, and BM25 first reads every chunk of every word
+        # to weigh it: a query with common words ("using", "looking") matches most of a big
+        # index. So: weigh only the rarer words (RANK_POSTINGS), and rank only the chunks
+        # holding the rarest of them (at least ANCHOR_ROWS chunks), still by BM25 over every
+        # weighed word; chunks that match only common words score little anyway. When every
+        # word is common (a big vault: "what kind of art does Caroline make"), the chunks
+        # holding all of them, else any two, are ranked before every match is. Small indexes
+        # (every word rarer than the need) are ranked as a whole, as before.
+        counts = await self._doc_counts(terms, ANCHOR_CAP)
+        weighed = ranked_terms(counts, RANK_POSTINGS)
+        if not weighed:
+            return []
+        every = fts_any(weighed)
         narrower: list[str] = []
-        if 1 < len(terms) <= ANCHOR_MAX_TERMS:  # a pasted page: rank every match, as before
-            counts = await self._counts_capped(terms, ANCHOR_CAP)
-            anchors = anchor_terms(counts, want=max(ANCHOR_ROWS, 5 * k), cap=ANCHOR_CAP)
-            if anchors is not None:
-                narrower.append(anchored_expression(terms, anchors))
-            narrower += [
-                f"({fts_conjunctions(tier)}) AND ({fts_any(terms)})"
-                for tier in common_tiers(counts, ANCHOR_CAP)
-            ]
+        anchors = anchor_terms(counts, want=max(ANCHOR_ROWS, 5 * k), cap=ANCHOR_CAP)
+        if anchors is not None:
+            narrower.append(anchored_expression(weighed, anchors))
+        narrower += [
+            f"({tier}) AND ({every})"
+            for tier in common_tiers({t: counts[t] for t in weighed}, ANCHOR_CAP)
+        ]
         for expression in narrower:
             rows = await self._ranked(expression, k, where, params)
             if len(rows) >= k:
                 return rows
-        return await self._ranked(fts_any(terms), k, where, params)
+        return await self._ranked(every, k, where, params)
 
-    async def _counts_capped(self, terms: list[str], cap: int) -> dict[str, int]:
-        """How many chunks hold each term, counting no further than cap + 1, in one query."""
-        one = "(SELECT count(*) FROM (SELECT 1 FROM memory_fts WHERE memory_fts MATCH ? LIMIT ?))"
+    async def _doc_counts(self, terms: list[str], cap: int) -> dict[str, int]:
+        """How many chunks hold each term: exact up to ``cap``; past it, estimated from where
+        the term's first cap + 1 and last cap / 2 chunks lie among the chunk ids. Two queries,
+        reading at most 1.5 * cap chunks a term, however common it is."""
+        head_sql = (
+            "SELECT {i}, count(*), max(r) FROM "
+            "(SELECT rowid AS r FROM memory_fts WHERE memory_fts MATCH ? LIMIT ?)"
+        )
         params: list[object] = []
         for term in terms:
             params += [fts_any([term]), cap + 1]
-        rows = await self._all("SELECT " + ", ".join([one] * len(terms)), params)
-        return {t: int(n) for t, n in zip(terms, rows[0], strict=True)}
+        sql = " UNION ALL ".join(head_sql.format(i=i) for i in range(len(terms)))
+        head = {terms[i]: (n, last) for i, n, last in await self._all(sql, params)}
+        counts = {t: n for t, (n, _) in head.items()}
+        common = [t for t, n in counts.items() if n > cap]
+        if not common:
+            return counts
+        tail_sql = (
+            "SELECT {i}, count(*), min(r) FROM (SELECT rowid AS r FROM memory_fts "
+            "WHERE memory_fts MATCH ? ORDER BY rowid DESC LIMIT ?)"
+        )
+        params = []
+        for term in common:
+            params += [fts_any([term]), cap // 2]
+        bounds = (
+            "SELECT -1, (SELECT min(id) FROM memory_chunks), (SELECT max(id) FROM memory_chunks)"
+        )
+        sql = " UNION ALL ".join([bounds, *(tail_sql.format(i=i) for i in range(len(common)))])
+        rows = {i: (a, b) for i, a, b in await self._all(sql, params)}
+        lo, hi = rows.pop(-1)
+        for i, (n, first) in rows.items():
+            term = common[i]
+            counts[term] = estimated_count(counts[term], head[term][1], n, first, lo, hi)
+        return counts
 
     async def _ranked(
         self, match: str, k: int, where: str, params: list[object]
