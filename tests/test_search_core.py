@@ -8,6 +8,7 @@ import pytest
 from memcore.search import fusion
 from memcore.search.fusion import Candidate, build_candidates
 from memcore.search.tokenize import (
+    CommonCounts,
     anchor_terms,
     anchored_expression,
     common_tiers,
@@ -253,3 +254,18 @@ def test_only_the_rarer_words_are_weighed_within_the_budget() -> None:
     assert ranked_terms(counts, 10_000) == ["cocktail"]
     assert ranked_terms(counts, 10) == ["cocktail"]  # the rarest always
     assert ranked_terms({"zz": 0}, 10) == []
+
+
+def test_common_word_estimates_are_kept_until_the_index_grows_or_they_age() -> None:
+    now = [0.0]
+    kept = CommonCounts(size=2, max_age=60, clock=lambda: now[0])
+    kept.put("using", 193_799, span=1_000_000)
+    assert kept.get("using", span=1_090_000) == 193_799  # grown 9%: still stands
+    assert kept.get("using", span=1_110_000) is None  # grown 11%: count again
+    assert kept.get("never", span=1_000_000) is None
+    now[0] = 61.0
+    assert kept.get("using", span=1_000_000) is None  # older than max_age
+    kept.put("a", 1, 10)
+    kept.put("b", 2, 10)
+    kept.put("c", 3, 10)
+    assert kept.get("a", 10) is None and kept.get("c", 10) == 3  # at most `size` words

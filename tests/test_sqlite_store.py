@@ -147,6 +147,14 @@ async def test_word_counts_are_exact_under_the_cap_and_estimated_past_it(
         await _index(store, files)
         async with store.snapshot() as r:
             counts = await r._doc_counts(["alpha", "beta", "gamma", "delta"], cap=20)
+        # estimates are remembered for the next query; exact counts are not (a new chunk counts)
+        assert store.common_counts.get("alpha", span=400) == counts["alpha"]
+        assert store.common_counts.get("gamma", span=400) is None
+        await _index(store, [("memory/new.md", "# New\n\nalpha delta\n")])
+        async with store.snapshot() as r:
+            hits = await r.search_text("alpha delta", 3, SearchFilters())
+            rows = await r.chunk_rows([c for c, _ in hits])
+    assert rows[hits[0][0]].path == "memory/new.md"  # found the moment it is written
     assert counts["gamma"] == 8 and counts["delta"] == 0  # under the cap: exact
     assert 360 <= counts["alpha"] <= 440  # 400, from 21 + 10 chunks at the two ends
     assert 31 <= counts["beta"] <= 150  # 100 in one stretch: not taken for a word everywhere

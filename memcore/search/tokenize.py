@@ -5,9 +5,12 @@ from __future__ import annotations
 import logging
 import re
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from functools import lru_cache
 from typing import Any
+
+from memcore.search.lru import LRU
 
 # CJK Unified Ideographs (+ Extension A, compatibility) - the scripts FTS5 cannot split itself.
 _CJK_RUN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
@@ -129,6 +132,37 @@ def estimated_count(head: int, head_last: int, tail: int, tail_first: int, lo: i
     sampled = (head_last - lo + 1) + (hi - tail_first + 1)
     gap = tail_first - head_last - 1
     return head + tail + round((head + tail) * gap / max(sampled, 1))
+
+
+class CommonCounts:
+    """Estimated chunk counts of common words, kept between queries. Estimating one reads 1.5
+    cap chunks, and the same common words ("previous", "remind") come back query after query.
+    An estimate stands while the index spans within 10% of the chunk ids it spanned then, and
+    for at most ``max_age`` seconds. Counts under the cap are never kept: they are exact, and a
+    word's first chunks must be found the moment they are written."""
+
+    def __init__(
+        self,
+        size: int = 4096,
+        max_age: float = 600.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._items: LRU[str, tuple[int, int, float]] = LRU(size)
+        self._max_age = max_age
+        self._clock = clock
+        self.span = 0  # chunk ids the index spanned when last counted (0: not yet)
+
+    def get(self, term: str, span: int) -> int | None:
+        found = self._items.get(term)
+        if found is None:
+            return None
+        count, then, at = found
+        if not span or abs(span - then) > then / 10 or self._clock() - at > self._max_age:
+            return None
+        return count
+
+    def put(self, term: str, count: int, span: int) -> None:
+        self._items.put(term, (count, span, self._clock()))
 
 
 def ranked_terms(counts: dict[str, int], budget: int) -> list[str]:

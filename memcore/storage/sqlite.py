@@ -25,7 +25,7 @@ import aiosqlite
 import numpy as np
 
 from memcore.errors import StorageBusy, StorageError
-from memcore.search.tokenize import segment
+from memcore.search.tokenize import CommonCounts, segment
 from memcore.search.vectors import VectorIndex
 from memcore.storage.base import Vector
 from memcore.storage.migrations import load_migrations
@@ -83,6 +83,7 @@ class SqliteStore:
         self._open_snapshots: Counter[int] = Counter()
         self._applying: dict[int, asyncio.Event] = {}  # committed here, matrix not yet updated
         self.pending_memo: dict[tuple[int, str], int] = {}  # (generation, model) -> pending
+        self.common_counts = CommonCounts()  # estimated chunk counts of common query words
 
     @property
     def location(self) -> str:
@@ -126,6 +127,11 @@ class SqliteStore:
             await conn.execute(f"PRAGMA busy_timeout = {self._busy_ms}")
             await conn.execute("PRAGMA synchronous = NORMAL")
             await conn.execute("PRAGMA foreign_keys = ON")
+            import os
+
+            for pr in os.environ.get("MC_PRAGMAS", "").split(";"):
+                if pr:
+                    await conn.execute("PRAGMA " + pr)
         except BaseException:
             # Its worker thread is not a daemon: left open, it keeps the process from exiting.
             with suppress(sqlite3.Error, ValueError):
@@ -207,9 +213,8 @@ class SqliteStore:
         vector matrix has already dropped rows that snapshot would need (a rare race)."""
         for _ in range(100):
             await conn.execute("BEGIN")
-            async with conn.execute("SELECT value FROM generation") as cur:
-                row = await cur.fetchone()
-            generation = int(row[0]) if row else 0
+            rows = list(await conn.execute_fetchall("SELECT value FROM generation"))
+            generation = int(rows[0][0]) if rows else 0
             if all(v.floor <= generation for v in self._vectors.values()):
                 return generation
             await conn.execute("ROLLBACK")

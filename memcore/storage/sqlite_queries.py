@@ -74,8 +74,9 @@ class _Queries:
         self.conn = conn
 
     async def _all(self, sql: str, params: Sequence[object] = ()) -> list[Any]:
-        async with self.conn.execute(sql, params) as cur:
-            return list(await cur.fetchall())
+        # one trip to the connection's thread (execute, fetch and close are three): a search
+        # makes a dozen queries, and each trip is a thread wake-up on both sides
+        return list(await self.conn.execute_fetchall(sql, params))
 
     async def _ids_of(self, paths: Sequence[str]) -> list[int]:
         out: list[int] = []
@@ -140,19 +141,30 @@ class SqliteReader(_Queries):
 
     async def _doc_counts(self, terms: list[str], cap: int) -> dict[str, int]:
         """How many chunks hold each term: exact up to ``cap``; past it, estimated from where
-        the term's first cap + 1 and last cap / 2 chunks lie among the chunk ids. Two queries,
-        reading at most 1.5 * cap chunks a term, however common it is."""
+        the term's first cap + 1 and last cap / 2 chunks lie among the chunk ids (at most
+        1.5 * cap chunks read a term, however common it is), or remembered from an earlier
+        query (CommonCounts, checked against the ids the index spanned at the last count)."""
+        remembered = self._store.common_counts
+        counts = {t: n for t in terms if (n := remembered.get(t, remembered.span)) is not None}
+        rest = [t for t in terms if t not in counts]
+        if not rest:
+            return counts
         head_sql = (
             "SELECT {i}, count(*), max(r) FROM "
             "(SELECT rowid AS r FROM memory_fts WHERE memory_fts MATCH ? LIMIT ?)"
         )
+        bounds_sql = (
+            "SELECT -1, (SELECT min(id) FROM memory_chunks), (SELECT max(id) FROM memory_chunks)"
+        )
         params: list[object] = []
-        for term in terms:
+        for term in rest:
             params += [fts_any([term]), cap + 1]
-        sql = " UNION ALL ".join(head_sql.format(i=i) for i in range(len(terms)))
-        head = {terms[i]: (n, last) for i, n, last in await self._all(sql, params)}
-        counts = {t: n for t, (n, _) in head.items()}
-        common = [t for t, n in counts.items() if n > cap]
+        sql = " UNION ALL ".join([bounds_sql, *(head_sql.format(i=i) for i in range(len(rest)))])
+        head = {i: (n or 0, last) for i, n, last in await self._all(sql, params)}
+        lo, hi = head.pop(-1)
+        remembered.span = hi - lo + 1 if hi else 0
+        counts |= {rest[i]: n for i, (n, _) in head.items()}
+        common = [i for i, (n, _) in head.items() if n > cap]
         if not common:
             return counts
         tail_sql = (
@@ -160,17 +172,13 @@ class SqliteReader(_Queries):
             "WHERE memory_fts MATCH ? ORDER BY rowid DESC LIMIT ?)"
         )
         params = []
-        for term in common:
-            params += [fts_any([term]), cap // 2]
-        bounds = (
-            "SELECT -1, (SELECT min(id) FROM memory_chunks), (SELECT max(id) FROM memory_chunks)"
-        )
-        sql = " UNION ALL ".join([bounds, *(tail_sql.format(i=i) for i in range(len(common)))])
-        rows = {i: (a, b) for i, a, b in await self._all(sql, params)}
-        lo, hi = rows.pop(-1)
-        for i, (n, first) in rows.items():
-            term = common[i]
-            counts[term] = estimated_count(counts[term], head[term][1], n, first, lo, hi)
+        for i in common:
+            params += [fts_any([rest[i]]), cap // 2]
+        sql = " UNION ALL ".join(tail_sql.format(i=i) for i in common)
+        for i, n, first in await self._all(sql, params):
+            count, last = head[i]
+            counts[rest[i]] = estimated_count(count, last, n, first, lo, hi)
+            remembered.put(rest[i], counts[rest[i]], remembered.span)
         return counts
 
     async def _ranked(
