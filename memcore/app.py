@@ -93,6 +93,7 @@ def build_store(settings: Settings) -> Store:
         settings.db_path,
         busy_timeout_s=settings.storage.busy_timeout_s,
         ann_min_vectors=settings.storage.ann_min_vectors,
+        reader_cache_mb=settings.storage.cache_mb,
     )
 
 

@@ -106,6 +106,8 @@ class StorageSettings:
     # From this many vectors of one model, vector search uses an HNSW graph saved beside the
     # index (recall@10 vs exact >= 0.98, see bench/search.py); below it, the exact matrix.
     ann_min_vectors: int = 50_000
+    # SQLite page cache of each search connection (up to 3), filled only as pages are read
+    cache_mb: int = 128
 
 
 @dataclass(frozen=True, slots=True)
@@ -480,6 +482,7 @@ def _problems(s: Settings) -> Iterator[str]:
         "search.candidates": s.search.candidates,
         "search.recency_half_life_days": s.search.recency_half_life_days,
         "storage.ann_min_vectors": s.storage.ann_min_vectors,
+        "storage.cache_mb": s.storage.cache_mb,
     }
     for name, number in positive.items():
         if number <= 0:

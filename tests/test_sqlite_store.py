@@ -198,3 +198,12 @@ async def test_a_word_too_common_to_weigh_leaves_the_rare_words_ranking(
     assert len(weighed) == 5 and [rows[c].path[:8] for c, _ in weighed[:3]] == ["memory/z"] * 3
     # only "zebra" is weighed: its three chunks, and no chunk that holds nothing but "common"
     assert [c for c, _ in budgeted] == [c for c, _ in weighed[:3]]
+
+
+async def test_search_connections_keep_a_page_cache_of_the_configured_size(
+    tmp_path: Path,
+) -> None:
+    store = SqliteStore(tmp_path / "index.db", reader_cache_mb=48)
+    async with store, store.snapshot() as r:
+        (size,) = (await r._all("PRAGMA cache_size"))[0]
+    assert size == -48 * 1024  # KiB; SQLite's default of 2 MB thrashes on a big index

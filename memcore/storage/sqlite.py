@@ -37,6 +37,10 @@ if TYPE_CHECKING:  # usearch (and numkong) load only for a vault that needs the 
 
 READERS = 3  # reader connections (each is a thread); more searches than this queue up
 ANN_MIN_VECTORS = 50_000  # from here a model's vectors are searched in an HNSW graph
+# Page cache of each reader connection. SQLite's default (2 MB) holds none of a big index's
+# full-text working set, so every search read the same pages again: at 119k chunks 142 MB
+# in 33k read calls for 500 searches, against 36 MB in 7k with 128 MB (of which 13 MB filled).
+READER_CACHE_MB = 128
 _FETCH = 50_000  # vectors read and added to a graph at a time (bounds memory while building)
 
 log = logging.getLogger(__name__)
@@ -68,8 +72,10 @@ class SqliteStore:
         readers: int = READERS,
         busy_timeout_s: float = 10.0,
         ann_min_vectors: int = ANN_MIN_VECTORS,
+        reader_cache_mb: int = READER_CACHE_MB,
     ) -> None:
         self.path = path
+        self.reader_cache_mb = reader_cache_mb
         self.ann_min_vectors = ann_min_vectors
         self._index_id = ""
         self._busy_ms = max(0, int(busy_timeout_s * 1000))
@@ -121,12 +127,14 @@ class SqliteStore:
             await self.close()
             raise
 
-    async def _connect(self) -> aiosqlite.Connection:
+    async def _connect(self, cache_mb: int | None = None) -> aiosqlite.Connection:
         conn = await aiosqlite.connect(self.path, isolation_level=None)
         try:
             await conn.execute(f"PRAGMA busy_timeout = {self._busy_ms}")
             await conn.execute("PRAGMA synchronous = NORMAL")
             await conn.execute("PRAGMA foreign_keys = ON")
+            if cache_mb is not None:
+                await conn.execute(f"PRAGMA cache_size = {-1024 * cache_mb}")
             import os
 
             for pr in os.environ.get("MC_PRAGMAS", "").split(";"):
@@ -188,7 +196,7 @@ class SqliteStore:
         if self._readers is None:
             raise StorageError("index is not open")
         if self._readers.empty() and len(self._all_readers) < self._max_readers:
-            conn = await self._connect()
+            conn = await self._connect(cache_mb=self.reader_cache_mb)
             self._all_readers.append(conn)
             return conn
         return await self._readers.get()
