@@ -10,7 +10,8 @@ daemon RSS are a restart's, not the indexer's. Latencies are timed after WARM_UP
 questions, as in a daemon that has been answering for a while, each pass on questions no
 earlier pass asked. recall10_vs_exact compares the
 vector search (the HNSW graph past storage.ann_min_vectors) with an exact scan of every stored
-vector.
+vector. gold_hit10 is the share of other real questions whose top 10 holds a paragraph of a
+file that answers them (the eval sets' gold files), among everything else in the vault.
 Prints numbers only; it never passes or fails on time.
 """
 
@@ -19,6 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import re
 import resource
 import shutil
 import statistics
@@ -31,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import numpy as np
 
-from bench.corpus import build_vault, questions
+from bench.corpus import build_vault, entry_sources, gold_questions, questions
 from memcore.app import open_service
 from memcore.models import SearchFilters
 from memcore.service import MemoryService
@@ -126,6 +128,7 @@ async def measure_search(
             cached.append((time.perf_counter() - t0) * 1000)
         rss = peak_rss_mb()  # before the exact answers below, which only the bench needs
         recall = await recall_at_10(svc, vecs)
+        found = await gold_hit_at_10(svc, gold_questions(n_queries, skip=len(asked)))
     return {
         "start_to_searchable_ms": round((open_s + first_s) * 1000, 1),
         "search_excl_p50_ms": round(statistics.median(excl), 2),
@@ -137,9 +140,25 @@ async def measure_search(
         "keyword_p50_ms": round(statistics.median(keyword), 2),
         "keyword_p95_ms": round(pct(keyword, 95), 2),
         "recall10_vs_exact": round(recall, 4),
+        "gold_hit10": round(found, 3),
         "daemon_rss_mb": rss,
         "queries": len(qs),
     }
+
+
+async def gold_hit_at_10(
+    svc: MemoryService, asked: list[tuple[str, set[tuple[str, str]]]]
+) -> float:
+    """Share of questions whose top 10 (hybrid search) holds a paragraph from a file that
+    answers them: quality at this size, among all the other paragraphs. Copies of a paragraph
+    (past the corpus end the vault cycles) count alike."""
+    sources = entry_sources()
+    hits = 0
+    for question, gold in asked:
+        result = await svc.search(question, limit=10)
+        entries = (re.search(r"Entry (\d+)", h.heading) for h in result.hits)
+        hits += any(sources[int(m.group(1)) % len(sources)] in gold for m in entries if m)
+    return hits / max(len(asked), 1)
 
 
 async def drop_namespace(url: str, namespace: str) -> None:
@@ -229,7 +248,7 @@ def main() -> None:
         "start_to_searchable_ms",
         "search_excl_p50_ms", "search_excl_p95_ms", "search_incl_p50_ms", "search_incl_p95_ms",
         "query_embed_p50_ms", "cached_p50_ms", "keyword_p50_ms", "keyword_p95_ms",
-        "recall10_vs_exact", "db_mb", "index_rss_mb", "daemon_rss_mb",
+        "recall10_vs_exact", "gold_hit10", "db_mb", "index_rss_mb", "daemon_rss_mb",
     ]  # fmt: skip
     print(f"embedder: {args.embedder}; {args.queries} queries; each phase in its own process")
     print(" | ".join(cols))
