@@ -128,7 +128,7 @@ async def measure_search(
             cached.append((time.perf_counter() - t0) * 1000)
         rss = peak_rss_mb()  # before the exact answers below, which only the bench needs
         recall = await recall_at_10(svc, vecs)
-        found = await gold_hit_at_10(svc, gold_questions(n_queries, skip=len(asked)))
+        gold = await gold_hit_at_10(svc, gold_questions(n_queries, skip=len(asked)), size)
     return {
         "start_to_searchable_ms": round((open_s + first_s) * 1000, 1),
         "search_excl_p50_ms": round(statistics.median(excl), 2),
@@ -140,25 +140,28 @@ async def measure_search(
         "keyword_p50_ms": round(statistics.median(keyword), 2),
         "keyword_p95_ms": round(pct(keyword, 95), 2),
         "recall10_vs_exact": round(recall, 4),
-        "gold_hit10": round(found, 3),
+        "gold_hit10": gold,
         "daemon_rss_mb": rss,
         "queries": len(qs),
     }
 
 
 async def gold_hit_at_10(
-    svc: MemoryService, asked: list[tuple[str, set[tuple[str, str]]]]
-) -> float:
+    svc: MemoryService, asked: list[tuple[str, set[tuple[str, str]]]], size: int
+) -> str:
     """Share of questions whose top 10 (hybrid search) holds a paragraph from a file that
-    answers them: quality at this size, among all the other paragraphs. Copies of a paragraph
-    (past the corpus end the vault cycles) count alike."""
+    answers them, among every other paragraph of the vault, as "share/questions". Only
+    questions with an answering paragraph in this vault count (a small vault holds few);
+    copies of a paragraph (past the corpus end the vault cycles) count alike."""
     sources = entry_sources()
+    present = set(sources[: min(size, len(sources))])
     hits = 0
+    asked = [(q, gold) for q, gold in asked if gold & present]
     for question, gold in asked:
         result = await svc.search(question, limit=10)
         entries = (re.search(r"Entry (\d+)", h.heading) for h in result.hits)
         hits += any(sources[int(m.group(1)) % len(sources)] in gold for m in entries if m)
-    return hits / max(len(asked), 1)
+    return f"{hits / max(len(asked), 1):.3f}/{len(asked)}"
 
 
 async def drop_namespace(url: str, namespace: str) -> None:
