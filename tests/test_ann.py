@@ -109,6 +109,25 @@ def test_saved_graph_loads_with_its_keys(tmp_path: Path) -> None:
     assert AnnIndex.load(tmp_path / "bad.hnsw", DIM, 0) is None
 
 
+@pytest.mark.parametrize("replaced", [False, True])
+def test_a_loaded_graph_is_mapped_until_its_first_change(tmp_path: Path, replaced: bool) -> None:
+    graph, _, vecs = both(500)
+    path = tmp_path / "g.hnsw"
+    graph.save(path)
+    again = AnnIndex.load(path, DIM, generation=1)
+    assert again is not None and again.mapped  # served from the file: searchable at once
+    assert again.search(vecs[9], 1)[0][0] == 10
+    if replaced:  # another process saved a different graph there meanwhile
+        other, _, _ = both(20)
+        other.save(path)
+    fresh = clustered(3, seed=7)
+    again.add([9001, 9002, 9003], fresh)  # read into memory first: a mapping is read-only
+    again.remove([10])
+    assert not again.mapped and len(again) == 502
+    assert again.search(fresh[1], 1)[0][0] == 9002
+    assert 10 not in again and again.search(vecs[41], 1)[0][0] == 42
+
+
 M = "test:model"
 
 

@@ -59,20 +59,46 @@ class AnnIndex:
         self.floor = generation
         self.changes = 0  # keys added or dropped since the last save or load
         self._lock = threading.RLock()
+        self._mapped: tuple[Path, tuple[int, int, int]] | None = None  # served from this file
 
     @classmethod
     def load(cls, path: Path, dim: int, generation: int) -> AnnIndex | None:
         """The graph saved at ``path`` (None if missing, unreadable or of another size), as
-        the state at ``generation``: the caller reconciles its keys with the database."""
+        the state at ``generation``: the caller reconciles its keys with the database.
+
+        The file is memory-mapped, so searches start at once (0.1 s at 1.19M chunks where
+        reading the 790 MB file took 1.4-3.2 s) and touch only the pages they visit; it is
+        read into memory before the first change (a mapped graph is read-only)."""
         try:
-            graph = Index.restore(str(path))
+            stamp = _stamp(path)
+            graph = Index.restore(str(path), view=True)
         except (OSError, RuntimeError, ValueError):
             return None
         if graph is None or graph.ndim != dim:
             return None
         index = cls(dim, generation)
         index._graph = graph
+        index._mapped = (path, stamp)
         return index
+
+    @property
+    def mapped(self) -> bool:
+        return self._mapped is not None
+
+    def _writable(self) -> None:
+        """Read a memory-mapped graph into memory (under the lock, before a change): from its
+        file when that is still the one mapped, else a copy of the mapping."""
+        if self._mapped is None:
+            return
+        path, stamp = self._mapped
+        graph = None
+        try:
+            if _stamp(path) == stamp:
+                graph = Index.restore(str(path))
+        except (OSError, RuntimeError, ValueError):
+            graph = None
+        self._graph = graph if graph is not None else self._graph.copy()
+        self._mapped = None
 
     @locked
     def save(self, path: Path) -> None:
@@ -129,6 +155,7 @@ class AnnIndex:
                 self._dead.pop(k, None)
                 self._born.pop(k, None)
         if len(present):
+            self._writable()
             self._graph.remove(present)
             self.changes += len(present)
 
@@ -166,6 +193,7 @@ class AnnIndex:
         if gone:
             for k in gone:
                 del self._dead[k]
+            self._writable()
             self._graph.remove(np.asarray(gone, dtype=np.uint64))
             self.changes += len(gone)
         self._born = {k: g for k, g in self._born.items() if g > cutoff}
@@ -225,6 +253,7 @@ class AnnIndex:
         vecs = normalize_rows(vectors)
         if vecs.shape[1] != self._dim:
             raise ValueError(f"vector has {vecs.shape[1]} dimensions, index has {self._dim}")
+        self._writable()
         self._graph.add(np.asarray(ids, dtype=np.uint64), vecs, threads=self._threads)
         self.changes += len(ids)
         if born > self.floor:
@@ -278,6 +307,12 @@ class AnnIndex:
             return []
         scores = mat @ q
         return [(present[i], float(scores[i])) for i in top_k(scores, k)]
+
+
+def _stamp(path: Path) -> tuple[int, int, int]:
+    """Which file is at path: (inode, size, mtime); a save replaces it with another inode."""
+    st = path.stat()
+    return st.st_ino, st.st_size, st.st_mtime_ns
 
 
 def expansion_for(size: int) -> int:
