@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 from pathlib import Path
@@ -14,7 +15,8 @@ from memcore.models import FileState, SearchFilters
 from memcore.search import ann
 from memcore.search.ann import AnnIndex
 from memcore.search.vectors import VectorIndex
-from memcore.storage.sqlite import SqliteStore
+from memcore.storage.sqlite import SqliteStore, Vectors
+from memcore.storage.sqlite_queries import SqliteReader
 
 DIM = 32
 
@@ -164,6 +166,30 @@ async def test_the_store_saves_its_graph_and_catches_up_with_writes_made_meanwhi
         assert ids[3] not in await nearest(store, vecs[3], 20)
         assert await nearest(store, vecs[30], 1) == new
         assert set(new).isdisjoint(ids)  # ids are never handed out twice
+
+
+@pytest.mark.parametrize("ann_min", [10, 1000], ids=["graph", "matrix"])
+async def test_searches_arriving_together_at_a_start_load_the_vectors_once(
+    tmp_path: Path, ann_min: int
+) -> None:
+    db = tmp_path / "index.db"
+    vecs = clustered(30, seed=8)
+    async with SqliteStore(db) as store:
+        ids = []
+        for n in range(30):
+            ids += await write(store, f"n{n}.md", f"# N{n}\n\nnote {n}\n", vecs[n : n + 1])
+    async with SqliteStore(db, ann_min_vectors=ann_min) as store:
+        loads = []
+        load = store._load
+
+        async def counted(reader: SqliteReader, model_id: str) -> Vectors:
+            loads.append(model_id)
+            return await load(reader, model_id)
+
+        store._load = counted  # type: ignore[method-assign]
+        found = await asyncio.gather(*(nearest(store, vecs[n], 1) for n in range(12)))
+        assert found == [[ids[n]] for n in range(12)]
+        assert loads == [M]  # twelve searches over three connections, one load between them
 
 
 async def test_chunk_ids_are_never_reused_after_the_newest_are_deleted(tmp_path: Path) -> None:

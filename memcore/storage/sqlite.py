@@ -84,7 +84,7 @@ class SqliteStore:
         self._readers: asyncio.Queue[aiosqlite.Connection] | None = None
         self._all_readers: list[aiosqlite.Connection] = []
         self._write_lock = asyncio.Lock()
-        self._catching_up = asyncio.Lock()
+        self._loading: dict[str, asyncio.Lock] = {}  # model -> its load or catch-up
         self._vectors: dict[str, Vectors] = {}
         self._open_snapshots: Counter[int] = Counter()
         self._applying: dict[int, asyncio.Event] = {}  # committed here, matrix not yet updated
@@ -266,17 +266,26 @@ class SqliteStore:
                 index = self._vectors.get(model_id)
         if index is not None and index.serves(generation):
             return index
-        reader = SqliteReader(conn, generation, self)
-        if index is not None and not isinstance(index, VectorIndex) and index.floor <= generation:
-            async with self._catching_up:  # a graph is brought forward in place, not reloaded
-                await self._catch_up(reader, model_id, index)
-            if index.serves(generation):
+        # One load (or catch-up) of a model at a time: searches arriving together at a start
+        # wait for the first one's vectors instead of each reading (or building) their own.
+        async with self._loading.setdefault(model_id, asyncio.Lock()):
+            index = self._vectors.get(model_id)
+            if index is not None and index.serves(generation):
                 return index
-        fresh = await self._load(reader, model_id)
-        current = self._vectors.get(model_id)
-        if current is None or current.generation < generation:
-            self._vectors[model_id] = fresh  # newer than what was here (or nothing was)
-        return fresh
+            reader = SqliteReader(conn, generation, self)
+            if (
+                index is not None
+                and not isinstance(index, VectorIndex)
+                and index.floor <= generation
+            ):
+                await self._catch_up(reader, model_id, index)  # in place, not reloaded
+                if index.serves(generation):
+                    return index
+            fresh = await self._load(reader, model_id)
+            current = self._vectors.get(model_id)
+            if current is None or current.generation < generation:
+                self._vectors[model_id] = fresh  # newer than what was here (or nothing was)
+            return fresh
 
     async def _load(self, reader: SqliteReader, model_id: str) -> Vectors:
         """A model's vectors as of the reader's snapshot: an exact matrix, or from
