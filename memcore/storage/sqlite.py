@@ -135,11 +135,6 @@ class SqliteStore:
             await conn.execute("PRAGMA foreign_keys = ON")
             if cache_mb is not None:
                 await conn.execute(f"PRAGMA cache_size = {-1024 * cache_mb}")
-            import os
-
-            for pr in os.environ.get("MC_PRAGMAS", "").split(";"):
-                if pr:
-                    await conn.execute("PRAGMA " + pr)
         except BaseException:
             # Its worker thread is not a daemon: left open, it keeps the process from exiting.
             with suppress(sqlite3.Error, ValueError):
