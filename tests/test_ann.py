@@ -154,9 +154,11 @@ async def test_the_store_saves_its_graph_and_catches_up_with_writes_made_meanwhi
         ids = []
         for n in range(20):
             ids += await write(store, f"n{n}.md", f"# N{n}\n\nnote {n}\n", vecs[n : n + 1])
+        await store.prepare_vectors(M)  # built in the background: wait for it
+        assert isinstance(store._vectors[M], AnnIndex)
         assert await nearest(store, vecs[3], 1) == [ids[3]]
         graph_file = store.graph_path(M)
-    assert graph_file.exists()  # saved on close
+    assert graph_file.exists()  # saved once built
     # Meanwhile another client, on the exact path, deletes one note and adds another.
     async with SqliteStore(db) as other:
         async with other.transaction() as tx:
@@ -192,6 +194,72 @@ async def test_searches_arriving_together_at_a_start_load_the_vectors_once(
         assert loads == [M]  # twelve searches over three connections, one load between them
 
 
+async def test_without_a_saved_graph_the_matrix_answers_until_the_graph_built_beside_it_takes_over(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "index.db"
+    vecs = clustered(40, seed=9)
+    async with SqliteStore(db) as store:
+        ids = []
+        for n in range(30):
+            ids += await write(store, f"n{n}.md", f"# N{n}\n\nnote {n}\n", vecs[n : n + 1])
+    async with SqliteStore(db, ann_min_vectors=10) as store:
+        assert await nearest(store, vecs[4], 1) == [ids[4]]  # answered at once, exactly
+        assert isinstance(store._vectors[M], VectorIndex)
+        async with store.snapshot() as before:
+            # writes while the graph is built: wherever they land, the graph must hold them
+            async with store.transaction() as tx:
+                await tx.delete_files(["n4.md"])
+            new = await write(store, "late.md", "# Late\n\nlate note\n", vecs[35:36])
+            await store.prepare_vectors(M)
+            assert isinstance(store._vectors[M], AnnIndex)
+            assert await nearest(store, vecs[35], 1) == new
+            assert ids[4] not in await nearest(store, vecs[4], 30)
+            old = await before.search_vectors(vecs[4], M, 1, SearchFilters())
+            assert [c for c, _ in old] == [ids[4]]  # older than the graph: still its own state
+        assert not store._retired  # the matrix went with the last snapshot that needed it
+        assert store.graph_path(M).exists()
+    async with SqliteStore(db, ann_min_vectors=10) as store:  # the next start loads it
+        assert await nearest(store, vecs[35], 1) == new
+        assert isinstance(store._vectors[M], AnnIndex) and not store._building
+
+
+async def test_a_matrix_that_grows_past_the_graph_size_is_replaced_by_a_graph(
+    tmp_path: Path,
+) -> None:
+    vecs = clustered(40, seed=10)
+    async with SqliteStore(tmp_path / "index.db", ann_min_vectors=10) as store:
+        ids = []
+        for n in range(5):
+            ids += await write(store, f"n{n}.md", f"# N{n}\n\nnote {n}\n", vecs[n : n + 1])
+        assert await nearest(store, vecs[2], 1) == [ids[2]]
+        await store.prepare_vectors(M)  # too small for a graph: nothing to build
+        assert isinstance(store._vectors[M], VectorIndex) and not store.graph_path(M).exists()
+        for n in range(5, 15):
+            ids += await write(store, f"n{n}.md", f"# N{n}\n\nnote {n}\n", vecs[n : n + 1])
+        assert M in store._building  # started by the write that took it past ann_min_vectors
+        await store.prepare_vectors(M)
+        assert isinstance(store._vectors[M], AnnIndex) and store.graph_path(M).exists()
+        assert [await nearest(store, vecs[n], 1) for n in range(15)] == [[i] for i in ids]
+
+
+async def test_closing_during_a_graph_build_stops_it_and_loses_nothing(tmp_path: Path) -> None:
+    db = tmp_path / "index.db"
+    vecs = clustered(30, seed=11)
+    async with SqliteStore(db) as store:
+        ids = []
+        for n in range(30):
+            ids += await write(store, f"n{n}.md", f"# N{n}\n\nnote {n}\n", vecs[n : n + 1])
+    async with SqliteStore(db, ann_min_vectors=10) as store:
+        assert await nearest(store, vecs[7], 1) == [ids[7]]
+        assert not store._building[M].done()  # still building as the store closes
+    assert not store.graph_path(M).exists()
+    async with SqliteStore(db, ann_min_vectors=10) as store:
+        assert await nearest(store, vecs[8], 1) == [ids[8]]
+        await store.prepare_vectors(M)
+        assert await nearest(store, vecs[9], 1) == [ids[9]]
+
+
 async def test_chunk_ids_are_never_reused_after_the_newest_are_deleted(tmp_path: Path) -> None:
     vecs = clustered(4, seed=6)
     async with SqliteStore(tmp_path / "index.db") as store:
@@ -209,8 +277,10 @@ async def test_a_graph_catches_up_in_place_with_another_clients_writes(tmp_path:
         ids = []
         for n in range(20):
             ids += await write(store, f"n{n}.md", f"# N{n}\n\nnote {n}\n", vecs[n : n + 1])
+        await store.prepare_vectors(M)
         assert await nearest(store, vecs[5], 1) == [ids[5]]
         graph = store._vectors[M]
+        assert isinstance(graph, AnnIndex)
         async with other.transaction() as tx:  # a write that only deletes
             await tx.delete_files(["n6.md"])
         assert ids[6] not in await nearest(store, vecs[6], 20)

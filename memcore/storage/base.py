@@ -9,7 +9,7 @@ Every failure of the backend surfaces as a ``StorageError`` with a one-line mess
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -207,4 +207,12 @@ class Store(Protocol):
     @property
     def location(self) -> str:
         """Where the index lives, for people (a file path or a URL without its password)."""
+        ...
+
+    async def prepare_vectors(
+        self, model_id: str, started: Callable[[int], None] | None = None
+    ) -> None:
+        """Make the model's vectors quick to load at the next start, before returning (a
+        batch job's last step); ``started(n)`` is called if that means building over n
+        vectors. A no-op where the database searches vectors itself."""
         ...

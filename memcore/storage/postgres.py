@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager, suppress
 from types import TracebackType
 from typing import Self
@@ -75,6 +75,11 @@ class PostgresStore:
     @property
     def location(self) -> str:
         return f"{redact_url(self.url)} (namespace {self.namespace})"
+
+    async def prepare_vectors(
+        self, model_id: str, started: Callable[[int], None] | None = None
+    ) -> None:
+        """Nothing to prepare: pgvector's HNSW index is kept by the server as rows are written."""
 
     async def __aenter__(self) -> Self:
         await self.open()
