@@ -4,9 +4,10 @@
     python bench/search.py --sizes 1000,10000,100000,1000000 --embedder static
     python bench/search.py --sizes 10000,100000 --db postgresql://user@host/db  # and PostgreSQL
 
-Each size runs two fresh processes: one indexes (and builds the vectors' in-memory form once),
-one starts on the finished index as a daemon would and searches, so start-to-searchable and
-daemon RSS are a restart's, not the indexer's. Latencies are timed after WARM_UP other
+Each size runs two fresh processes: one indexes (and saves the vector graph past
+storage.ann_min_vectors, as ``memcore index`` does), one starts on the finished index as a
+daemon would and searches, so start-to-searchable and daemon RSS are a restart's, not the
+indexer's. Latencies are timed after WARM_UP other
 questions, as in a daemon that has been answering for a while, each pass on questions no
 earlier pass asked. recall10_vs_exact compares the
 vector search (the HNSW graph past storage.ann_min_vectors) with an exact scan of every stored
@@ -54,8 +55,8 @@ def peak_rss_mb() -> float:
 async def measure_index(
     size: int, embedder: str, workdir: Path, reuse: bool, options: dict[str, object]
 ) -> dict[str, object]:
-    """Phase 1, its own process: index the vault, then build the vectors' in-memory form once
-    (the exact matrix, or past storage.ann_min_vectors the HNSW graph, saved on close)."""
+    """Phase 1, its own process: index the vault, then, as ``memcore index`` does, build and
+    save the HNSW graph past storage.ann_min_vectors (the matrix below it is built per start)."""
     vault = workdir / f"vault-{size}"
     if not vault.exists():
         build_vault(vault, size)
@@ -69,9 +70,8 @@ async def measure_index(
         report = await svc.index()
         index_s = time.perf_counter() - t0
         status = await svc.status()
-        vec = (await svc.embedder.embed_queries(["warm up"]))[0]
         t0 = time.perf_counter()
-        await svc.search("warm up", query_vector=vec)
+        await svc.prepare_search()  # as `memcore index` does: the graph, past ann_min_vectors
         build_s = time.perf_counter() - t0
     return {
         "chunks": status.chunks,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from types import TracebackType
 from typing import Self
 
@@ -83,6 +83,12 @@ class MemoryService:
     ) -> IndexReport:
         """See ``Indexer.index``: incremental, resumable, one transaction per file."""
         return await self.indexer.index(paths, full=full, progress=progress, stop=stop)
+
+    async def prepare_search(self, started: Callable[[int], None] | None = None) -> None:
+        """Leave the index quick to search from the next start: past storage.ann_min_vectors,
+        build and save the vector graph now if none is saved (minutes at 1M chunks; the
+        daemon builds it in the background instead). ``started(n)`` says a build began."""
+        await self.store.prepare_vectors(self.model_id, started)
 
     async def fill_pending(self) -> IndexReport:
         """Retry embedding for chunks stored while the embedder was down."""

@@ -3,6 +3,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 from contextlib import redirect_stderr, redirect_stdout
@@ -12,6 +13,7 @@ import pytest
 
 import memcore
 from memcore.cli import main
+from memcore.search.ann import AnnIndex
 from tests.support import write
 
 
@@ -64,6 +66,38 @@ def test_index_json_report_then_search_json(static_vault: Path) -> None:
     first = data["results"][0]
     assert set(first) == {"path", "start_line", "end_line", "heading", "score", "text"}
     assert first["path"] == "MEMORY.md" and first["heading"] == "Projects > DiveAdstra"
+
+
+def test_index_leaves_a_big_vault_its_vector_graph_and_reindex_builds_it_anew(
+    static_vault: Path,
+) -> None:
+    """Past storage.ann_min_vectors, a one-shot index saves the graph searches load."""
+    (static_vault / "memcore.toml").write_text(
+        '[embedder]\nprovider = "static"\n[storage]\nann_min_vectors = 4\n'
+    )
+    for n in range(6):
+        write(static_vault, f"memory/topic-{n}.md", f"# Topic {n}\n\nNote about subject {n}.\n")
+
+    def graph_keys() -> set[int]:
+        (path,) = (static_vault / ".memcore").glob("index.db.*.hnsw")
+        graph = AnnIndex.load(path, 256, 0)
+        assert graph is not None
+        return set(graph.keys().tolist())
+
+    def chunk_ids() -> set[int]:
+        with sqlite3.connect(static_vault / ".memcore" / "index.db") as db:
+            rows = db.execute("SELECT id FROM memory_chunks WHERE embedding IS NOT NULL")
+            return {r[0] for r in rows}
+
+    code, _, err = cli("--vault", str(static_vault), "index")
+    assert code == 0, err
+    assert graph_keys() == chunk_ids() and len(chunk_ids()) == 8
+    code, _, err = cli("--vault", str(static_vault), "reindex")  # every chunk gets a new id
+    assert code == 0, err
+    assert graph_keys() == chunk_ids()
+    code, out, err = cli("--vault", str(static_vault), "search", "DX12", "-n", "1", "--json")
+    assert code == 0, err
+    assert json.loads(out)["results"][0]["path"] == "MEMORY.md"
 
 
 def test_search_filters_and_plain_output(static_vault: Path) -> None:

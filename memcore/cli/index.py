@@ -97,11 +97,17 @@ def _index(ctx: typer.Context, full: bool, as_json: bool) -> None:
                 tasks[phase] = bar.add_task(label, total=total)
             bar.update(tasks[phase], completed=done, total=total)
 
+        def building(vectors: int) -> None:
+            if bar is not None:
+                bar.add_task(f"Building the vector graph of {vectors:,} chunks", total=None)
+
         async with open_service(settings) as service:
             if bar is not None:
                 bar.start()
             try:
-                return await service.index(full=full, progress=progress)
+                report = await service.index(full=full, progress=progress)
+                await service.prepare_search(building)  # a big vault's graph, saved for later
+                return report
             finally:
                 if bar is not None:
                     bar.stop()
