@@ -254,7 +254,12 @@ class AnnIndex:
         if vecs.shape[1] != self._dim:
             raise ValueError(f"vector has {vecs.shape[1]} dimensions, index has {self._dim}")
         self._writable()
-        self._graph.add(np.asarray(ids, dtype=np.uint64), vecs, threads=self._threads)
+        # In a random order: chunks in id order run through a file's neighbouring paragraphs,
+        # and a graph built from them in that order on one thread found 0.968 of the exact
+        # top 10 at 119k chunks, against 0.993 shuffled (and 0.985 on two threads in order).
+        order = np.random.default_rng(len(ids)).permutation(len(ids))
+        keys = np.asarray(ids, dtype=np.uint64)[order]
+        self._graph.add(keys, vecs[order], threads=self._threads)
         self.changes += len(ids)
         if born > self.floor:
             self._born.update((int(k), born) for k in ids)
