@@ -50,6 +50,22 @@ def test_recall_at_10_against_exact_search() -> None:
     assert [s for _, s in top] == pytest.approx([s for _, s in want], abs=1e-3)
 
 
+def test_keys_replaced_over_and_over_leave_the_graph() -> None:
+    """usearch before 2.26 kept removed keys findable after a few add/remove cycles (a file
+    rewritten 5 times: searches returned its deleted chunks); pyproject pins the fixed one."""
+    graph = AnnIndex(DIM)
+    ids = list(range(1, 201))
+    graph.add(ids, clustered(200, seed=12))
+    for round_ in range(1, 31):
+        new = [i + 200 for i in ids]
+        graph.apply(round_, removed=ids, added_ids=new, added=clustered(200, seed=12 + round_))
+        graph.compact()
+        ids = new
+        assert len(graph) == 200 and len(graph.keys()) == 200, f"round {round_}"
+        found = {k for k, _ in graph.search(clustered(1, seed=99)[0], 50)}
+        assert found <= set(ids), f"round {round_}: deleted keys found"
+
+
 def test_a_snapshot_sees_its_own_generation() -> None:
     graph = AnnIndex(DIM)
     a, b, c = clustered(3, seed=2)

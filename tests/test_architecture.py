@@ -20,7 +20,8 @@ CONFINED = {
     "mcp": {"mcp_server.py"},
     "rich": {"cli/"},
     "markdown_it": {"chunker.py"},
-    "onnxruntime": {"embedders/local.py"},
+    # search/ann.py only imports it before usearch, which otherwise makes its import segfault
+    "onnxruntime": {"embedders/local.py", "search/ann.py"},
     "tokenizers": {"embedders/local.py"},
     "jieba": {"search/tokenize.py"},
     "yaml": {"chunker.py"},

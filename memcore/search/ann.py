@@ -24,6 +24,10 @@ from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
+
+# onnxruntime (the local embedder's runtime) must be loaded before usearch 2.26: imported after
+# it, onnxruntime's import segfaults (usearch 2.26.6, onnxruntime 1.x, measured here).
+import onnxruntime  # noqa: F401
 from usearch.index import Index
 
 from memcore.search.vectors import Matrix, Vector, locked, normalize_rows, top_k
