@@ -13,11 +13,13 @@ from memcore.chunker import chunk_markdown
 from memcore.indexer import _replace
 from memcore.indexing import PreparedFile
 from memcore.models import FileState
+from memcore.search.ann import AnnIndex
 from memcore.service import MemoryService
-from memcore.settings import Settings
+from memcore.settings import Settings, load_settings
+from memcore.storage.sqlite import SqliteStore
 from memcore.vault import content_hash, read_memory_file
-from tests.conftest import REPO
-from tests.support import write
+from tests.conftest import REPO, make_service
+from tests.support import FakeEmbedder, write
 
 SECTIONS = 200
 
@@ -49,8 +51,35 @@ def variant(n: int) -> str:
 async def test_searches_during_reindexes_here_and_in_another_process_are_always_whole(
     vault: Path, settings: Settings, service: MemoryService
 ) -> None:
-    write(vault, "memory/a.md", variant(0))
-    await service.index()
+    await searches_stay_whole_during_reindexes(vault, service)
+
+
+async def test_searches_stay_whole_while_the_vector_graph_is_built_and_swapped_in(
+    vault: Path, embedder: FakeEmbedder
+) -> None:
+    """Past storage.ann_min_vectors the first search loads the matrix and starts building the
+    graph in the background; the same hammering runs across the build and the swap."""
+    settings = load_settings(vault, {"storage.ann_min_vectors": 50})
+    async with make_service(settings, embedder) as service:
+        store = service.store
+        assert isinstance(store, SqliteStore)
+        write(vault, "memory/a.md", variant(0))
+        await service.index()
+        await service.search("needle entry")
+        assert service.model_id in store._building  # building while the hammering starts
+        await searches_stay_whole_during_reindexes(vault, service, indexed=True)
+        await store.prepare_vectors(service.model_id)
+        assert isinstance(store._vectors[service.model_id], AnnIndex)
+        final = await service.search("needle entry", limit=SECTIONS + 10)
+        assert len(final.hits) == SECTIONS
+
+
+async def searches_stay_whole_during_reindexes(
+    vault: Path, service: MemoryService, indexed: bool = False
+) -> None:
+    if not indexed:
+        write(vault, "memory/a.md", variant(0))
+        await service.index()
     problems: list[str] = []
     searches = 0
     writers_done = asyncio.Event()
