@@ -170,11 +170,14 @@ async def test_the_store_saves_its_graph_and_catches_up_with_writes_made_meanwhi
         ids = []
         for n in range(20):
             ids += await write(store, f"n{n}.md", f"# N{n}\n\nnote {n}\n", vecs[n : n + 1])
+        legacy = store.graph_path(M, 1)
+        legacy.write_bytes(b"saved by usearch 2.25")
         await store.prepare_vectors(M)  # built in the background: wait for it
         assert isinstance(store._vectors[M], AnnIndex)
         assert await nearest(store, vecs[3], 1) == [ids[3]]
         graph_file = store.graph_path(M)
     assert graph_file.exists()  # saved once built
+    assert not legacy.exists()  # a graph an older usearch saved is never loaded, and goes
     # Meanwhile another client, on the exact path, deletes one note and adds another.
     async with SqliteStore(db) as other:
         async with other.transaction() as tx:

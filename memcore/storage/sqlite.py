@@ -42,6 +42,7 @@ ANN_MIN_VECTORS = 50_000  # from here a model's vectors are searched in an HNSW 
 # full-text working set, so every search read the same pages again: at 119k chunks 142 MB
 # in 33k read calls for 500 searches, against 36 MB in 7k with 128 MB (of which 13 MB filled).
 READER_CACHE_MB = 128
+GRAPH_FORMAT = 2  # in saved graphs' names: a graph saved in an older format is rebuilt
 _FETCH = 50_000  # vectors read and added to a graph at a time (bounds memory while building)
 
 log = logging.getLogger(__name__)
@@ -434,14 +435,19 @@ class SqliteStore:
         removed = np.setdiff1d(alive, ids, assume_unique=True).tolist()
         graph.apply(reader.generation, removed, np.asarray(got)[fresh].tolist(), mat[fresh])
 
-    def graph_path(self, model_id: str) -> Path:
-        """Where a model's vector graph is saved: beside the index, named for this database."""
+    def graph_path(self, model_id: str, format_: int = GRAPH_FORMAT) -> Path:
+        """Where a model's vector graph is saved: beside the index, named for this database
+        and the graph format (1, unnumbered: saved by usearch < 2.26, which could keep removed
+        chunks in it, so it is never loaded, and deleted once a new one is saved)."""
         digest = hashlib.sha256(model_id.encode()).hexdigest()[:12]
-        return self.path.with_name(f"{self.path.name}.{self._index_id}.{digest}.hnsw")
+        suffix = "hnsw" if format_ == 1 else f"g{format_}.hnsw"
+        return self.path.with_name(f"{self.path.name}.{self._index_id}.{digest}.{suffix}")
 
     def _save_graph(self, model_id: str, graph: AnnIndex) -> None:
         try:
             graph.save(self.graph_path(model_id))
+            for old in range(1, GRAPH_FORMAT):
+                self.graph_path(model_id, old).unlink(missing_ok=True)
         except (OSError, RuntimeError) as exc:  # only a cache: the next start rebuilds it
             log.warning("could not save the vector graph: %s", exc)
 
