@@ -156,6 +156,14 @@ async def write(store: SqliteStore, path: str, text: str, vectors: np.ndarray) -
         return await tx.replace_file(state, chunks, list(vectors[: len(chunks)]), M)
 
 
+async def write_notes(store: SqliteStore, vecs: np.ndarray, numbers: range) -> list[int]:
+    """One note per number, n{n}.md holding vecs[n]: the chunk ids written, in order."""
+    ids: list[int] = []
+    for n in numbers:
+        ids += await write(store, f"n{n}.md", f"# N{n}\n\nnote {n}\n", vecs[n : n + 1])
+    return ids
+
+
 async def nearest(store: SqliteStore, q: np.ndarray, k: int = 3) -> list[int]:
     async with store.snapshot() as r:
         return [c for c, _ in await r.search_vectors(q, M, k, SearchFilters())]
@@ -167,9 +175,7 @@ async def test_the_store_saves_its_graph_and_catches_up_with_writes_made_meanwhi
     db = tmp_path / "index.db"
     vecs = clustered(40, seed=5)
     async with SqliteStore(db, ann_min_vectors=10) as store:
-        ids = []
-        for n in range(20):
-            ids += await write(store, f"n{n}.md", f"# N{n}\n\nnote {n}\n", vecs[n : n + 1])
+        ids = await write_notes(store, vecs, range(20))
         legacy = store.graph_path(M, 1)
         legacy.write_bytes(b"saved by usearch 2.25")
         await store.prepare_vectors(M)  # built in the background: wait for it
@@ -196,9 +202,7 @@ async def test_searches_arriving_together_at_a_start_load_the_vectors_once(
     db = tmp_path / "index.db"
     vecs = clustered(30, seed=8)
     async with SqliteStore(db) as store:
-        ids = []
-        for n in range(30):
-            ids += await write(store, f"n{n}.md", f"# N{n}\n\nnote {n}\n", vecs[n : n + 1])
+        ids = await write_notes(store, vecs, range(30))
     async with SqliteStore(db, ann_min_vectors=ann_min) as store:
         loads = []
         load = store._load
@@ -219,9 +223,7 @@ async def test_without_a_saved_graph_the_matrix_answers_until_the_graph_built_be
     db = tmp_path / "index.db"
     vecs = clustered(40, seed=9)
     async with SqliteStore(db) as store:
-        ids = []
-        for n in range(30):
-            ids += await write(store, f"n{n}.md", f"# N{n}\n\nnote {n}\n", vecs[n : n + 1])
+        ids = await write_notes(store, vecs, range(30))
     async with SqliteStore(db, ann_min_vectors=10) as store:
         assert await nearest(store, vecs[4], 1) == [ids[4]]  # answered at once, exactly
         assert isinstance(store._vectors[M], VectorIndex)
@@ -248,14 +250,11 @@ async def test_a_matrix_that_grows_past_the_graph_size_is_replaced_by_a_graph(
 ) -> None:
     vecs = clustered(40, seed=10)
     async with SqliteStore(tmp_path / "index.db", ann_min_vectors=10) as store:
-        ids = []
-        for n in range(5):
-            ids += await write(store, f"n{n}.md", f"# N{n}\n\nnote {n}\n", vecs[n : n + 1])
+        ids = await write_notes(store, vecs, range(5))
         assert await nearest(store, vecs[2], 1) == [ids[2]]
         await store.prepare_vectors(M)  # too small for a graph: nothing to build
         assert isinstance(store._vectors[M], VectorIndex) and not store.graph_path(M).exists()
-        for n in range(5, 15):
-            ids += await write(store, f"n{n}.md", f"# N{n}\n\nnote {n}\n", vecs[n : n + 1])
+        ids += await write_notes(store, vecs, range(5, 15))
         assert M in store._building  # started by the write that took it past ann_min_vectors
         await store.prepare_vectors(M)
         assert isinstance(store._vectors[M], AnnIndex) and store.graph_path(M).exists()
@@ -266,9 +265,7 @@ async def test_closing_during_a_graph_build_stops_it_and_loses_nothing(tmp_path:
     db = tmp_path / "index.db"
     vecs = clustered(30, seed=11)
     async with SqliteStore(db) as store:
-        ids = []
-        for n in range(30):
-            ids += await write(store, f"n{n}.md", f"# N{n}\n\nnote {n}\n", vecs[n : n + 1])
+        ids = await write_notes(store, vecs, range(30))
     async with SqliteStore(db, ann_min_vectors=10) as store:
         assert await nearest(store, vecs[7], 1) == [ids[7]]
         assert not store._building[M].done()  # still building as the store closes
@@ -293,9 +290,7 @@ async def test_a_graph_catches_up_in_place_with_another_clients_writes(tmp_path:
     db = tmp_path / "index.db"
     vecs = clustered(40, seed=7)
     async with SqliteStore(db, ann_min_vectors=10) as store, SqliteStore(db) as other:
-        ids = []
-        for n in range(20):
-            ids += await write(store, f"n{n}.md", f"# N{n}\n\nnote {n}\n", vecs[n : n + 1])
+        ids = await write_notes(store, vecs, range(20))
         await store.prepare_vectors(M)
         assert await nearest(store, vecs[5], 1) == [ids[5]]
         graph = store._vectors[M]
