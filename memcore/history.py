@@ -101,21 +101,42 @@ class HistoryLog:
         seen = await asyncio.to_thread(self._recent)
         await self.append([e for e in events if (e.memory_id, e.event, e.new) not in seen])
 
-    def _recent(self, tail: int = 256 * 1024) -> set[tuple[object, object, object]]:
+    def _recent(self) -> set[tuple[object, object, object]]:
+        return {(e.get("memory_id"), e.get("event"), e.get("new_memory")) for e in self._tail()}
+
+    async def removed_by_api(self, memory_ids: Iterable[str]) -> set[str]:
+        """Those of ``memory_ids`` whose latest event is an API delete or archive: removed on
+        purpose by another caller, not dropped by an editor saving an old buffer."""
+        wanted = set(memory_ids)
+        if not wanted:
+            return set()
+        last: dict[object, dict[str, object]] = {}
+        for e in await asyncio.to_thread(self._tail, 1024 * 1024):
+            if e.get("memory_id") in wanted:
+                last[e.get("memory_id")] = e
+        return {
+            str(mid)
+            for mid, e in last.items()
+            if e.get("actor") == "api" and e.get("event") in ("DELETE", "ARCHIVE")
+        }
+
+    def _tail(self, size: int = 256 * 1024) -> list[dict[str, object]]:
+        """The events in the last ``size`` bytes of the log, oldest first."""
         try:
             with self.path.open("rb") as fh:
-                fh.seek(max(0, fh.seek(0, os.SEEK_END) - tail))
+                start = max(0, fh.seek(0, os.SEEK_END) - size)
+                fh.seek(start)
                 lines = fh.read().decode("utf-8", "replace").splitlines()
         except FileNotFoundError:
-            return set()
-        out = set()
-        for line in lines:
+            return []
+        out = []
+        for line in lines[1:] if start else lines:  # the first line may be cut
             try:
                 e = json.loads(line)
             except ValueError:
                 continue
             if isinstance(e, dict):
-                out.add((e.get("memory_id"), e.get("event"), e.get("new_memory")))
+                out.append(e)
         return out
 
     async def of(self, memory_id: str) -> list[dict[str, object]]:

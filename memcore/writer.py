@@ -84,7 +84,9 @@ class MemoryWriter:
         self.indexer = indexer
         self.history = HistoryLog(vault)
         self._files = PathLocks()
-        self._queued: dict[str, list[tuple[list[NewMemory], asyncio.Future[list[str]]]]] = {}
+        self._queued: dict[
+            str, list[tuple[list[NewMemory], asyncio.Future[list[MemoryRecord]]]]
+        ] = {}
         self._draining: set[str] = set()
         self._drains: set[asyncio.Task[None]] = set()
 
@@ -108,17 +110,19 @@ class MemoryWriter:
         loop = asyncio.get_running_loop()
         waits = []
         for rel, group in by_file.items():
-            done: asyncio.Future[list[str]] = loop.create_future()
+            done: asyncio.Future[list[MemoryRecord]] = loop.create_future()
             self._queued.setdefault(rel, []).append((group, done))
             if rel not in self._draining:
                 self._draining.add(rel)
                 self._drains.add(task := asyncio.create_task(self._drain(rel)))
                 task.add_done_callback(self._drains.discard)
             waits.append((group, done))
-        by_id: dict[str, str] = {}
+        # The records as the index held them when the write was confirmed: read again, one
+        # could already be gone (archived or deleted by another caller), and the add did happen.
+        by_id: dict[str, MemoryRecord] = {}
         for group, done in waits:
-            by_id |= {m.id: mid for m, mid in zip(group, await done, strict=True)}
-        return await self._records([by_id[m.id] for m in checked])
+            by_id |= {m.id: r for m, r in zip(group, await done, strict=True)}
+        return [by_id[m.id] for m in checked]
 
     async def _drain(self, rel: str) -> None:
         """Write everything queued for one file, in rounds, until nothing is left."""
@@ -126,7 +130,7 @@ class MemoryWriter:
             while batch := self._queued.pop(rel, []):
                 items = [m for group, _ in batch for m in group]
                 try:
-                    ids = await self._add_to_file(rel, items)
+                    records = await self._add_to_file(rel, items)
                 except Exception as exc:  # every caller in this round gets the error
                     for _, done in batch:
                         if not done.done():
@@ -135,24 +139,33 @@ class MemoryWriter:
                 at = 0
                 for group, done in batch:
                     if not done.done():
-                        done.set_result(ids[at : at + len(group)])
+                        done.set_result(records[at : at + len(group)])
                     at += len(group)
         finally:
             self._draining.discard(rel)
 
-    async def _add_to_file(self, rel: str, items: Sequence[NewMemory]) -> list[str]:
+    async def _add_to_file(self, rel: str, items: Sequence[NewMemory]) -> list[MemoryRecord]:
         ids: list[str] = []
+        seen: dict[str, MemoryRecord] = {}
         todo = list(items)
         for _ in range(WRITE_ATTEMPTS):
             written = await self._write(rel, items[0].scope, items[0].category, _adder(todo, rel))
             if not ids:
                 ids = written
             await self.indexer.index([rel], history=False)
-            found = {r.id for r in await self._records(ids, missing_ok=True)}
+            seen |= {r.id: r for r in await self._records(ids, missing_ok=True)}
             # An editor that saved a buffer read before our write drops our lines: add again.
-            todo = [m for m, mid in zip(items, ids, strict=True) if mid not in found]
+            # A memory another caller archived or deleted since is not lost: it stays gone.
+            missing = [mid for mid in ids if mid not in seen]
+            gone = await self.history.removed_by_api(missing)
+            todo = [
+                m for m, mid in zip(items, ids, strict=True) if mid in missing and mid not in gone
+            ]
             if not todo:
-                return ids
+                return [
+                    seen.get(mid) or _as_written(m, mid, rel)
+                    for m, mid in zip(items, ids, strict=True)
+                ]
         raise WriteConflict(f"{rel} kept losing new memories to other writers")
 
     def _checked(self, m: NewMemory) -> NewMemory:
@@ -402,6 +415,16 @@ def _adder(group: Sequence[NewMemory], rel: str) -> Change:
         return edit
 
     return change
+
+
+def _as_written(m: NewMemory, mid: str, rel: str) -> MemoryRecord:
+    """The record of a memory that was written and then removed by another caller before
+    this add could read it back from the index."""
+    return MemoryRecord(
+        id=mid, text=m.content, path=rel, start_line=0, end_line=0, category=m.category,
+        user_id=m.scope.user_id, agent_id=m.scope.agent_id, run_id=m.scope.run_id, key=m.key,
+        metadata=m.metadata or {},
+    )  # fmt: skip
 
 
 def _record_unrecorded(parsed: MemoryFile, edit: FileEdit) -> None:

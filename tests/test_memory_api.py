@@ -270,6 +270,46 @@ async def test_two_processes_adding_to_one_file_lose_nothing(
     assert {f"from this process {i}" for i in range(25)} <= texts
 
 
+def md_files(vault: Path) -> list[Path]:
+    return sorted(vault.rglob("*.md"))
+
+
+@pytest.mark.parametrize("removal", ["archive", "delete"])
+async def test_a_memory_another_caller_removes_mid_add_stays_removed(
+    vault: Path,
+    settings: Settings,
+    embedder: FakeEmbedder,
+    service: MemoryService,
+    monkeypatch: pytest.MonkeyPatch,
+    removal: str,
+) -> None:
+    """Between an add's write and its read-back, another caller sees the new memory and
+    archives or deletes it. The add still returns it, and must not mistake the removal for an
+    editor dropping its line: writing it again would resurrect it (beside its archived copy)."""
+    indexer = service.memories.writer.indexer
+    index = indexer.index
+    async with make_service(settings, embedder) as other:
+
+        async def index_once_the_other_caller_removed_it(*args: object, **kw: object) -> None:
+            monkeypatch.setattr(indexer, "index", index)
+            await other.index()
+            (new,) = await other.memories.get_all(user_id="team")
+            if removal == "archive":
+                await other.memories.archive.archive([new])
+            else:
+                await other.memories.delete(new.id)
+            await index(*args, **kw)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(indexer, "index", index_once_the_other_caller_removed_it)
+        (added,) = await service.memories.add("here for a moment", user_id="team")
+    assert (added.text, added.user_id, added.path) == (
+        "here for a moment", "team", "memory/users/team/core.md"
+    )  # fmt: skip
+    copies = [p.relative_to(vault).as_posix() for p in md_files(vault) if added.id in p.read_text()]
+    assert copies == (["memory/.archive/users/team/core.md"] if removal == "archive" else [])
+    assert await service.memories.get_all(user_id="team") == []
+
+
 async def test_conversations_save_load_items_and_reset(vault: Path, service: MemoryService) -> None:
     convo = service.conversations
     messages = [
