@@ -10,19 +10,12 @@ history log gets one event per change.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import ctypes
 import dataclasses
 import datetime as dt
-import errno
-import fcntl
-import os
 import secrets
-import stat
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from memcore.chunker import split_front_matter
 from memcore.errors import InputError, NotFound, VaultError, WriteConflict
@@ -43,6 +36,7 @@ from memcore.memories import (
     render_item,
 )
 from memcore.models import MemoryQuery, MemoryRecord
+from memcore.safe_file import append_block, decode, read_or_none, replace_if_unchanged
 from memcore.storage.base import Store
 from memcore.vault import is_memory_path
 
@@ -192,7 +186,7 @@ class MemoryWriter:
             raise InputError(f"{rel} is not a memory file of this vault (see index.include)")
         target = self.vault / rel
         for _ in range(WRITE_ATTEMPTS):
-            done = await asyncio.to_thread(_append_block, target, rel, content)
+            done = await asyncio.to_thread(append_block, target, rel, content)
             if done:
                 break
             await asyncio.sleep(0.005 + secrets.randbelow(20) / 1000)
@@ -356,11 +350,11 @@ def _apply(
 ) -> FileEdit | None:
     """Read, parse, change and replace a memory file (blocking: run in a worker thread).
     None when the file changed under us and the write must be tried again."""
-    before = _read_or_none(target)
+    before = read_or_none(target)
     if before is None and scope is None:
         raise NotFound(f"{rel} is gone (deleted by hand?)")
     text = (
-        _decode(before, rel)
+        decode(before, rel)
         if before is not None
         else new_memory_file(scope or Scope(), category or "core")
     )
@@ -371,13 +365,7 @@ def _apply(
     edit = change(parsed)
     _record_unrecorded(parsed, edit)
     new_text = edit_lines(parsed.lines, edit.replace, parsed.items, edit.append)
-    return edit if _replace_if_unchanged(target, new_text, before) else None
-
-
-def _append_block(target: Path, rel: str, content: str) -> bool:
-    before = _read_or_none(target)
-    text = _decode(before, rel).rstrip("\n") + "\n\n" if before else ""
-    return _replace_if_unchanged(target, text + content + "\n", before)
+    return edit if replace_if_unchanged(target, new_text, before) else None
 
 
 def _adder(group: Sequence[NewMemory], rel: str) -> Change:
@@ -447,78 +435,3 @@ def _must_find(f: MemoryFile, memory_id: str) -> MemoryItem:
     if item is None:
         raise NotFound(f"memory {memory_id!r} is no longer in its file (edited by hand?)")
     return item
-
-
-def _decode(data: bytes, rel: str) -> str:
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise VaultError(f"{rel} is not valid UTF-8 (byte {exc.start}); fix it by hand") from None
-
-
-def _read_or_none(path: Path) -> bytes | None:
-    try:
-        return path.read_bytes()
-    except FileNotFoundError:
-        return None
-
-
-def _replace_if_unchanged(path: Path, text: str, expected: bytes | None) -> bool:
-    """Write ``text`` to a temp file and rename it over ``path``, unless ``path`` no longer
-    holds ``expected`` (None: must not exist). False when someone changed it meanwhile."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.memcore-{secrets.token_hex(4)}")
-    try:
-        with tmp.open("wb") as fh:
-            fh.write(text.encode("utf-8"))
-            fh.flush()
-            os.fsync(fh.fileno())
-        with contextlib.suppress(FileNotFoundError):  # keep the file's permissions
-            os.chmod(tmp, stat.S_IMODE(os.stat(path).st_mode))
-        if expected is None:
-            try:
-                os.link(tmp, path)  # create only if absent, atomically
-            except FileExistsError:
-                return False
-            return True
-        try:
-            current = path.open("rb")
-        except FileNotFoundError:
-            return False
-        with current:
-            # Another memcore process checks and replaces under the same lock; a person's save
-            # is caught by the check, or, landing between check and rename, by the exchange.
-            fcntl.flock(current, fcntl.LOCK_EX)
-            if _read_or_none(path) != expected:
-                return False
-            if not _exchange(tmp, path):
-                os.replace(tmp, path)  # no renameat2 here: the check above is all we have
-                return True
-            if _read_or_none(tmp) == expected:
-                return True  # what we replaced is what we read
-            _exchange(tmp, path)  # a save landed in between: put it back, try again
-            return False
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
-_RENAME_EXCHANGE = 2
-_AT_FDCWD = -100
-_renameat2: Any
-try:
-    _renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
-except (AttributeError, OSError):
-    _renameat2 = None
-
-
-def _exchange(a: Path, b: Path) -> bool:
-    """Swap two paths atomically (Linux renameat2 RENAME_EXCHANGE); False where unsupported."""
-    if _renameat2 is None:
-        return False
-    res = _renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE)
-    if res == 0:
-        return True
-    err = ctypes.get_errno()
-    if err in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP):
-        return False  # a file system without exchange
-    raise OSError(err, os.strerror(err), str(b))
