@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -144,6 +145,32 @@ def test_a_loaded_graph_is_mapped_until_its_first_change(tmp_path: Path, replace
     assert not again.mapped and len(again) == 502
     assert again.search(fresh[1], 1)[0][0] == 9002
     assert 10 not in again and again.search(vecs[41], 1)[0][0] == 42
+
+
+def test_unmap_reads_a_mapped_graph_in_while_searches_go_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    graph, _, vecs = both(500)
+    path = tmp_path / "g.hnsw"
+    graph.save(path)
+    again = AnnIndex.load(path, DIM, generation=1)
+    assert again is not None and again.mapped
+    read_in = ann._read_in
+    answers: list[int] = []
+
+    def read_in_while_a_search_runs(*args: object) -> object:
+        search = threading.Thread(target=lambda: answers.append(again.search(vecs[41], 1)[0][0]))
+        search.start()
+        search.join(10)
+        assert not search.is_alive(), "a search waited for the graph to be read in"
+        return read_in(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ann, "_read_in", read_in_while_a_search_runs)
+    again.unmap()
+    again.unmap()  # read in already: nothing to do
+    assert answers == [42] and not again.mapped
+    again.add([9001], clustered(1, seed=9))
+    assert len(again) == 501 and again.search(vecs[41], 1)[0][0] == 42
 
 
 M = "test:model"
@@ -307,6 +334,41 @@ async def test_a_graph_catches_up_in_place_with_another_clients_writes(tmp_path:
             assert store._vectors[M] is graph  # advanced in place, never reloaded
             old = await before.search_vectors(vecs[5], M, 1, SearchFilters())
             assert [c for c, _ in old] == [ids[5]]  # the open snapshot still sees its state
+
+
+@pytest.mark.parametrize("writer", ["this store", "another process"])
+async def test_a_saved_graph_is_read_in_off_the_event_loop_before_a_write_changes_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, writer: str
+) -> None:
+    """A graph loaded from its file is memory-mapped, and read into memory before its first
+    change. That read takes seconds at 1M chunks: it must happen in a worker thread, never on
+    the event loop applying a write (or catching up with another process's), where it stalls
+    every caller."""
+    db = tmp_path / "index.db"
+    vecs = clustered(40, seed=11)
+    async with SqliteStore(db, ann_min_vectors=10) as store:
+        ids = await write_notes(store, vecs, range(20))
+        await store.prepare_vectors(M)
+    read_in = ann._read_in
+    threads: list[int] = []
+
+    def recording(*args: object) -> object:
+        threads.append(threading.get_ident())
+        return read_in(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ann, "_read_in", recording)
+    async with SqliteStore(db, ann_min_vectors=10) as store, SqliteStore(db) as other:
+        assert await nearest(store, vecs[2], 1) == [ids[2]]
+        graph = store._vectors[M]
+        assert isinstance(graph, AnnIndex) and graph.mapped
+        target = store if writer == "this store" else other
+        async with target.transaction() as tx:
+            await tx.delete_files(["n2.md"])
+        new = await write(target, "new.md", "# New\n\nnew note\n", vecs[35:36])
+        assert await nearest(store, vecs[35], 1) == new
+        assert ids[2] not in await nearest(store, vecs[2], 20)
+        assert store._vectors[M] is graph and not graph.mapped
+    assert len(threads) == 1 and threading.get_ident() not in threads
 
 
 def test_the_graph_library_loaded_first_leaves_the_local_model_working() -> None:

@@ -331,7 +331,10 @@ class SqliteStore:
         missing = np.setdiff1d(ids, keys, assume_unique=True)
         if len(missing) > len(ids) // 2:
             return None
-        graph.remove(np.setdiff1d(keys, ids, assume_unique=True).tolist())
+        stale = np.setdiff1d(keys, ids, assume_unique=True).tolist()
+        if stale or len(missing):
+            await asyncio.to_thread(graph.unmap)
+            await asyncio.to_thread(graph.remove, stale)
         for i in range(0, len(missing), _FETCH):
             got, mat = await reader.vectors_of(missing[i : i + _FETCH])
             await asyncio.to_thread(graph.add, got, mat)
@@ -420,11 +423,21 @@ class SqliteStore:
                 started(len(ids))
             await asyncio.shield(task)
 
+    async def _unmap_graphs(self) -> None:
+        """Read memory-mapped graphs into memory in a worker thread before a write changes
+        them: applied after the commit, on the event loop, the change would read one in there
+        (~1-3 s at 1.19M chunks), stalling every caller."""
+        for index in list(self._vectors.values()):
+            if not isinstance(index, VectorIndex) and index.mapped:
+                await asyncio.to_thread(index.unmap)
+
     async def _catch_up(self, reader: SqliteReader, model_id: str, graph: AnnIndex) -> None:
         """Advance a graph that missed writes (another process's) to the reader's snapshot,
         as one generation step, by comparing its keys with the chunk ids holding vectors."""
         if graph.generation >= reader.generation:
             return
+        if graph.mapped:  # another process wrote: read it in off the loop (_unmap_graphs)
+            await asyncio.to_thread(graph.unmap)
         ids = await reader.vector_ids(model_id)
         missing = np.setdiff1d(ids, graph.alive_keys(), assume_unique=True)
         got, mat = await reader.vectors_of(missing)
@@ -459,6 +472,7 @@ class SqliteStore:
             db = self._writer
             if db is None:
                 raise StorageError("index is not open")
+            await self._unmap_graphs()
             try:
                 await db.execute("BEGIN IMMEDIATE")
             except sqlite3.Error as exc:
