@@ -149,7 +149,8 @@ class Indexer:
         ``stop`` is checked between batches of files; a stopped run reports what it did. A file
         that cannot be written right now (index busy) is reported in ``failed`` with
         ``transient`` set; the others still go in. With ``history``, changes to memories in
-        files that were indexed before are logged as a person's edits.
+        files that were indexed before are logged as a person's edits. A whole-vault run
+        (no ``paths``) also embeds the chunks still waiting for a vector.
         """
         started = time.perf_counter()
         s = self.settings
@@ -208,7 +209,10 @@ class Indexer:
         deleted = tuple(
             p for p in await self._delete(plan.to_delete, tally, log_edits) if p in states
         )
-        if not tally.embedder_down and not stopped():
+        # Only a whole-vault run fills in the vectors still missing elsewhere (embedder down
+        # then, or another model since): one write, or one watched file, must not embed the
+        # whole vault after an embedder change. The daemon's retry loop fills them meanwhile.
+        if not tally.embedder_down and not stopped() and paths is None:
             await self._fill_pending(tally, progress, stop)
         async with self.store.snapshot() as reader:
             pending = await reader.count_pending(self.embedder.model_id)

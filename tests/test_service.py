@@ -212,6 +212,26 @@ async def test_model_change_reembeds_instead_of_mixing_vector_spaces(
     assert back.calls == 0 and report.chunks_pending == 0
 
 
+async def test_after_a_model_change_a_write_embeds_only_its_own_chunks(
+    vault: Path, settings: Settings
+) -> None:
+    """A one-shot `memcore add` after an embedder change must not embed the whole vault (hours
+    at 1M chunks): the daemon's retry loop, or a whole-vault index, fills the others."""
+    for n in range(20):
+        write(vault, f"memory/n{n}.md", f"# Note {n}\n\nnote number {n}\n")
+    async with make_service(settings, FakeEmbedder(model_id="test:one")) as svc:
+        await svc.index()
+    second = FakeEmbedder(model_id="test:two")
+    async with make_service(settings, second) as svc:
+        (added,) = await svc.memories.add("the deploy key rotates monthly")
+        assert len(second.texts) == 1 and second.texts[0].endswith("the deploy key rotates monthly")
+        assert (await svc.status()).vectors_pending == 20
+        found = await svc.search("deploy key rotation")
+        assert found.hits[0].path == added.path  # by keyword, and by its own vector
+        report = await svc.index()  # the whole vault: the rest is filled in now
+        assert report.chunks_embedded == 20 and report.chunks_pending == 0
+
+
 async def test_chunk_setting_change_rechunks_and_reuses_unchanged_vectors(
     vault: Path, settings: Settings
 ) -> None:
