@@ -15,7 +15,7 @@ import hashlib
 import logging
 import sqlite3
 from collections import Counter
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager, suppress
 from pathlib import Path
 from types import TracebackType
@@ -439,13 +439,12 @@ class SqliteStore:
         if graph.mapped:  # another process wrote: read it in off the loop (_unmap_graphs)
             await asyncio.to_thread(graph.unmap)
         ids = await reader.vector_ids(model_id)
-        missing = np.setdiff1d(ids, graph.alive_keys(), assume_unique=True)
+        # The comparisons run in a worker thread: ~0.25 s of sorting at 1.19M chunks.
+        missing = await asyncio.to_thread(_absent_from, ids, graph)
         got, mat = await reader.vectors_of(missing)
+        fresh, removed = await asyncio.to_thread(_changes_to, graph, ids, got)
         if graph.generation >= reader.generation:
             return  # brought forward meanwhile
-        alive = graph.alive_keys()  # read again: the awaits above let other tasks run
-        fresh = ~np.isin(np.asarray(got, dtype=np.uint64), alive)
-        removed = np.setdiff1d(alive, ids, assume_unique=True).tolist()
         graph.apply(reader.generation, removed, np.asarray(got)[fresh].tolist(), mat[fresh])
 
     def graph_path(self, model_id: str, format_: int = GRAPH_FORMAT) -> Path:
@@ -522,6 +521,21 @@ class SqliteStore:
                     del self._vectors[model_id]
         if event is not None:
             event.set()
+
+
+def _absent_from(ids: npt.NDArray[np.uint64], graph: AnnIndex) -> npt.NDArray[np.uint64]:
+    """The chunk ids the graph does not hold alive."""
+    return np.setdiff1d(ids, graph.alive_keys(), assume_unique=True)
+
+
+def _changes_to(
+    graph: AnnIndex, ids: npt.NDArray[np.uint64], got: Sequence[int]
+) -> tuple[npt.NDArray[np.bool_], list[int]]:
+    """Which of the fetched vectors the graph still lacks, and which of its keys are gone.
+    Its keys are read again: other tasks ran while the vectors were fetched."""
+    alive = graph.alive_keys()
+    fresh = ~np.isin(np.asarray(got, dtype=np.uint64), alive)
+    return fresh, np.setdiff1d(alive, ids, assume_unique=True).tolist()
 
 
 def _stack(vecs: list[Vector]) -> Vector | None:
