@@ -327,11 +327,9 @@ class SqliteStore:
         )
         if graph is None:
             return None
-        keys = graph.keys()
-        missing = np.setdiff1d(ids, keys, assume_unique=True)
+        missing, stale = await asyncio.to_thread(_differences, ids, graph)
         if len(missing) > len(ids) // 2:
             return None
-        stale = np.setdiff1d(keys, ids, assume_unique=True).tolist()
         if stale or len(missing):
             await asyncio.to_thread(graph.unmap)
             await asyncio.to_thread(graph.remove, stale)
@@ -521,6 +519,15 @@ class SqliteStore:
                     del self._vectors[model_id]
         if event is not None:
             event.set()
+
+
+def _differences(
+    ids: npt.NDArray[np.uint64], graph: AnnIndex
+) -> tuple[npt.NDArray[np.uint64], list[int]]:
+    """The chunk ids missing from a saved graph, and its keys no longer chunks."""
+    keys = graph.keys()
+    missing = np.setdiff1d(ids, keys, assume_unique=True)
+    return missing, np.setdiff1d(keys, ids, assume_unique=True).tolist()
 
 
 def _absent_from(ids: npt.NDArray[np.uint64], graph: AnnIndex) -> npt.NDArray[np.uint64]:
