@@ -147,30 +147,41 @@ def test_a_loaded_graph_is_mapped_until_its_first_change(tmp_path: Path, replace
     assert 10 not in again and again.search(vecs[41], 1)[0][0] == 42
 
 
-def test_unmap_reads_a_mapped_graph_in_while_searches_go_on(
+def test_while_a_graph_is_read_in_searches_wait_and_compaction_steps_aside(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """usearch blocks a search of a graph being copied, GIL held, so nothing else runs: searches
+    must wait on the index's lock instead, and the event loop's compaction must not wait."""
     graph, _, vecs = both(500)
     path = tmp_path / "g.hnsw"
     graph.save(path)
     again = AnnIndex.load(path, DIM, generation=1)
     assert again is not None and again.mapped
+    again.apply(2, [5])  # a key dead since generation 2, for compaction to drop
     read_in = ann._read_in
     answers: list[int] = []
+    search = threading.Thread(target=lambda: answers.append(again.search(vecs[41], 1)[0][0]))
 
-    def read_in_while_a_search_runs(*args: object) -> object:
-        search = threading.Thread(target=lambda: answers.append(again.search(vecs[41], 1)[0][0]))
+    def read_in_while_others_call(*args: object) -> object:
         search.start()
-        search.join(10)
-        assert not search.is_alive(), "a search waited for the graph to be read in"
+        search.join(0.3)
+        assert search.is_alive() and not answers  # waiting for the lock, not on the copy
+        done = threading.Thread(target=again.compact_soon)
+        done.start()
+        done.join(10)
+        assert not done.is_alive(), "compaction waited for the graph to be read in"
         return read_in(*args)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(ann, "_read_in", read_in_while_a_search_runs)
+    monkeypatch.setattr(ann, "_read_in", read_in_while_others_call)
     again.unmap()
-    again.unmap()  # read in already: nothing to do
+    search.join(10)
     assert answers == [42] and not again.mapped
+    again.unmap()  # read in already: nothing to do
+    assert 5 in again._graph  # compaction was skipped while the graph was busy...
+    again.compact_soon()
+    assert 5 not in again._graph  # ...and done by the next call
     again.add([9001], clustered(1, seed=9))
-    assert len(again) == 501 and again.search(vecs[41], 1)[0][0] == 42
+    assert len(again) == 500 and again.search(vecs[41], 1)[0][0] == 42
 
 
 M = "test:model"

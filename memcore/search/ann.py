@@ -63,7 +63,7 @@ class AnnIndex:
         self.floor = generation
         self.changes = 0  # keys added or dropped since the last save or load
         self._lock = threading.RLock()
-        self._mapped = False  # served from a memory-mapped file (read-only)
+        self._mapped: tuple[Path, tuple[int, int, int]] | None = None  # served from this file
 
     @classmethod
     def load(cls, path: Path, dim: int, generation: int) -> AnnIndex | None:
@@ -74,6 +74,7 @@ class AnnIndex:
         reading the 790 MB file took 1.4-3.2 s) and touch only the pages they visit; it is
         read into memory before the first change (a mapped graph is read-only)."""
         try:
+            stamp = _stamp(path)
             graph = Index.restore(str(path), view=True)
         except (OSError, RuntimeError, ValueError):
             return None
@@ -81,31 +82,35 @@ class AnnIndex:
             return None
         index = cls(dim, generation)
         index._graph = graph
-        index._mapped = True
+        index._mapped = (path, stamp)
         return index
 
     @property
     def mapped(self) -> bool:
-        return self._mapped
+        return self._mapped is not None
 
+    @locked
     def unmap(self) -> None:
-        """Read a memory-mapped graph into memory, holding the lock only to swap it in. A
-        writer calls this in a worker thread before its first change: made under the lock by
-        the change itself, the read (1-3 s at 1.19M chunks) stalls every search meanwhile,
-        and the event loop when the change is a write being applied."""
-        with self._lock:
-            if not self._mapped:
-                return
-            view = self._graph
-        graph = _read_in(view)  # the mapping cannot change meanwhile: a change unmaps first
-        with self._lock:
-            if self._graph is view:
-                self._graph, self._mapped = graph, False
+        """Read a memory-mapped graph into memory: what a writer calls, in a worker thread,
+        before its first change, which would otherwise do it on the event loop applying a
+        commit. It holds the lock throughout: usearch blocks a search of a graph being copied
+        (``_read_in``'s fallback), GIL held. Searches wait on the lock instead, in their worker
+        threads, and the loop's compaction skips a busy graph (``compact_soon``)."""
+        self._writable()
 
     def _writable(self) -> None:
         """Read a memory-mapped graph into memory (under the lock, before a change)."""
-        if self._mapped:
-            self._graph, self._mapped = _read_in(self._graph), False
+        if self._mapped is not None:
+            self._graph, self._mapped = _read_in(self._mapped, self._graph), None
+
+    def compact_soon(self, oldest_reader: int | None = None) -> None:
+        """``compact``, unless another thread holds the graph (reading it in, or searching):
+        the event loop calls this as each snapshot closes, so a later call does it."""
+        if self._lock.acquire(blocking=False):
+            try:
+                self.compact(oldest_reader)
+            finally:
+                self._lock.release()
 
     @locked
     def save(self, path: Path) -> None:
@@ -321,12 +326,28 @@ class AnnIndex:
         return [(present[i], float(scores[i])) for i in top_k(scores, k)]
 
 
-def _read_in(view: Index) -> Index:
-    """A memory-mapped graph copied into memory. The copy holds no reference to the file (which
-    another process may have replaced since), and lets go of the GIL while it runs, where
-    ``Index.restore`` from the file holds it: 74 of 80 ms at 119k chunks, a stall for every
-    thread, the event loop included."""
+def _read_in(mapped: tuple[Path, tuple[int, int, int]], view: Index) -> Index:
+    """A memory-mapped graph read into memory: from its file when that is still the one mapped,
+    else (another process saved a new one since) copied from the mapping in use.
+
+    Measured at 1.19M chunks (bench/first_write.py, 790 MB): whichever thread runs it, the
+    event loop pauses 0.8-1.7 s, as usearch keeps the GIL while loading. Copying the mapping
+    paused it 1.2-3.2 s; loading from a second mapping 0.5-1.1 s, but peaked 750 MB higher."""
+    path, stamp = mapped
+    try:
+        if _stamp(path) == stamp:
+            graph = Index.restore(str(path))
+            if graph is not None:
+                return graph
+    except (OSError, RuntimeError, ValueError):
+        pass
     return view.copy()
+
+
+def _stamp(path: Path) -> tuple[int, int, int]:
+    """Which file is at path: (inode, size, mtime); a save replaces it with another inode."""
+    st = path.stat()
+    return st.st_ino, st.st_size, st.st_mtime_ns
 
 
 def expansion_for(size: int) -> int:

@@ -255,7 +255,10 @@ class SqliteStore:
     def _compact(self) -> None:
         oldest = min(self._open_snapshots, default=None)
         for index in self._vectors.values():
-            index.compact(oldest)
+            if isinstance(index, VectorIndex):
+                index.compact(oldest)
+            else:
+                index.compact_soon(oldest)  # never wait on the loop for a graph read in
         for model_id in list(self._retired):
             graph = self._vectors.get(model_id)
             if oldest is None or graph is None or oldest >= graph.floor:
@@ -423,8 +426,9 @@ class SqliteStore:
 
     async def _unmap_graphs(self) -> None:
         """Read memory-mapped graphs into memory in a worker thread before a write changes
-        them: applied after the commit, on the event loop, the change would read one in there
-        (~1-3 s at 1.19M chunks), stalling every caller."""
+        them, not on the event loop applying the commit. usearch keeps the GIL while loading,
+        so at 1.19M chunks the loop still pauses ~0.8 s once (bench/first_write.py); holding
+        the graph's lock meanwhile is what keeps searches from blocking inside usearch."""
         for index in list(self._vectors.values()):
             if not isinstance(index, VectorIndex) and index.mapped:
                 await asyncio.to_thread(index.unmap)

@@ -218,7 +218,8 @@ class SqliteReader(_Queries):
         self, vector: Vector, model_id: str, ids: Sequence[int]
     ) -> dict[int, float]:
         index = await self._store.vectors_at(self.conn, self.generation, model_id)
-        return index.similarity(vector, ids, self.generation)
+        # In a worker thread, as search: the index's lock may be held (a graph read in).
+        return await asyncio.to_thread(index.similarity, vector, ids, self.generation)
 
     async def has_vectors(self, model_id: str) -> bool:
         sql = "SELECT 1 FROM memory_chunks WHERE embedding_model = ? LIMIT 1"
