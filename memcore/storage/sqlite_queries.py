@@ -65,6 +65,16 @@ _FETCH_IDS = 65536
 _PENDING = "(embedding_model IS NULL OR embedding_model < ? OR embedding_model > ?)"
 
 
+def embedded_hashes_sql(paths: int) -> str:
+    """The chunk hashes of some files holding a vector of one model. The ``+`` keeps the
+    planner off the embedding_model index, which it picked without statistics: every chunk of
+    the model read, 1.5 s a write at 1.19M chunks, instead of the files' few by source_file."""
+    return (
+        "SELECT source_file, content_hash FROM memory_chunks WHERE +embedding_model = ? "
+        f"AND source_file IN ({_marks(paths)})"
+    )
+
+
 def _marks(n: int) -> str:
     return ",".join("?" * n)
 
@@ -353,11 +363,7 @@ class SqliteReader(_Queries):
         out: set[tuple[str, str]] = set()
         for i in range(0, len(paths), _BATCH):
             part = list(paths[i : i + _BATCH])
-            rows = await self._all(
-                "SELECT source_file, content_hash FROM memory_chunks WHERE embedding_model = ? "
-                f"AND source_file IN ({_marks(len(part))})",
-                [model_id, *part],
-            )
+            rows = await self._all(embedded_hashes_sql(len(part)), [model_id, *part])
             out.update((r[0], r[1]) for r in rows)
         return out
 
