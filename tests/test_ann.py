@@ -352,9 +352,8 @@ async def test_a_saved_graph_is_read_in_off_the_event_loop_before_a_write_change
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, writer: str
 ) -> None:
     """A graph loaded from its file is memory-mapped, and read into memory before its first
-    change. That read takes seconds at 1M chunks: it must happen in a worker thread, never on
-    the event loop applying a write (or catching up with another process's), where it stalls
-    every caller."""
+    change (~1 s at 1M chunks). The read runs in a worker thread, never on the event loop
+    applying a write (or catching up with another process's)."""
     db = tmp_path / "index.db"
     vecs = clustered(40, seed=11)
     async with SqliteStore(db, ann_min_vectors=10) as store:
