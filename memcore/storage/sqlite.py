@@ -333,8 +333,7 @@ class SqliteStore:
         missing, stale = await asyncio.to_thread(_differences, ids, graph)
         if len(missing) > len(ids) // 2:
             return None
-        if stale or len(missing):
-            await asyncio.to_thread(graph.unmap)
+        if stale:  # in a worker thread: the first change reads the mapped graph in
             await asyncio.to_thread(graph.remove, stale)
         for i in range(0, len(missing), _FETCH):
             got, mat = await reader.vectors_of(missing[i : i + _FETCH])
