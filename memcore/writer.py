@@ -150,10 +150,9 @@ class MemoryWriter:
             seen |= {r.id: r for r in await self._records(ids, missing_ok=True)}
             # An editor that saved a buffer read before our write drops our lines: add again.
             # A memory another caller archived or deleted since is not lost: it stays gone.
-            missing = [mid for mid in ids if mid not in seen]
-            gone = await self.history.removed_by_api(missing)
+            gone = await self.history.removed_by_api(mid for mid in ids if mid not in seen)
             todo = [
-                m for m, mid in zip(items, ids, strict=True) if mid in missing and mid not in gone
+                m for m, mid in zip(items, ids, strict=True) if mid not in seen and mid not in gone
             ]
             if not todo:
                 return [
