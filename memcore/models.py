@@ -304,6 +304,7 @@ class IndexStatus:
     db_path: str
     db_bytes: int
     last_indexed: str | None
+    engine: str = ""  # "SQLite 3.45.1", "PostgreSQL 16.2, pgvector 0.6.2"
     skipped: Mapping[str, str] = field(default_factory=dict)  # path -> why it is not indexed
 
     def to_dict(self) -> dict[str, object]:
@@ -315,6 +316,7 @@ class IndexStatus:
             "other_models": dict(self.other_models),
             "db_path": self.db_path,
             "db_bytes": self.db_bytes,
+            "engine": self.engine,
             "last_indexed": self.last_indexed,
             "skipped": dict(self.skipped),
         }

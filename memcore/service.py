@@ -134,6 +134,7 @@ class MemoryService:
             other_models=st.other_models,
             db_path=self.store.location,
             db_bytes=st.db_bytes,
+            engine=self.store.engine,
             last_indexed=st.last_indexed,
             skipped={p: f.reason for p, f in sorted(skipped.items())},
         )

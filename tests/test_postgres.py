@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from memcore.chunker import chunk_markdown
 from memcore.errors import NotFound, StorageError
 from memcore.models import FileState, SearchFilters
 from memcore.settings import Settings, load_settings
-from memcore.storage.postgres import PostgresStore
+from memcore.storage.postgres import PostgresStore, uses_iterative_scan
 from memcore.storage.postgres_queries import as_list, nearest_query
 from tests.conftest import REPO, backend_env, make_service
 from tests.support import FakeEmbedder
@@ -125,7 +126,7 @@ async def test_vector_search_uses_the_hnsw_index_with_filters_in_sql(
             await r.conn.execute("SET LOCAL enable_sort = off")  # as on a big table
             q = as_list(vecs[7])
             cur = await r.conn.execute(
-                b"EXPLAIN " + nearest_query(namespace, "m", 16).as_bytes(r.conn), [q, q, 5]
+                b"EXPLAIN " + nearest_query(namespace, "m", 16).as_bytes(r.conn), [q, 5]
             )
             plan = "\n".join(str(row[0]) for row in await cur.fetchall())
             assert "memory_chunks_hnsw_" in plan, plan
@@ -133,6 +134,69 @@ async def test_vector_search_uses_the_hnsw_index_with_filters_in_sql(
             rows = await r.chunk_rows([c for c, _ in hits])
             assert len(hits) == 5 and {row.path[:9] for row in rows.values()} == {"memory/1/"}
             assert rows[hits[0][0]].path == "memory/1/n7.md"
+
+
+async def write_vectors(store: PostgresStore, vecs: np.ndarray, folder_of: list[str]) -> None:
+    """One note per vector, note n under ``memory/<folder_of[n]>/``."""
+    async with store.transaction() as tx:
+        for n, vec in enumerate(vecs):
+            chunks, _ = chunk_markdown(f"# N{n}\n\nnote {n}\n", f"memory/{folder_of[n]}/n{n}.md")
+            await tx.replace_file(FileState(chunks[0].path, f"h{n}", 1, 1), chunks, [vec], "m")
+
+
+@pytest.mark.parametrize("share", [0.02, 0.5])
+async def test_filtered_vector_search_is_exact_on_every_pgvector(
+    postgres_url: str, namespace: str, share: float
+) -> None:
+    """A filter that keeps 2% or half of 1,200 chunks, with a small ef_search, so that an
+    index scan stopping after ef_search candidates would come back short: on every pgvector
+    (iterative scan from 0.8, an exact scan inside the filter before it) the k nearest inside
+    the filter, in order, as numpy computes them."""
+    rng = np.random.default_rng(1)
+    vecs = rng.normal(size=(1200, 16)).astype(np.float32)
+    inside = rng.random(1200) < share
+    async with PostgresStore(postgres_url, namespace, ef_search=40) as store:
+        await write_vectors(store, vecs, ["in" if flag else "out" for flag in inside])
+        unit = vecs / np.linalg.norm(vecs, axis=1, keepdims=True)
+        for q in rng.normal(size=(5, 16)).astype(np.float32):
+            sims = unit @ (q / np.linalg.norm(q))
+            expected = sorted(np.flatnonzero(inside), key=lambda n: -sims[n])[:10]
+            async with store.snapshot() as r:
+                await r.conn.execute("SET LOCAL enable_seqscan = off")  # as on a big table
+                await r.conn.execute("SET LOCAL enable_sort = off")
+                hits = await r.search_vectors(q, "m", 10, SearchFilters(path_prefix="memory/in/"))
+                rows = await r.chunk_rows([c for c, _ in hits])
+            assert [rows[c].path for c, _ in hits] == [f"memory/in/n{n}.md" for n in expected]
+            assert [s for _, s in hits] == pytest.approx([sims[n] for n in expected], abs=1e-5)
+
+
+async def test_the_exact_query_keeps_the_hnsw_index_out(postgres_url: str, namespace: str) -> None:
+    rng = np.random.default_rng(2)
+    async with PostgresStore(postgres_url, namespace) as store:
+        await write_vectors(store, rng.normal(size=(20, 16)).astype(np.float32), ["a"] * 20)
+        async with store.snapshot() as r:
+            await r.conn.execute("SET LOCAL enable_sort = off")  # as on a big table
+            query = nearest_query(namespace, "m", 16, exact=True).as_bytes(r.conn)
+            cur = await r.conn.execute(b"EXPLAIN " + query, [as_list(np.ones(16)), 5])
+            plan = "\n".join(str(row[0]) for row in await cur.fetchall())
+    assert "memory_chunks_hnsw_" not in plan, plan
+
+
+async def test_status_names_the_postgresql_and_pgvector_versions(
+    vault: Path, postgres_url: str, namespace: str
+) -> None:
+    async with make_service(pg_settings(vault, postgres_url, namespace), FakeEmbedder()) as svc:
+        engine = (await svc.status()).engine
+    assert re.fullmatch(r"PostgreSQL \d+\.\d+, pgvector 0\.\d+\.\d+", engine), engine
+
+
+def test_pgvector_below_0_5_is_a_one_line_error_saying_what_is_needed() -> None:
+    with pytest.raises(StorageError) as err:
+        uses_iterative_scan("0.4.4", "0.4.4", "postgresql://db/x")
+    assert "pgvector 0.4.4" in str(err.value) and ">= 0.5" in str(err.value)
+    assert "\n" not in str(err.value)
+    assert not uses_iterative_scan("0.5.0", "0.7.4", "db")
+    assert uses_iterative_scan("0.6.2", "0.8.0", "db")  # the library decides: 0.8 loaded
 
 
 async def test_an_unreachable_database_is_a_one_line_error(vault: Path) -> None:

@@ -223,6 +223,7 @@ def _print_status(info: dict[str, Any]) -> None:
     else:
         when = (info["last_indexed"] or "never").replace("T", " ")
         table.add_row("index", f"{info['db_path']} ({_size(info['db_bytes'])}, last write {when})")
+        table.add_row("engine", info["engine"])
         skipped = info["skipped"]
         files = plural(info["files"], "file") + (f", {len(skipped)} skipped" if skipped else "")
         table.add_row("files", files)

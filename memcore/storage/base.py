@@ -209,6 +209,12 @@ class Store(Protocol):
         """Where the index lives, for people (a file path or a URL without its password)."""
         ...
 
+    @property
+    def engine(self) -> str:
+        """The database software and its version, for people ("SQLite 3.45.1",
+        "PostgreSQL 16.2, pgvector 0.6.2"); known once the store is open."""
+        ...
+
     async def prepare_vectors(
         self, model_id: str, started: Callable[[int], None] | None = None
     ) -> None:

@@ -78,15 +78,19 @@ def vector_index_name(namespace: str, model_id: str, dim: int) -> str:
     return f"memory_chunks_hnsw_{digest}"
 
 
-def nearest_query(namespace: str, model_id: str, dim: int, where: str = "") -> sql.Composed:
+def nearest_query(
+    namespace: str, model_id: str, dim: int, where: str = "", *, exact: bool = False
+) -> sql.Composed:
     """The k-nearest query, shaped to match the partial HNSW index of (namespace, model, dim):
-    the predicate's values are literals, so the planner can prove the index applies.
-    Parameters: query vector, the ``where`` values, query vector again, k."""
+    the predicate's values are literals, so the planner can prove the index applies. ``exact``
+    keeps the index out (the ordering sits above an ``OFFSET 0`` fence the planner does not
+    flatten), so every row inside the filter is compared. Parameters: query vector, the
+    ``where`` values, k."""
     typed = sql.SQL("vector({})").format(sql.Literal(dim))
-    return sql.SQL(
+    inner = sql.SQL(
         "SELECT c.id, c.embedding::{t} <=> %s::float4[]::{t} AS d FROM memory_chunks c "
         "WHERE c.ns = {ns} AND c.embedding_model = {model} AND vector_dims(c.embedding) = {n}"
-        "{where} ORDER BY c.embedding::{t} <=> %s::float4[]::{t} LIMIT %s"
+        "{where}"
     ).format(
         t=typed,
         ns=sql.Literal(namespace),
@@ -94,6 +98,9 @@ def nearest_query(namespace: str, model_id: str, dim: int, where: str = "") -> s
         n=sql.Literal(dim),
         where=sql.SQL(where),  # placeholders only: the values are parameters
     )
+    if exact:
+        return sql.SQL("SELECT id, d FROM ({} OFFSET 0) s ORDER BY d, id LIMIT %s").format(inner)
+    return sql.SQL("{} ORDER BY d LIMIT %s").format(inner)
 
 
 class _Queries:
@@ -200,9 +207,13 @@ class PostgresReader(_Queries):
     ) -> list[tuple[int, float]]:
         dim = int(np.asarray(vector).size)
         where, params = filter_sql(filters, POSTGRES)
-        query = nearest_query(self.ns, model_id, dim, where)
         q = as_list(vector)
-        rows = await self._all(query, [q, *params, q, k])
+        rows = await self._all(nearest_query(self.ns, model_id, dim, where), [q, *params, k])
+        if len(rows) < k and where and not self._store.iterative_scan:
+            # Before pgvector 0.8 an index scan ends after ef_search candidates, and the filter
+            # may have dropped most of them: the rows inside the filter, compared exactly.
+            exact = nearest_query(self.ns, model_id, dim, where, exact=True)
+            rows = await self._all(exact, [q, *params, k])
         # the iterative scan may return near-ties slightly out of order
         found = sorted(((int(r[0]), 1.0 - float(r[1])) for r in rows), key=lambda h: -h[1])
         return found[:k]

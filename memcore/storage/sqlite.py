@@ -99,6 +99,10 @@ class SqliteStore:
     def location(self) -> str:
         return str(self.path)
 
+    @property
+    def engine(self) -> str:
+        return f"SQLite {sqlite3.sqlite_version}"
+
     async def __aenter__(self) -> Self:
         await self.open()
         return self
