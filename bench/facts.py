@@ -27,11 +27,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import retrieval  # the harness: index caching, metrics
 
-from memcore.app import build_service
-from memcore.models import SearchFilters
+from memcore.compose import build_service
+from memcore.core.models import SearchFilters
+from memcore.core.settings import FUSIONS, Settings, load_settings
 from memcore.search import fusion
-from memcore.searcher import Searcher
-from memcore.settings import FUSIONS, Settings, load_settings
+from memcore.search.searcher import Searcher
 
 # (heading, fact, paraphrase query). The first is the design card's acceptance case.
 FACTS = [

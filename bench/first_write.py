@@ -25,8 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.corpus import questions
 from bench.loop_lag import ticker
 from bench.search import pct, peak_rss_mb
-from memcore.app import open_service
-from memcore.settings import load_settings
+from memcore.compose import open_service
+from memcore.core.settings import load_settings
 
 ADDS = 5
 

@@ -24,9 +24,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.corpus import questions
 from bench.search import pct
-from memcore.app import open_service
-from memcore.search.ann import AnnIndex
-from memcore.settings import load_settings
+from memcore.compose import open_service
+from memcore.core.settings import load_settings
+from memcore.storage.ann import AnnIndex
 
 
 async def measure(vault: Path, embedder: str) -> dict[str, object]:

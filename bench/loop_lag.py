@@ -25,9 +25,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.corpus import build_vault
-from memcore.app import open_service
-from memcore.daemon import Daemon
-from memcore.settings import load_settings
+from memcore.compose import open_service
+from memcore.core.settings import load_settings
+from memcore.fronts.daemon import Daemon
 
 TICK_S = 0.005
 

@@ -26,9 +26,9 @@ import numpy as np
 
 from bench.corpus import build_vault, questions
 from bench.search import drop_namespace, pct
-from memcore.app import open_service
-from memcore.models import SearchFilters
-from memcore.settings import load_settings
+from memcore.compose import open_service
+from memcore.core.models import SearchFilters
+from memcore.core.settings import load_settings
 from tests.pg_server import running_server
 
 FILTERS = {  # files are memory/000001.md ... with 10 chunks each: 1,200 at 12k chunks

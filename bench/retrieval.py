@@ -39,12 +39,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from memcore.app import build_service
-from memcore.chunker import parse_day
-from memcore.models import Hit, SearchFilters
+from memcore.compose import build_service
+from memcore.core.models import Hit, SearchFilters
+from memcore.core.settings import FUSIONS, Settings, load_settings
 from memcore.search import fusion
-from memcore.searcher import Searcher
-from memcore.settings import FUSIONS, Settings, load_settings
+from memcore.search.searcher import Searcher
+from memcore.vault.chunker import parse_day
 
 TURN_ID = re.compile(r"^\[([^\]\s]+)\]", re.MULTILINE)
 CACHE = Path(os.environ.get("BENCH_EVAL_CACHE", Path.home() / ".cache" / "memcore-eval"))

@@ -35,10 +35,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import numpy as np
 
 from bench.corpus import build_vault, entry_sources, gold_questions, questions
-from memcore.app import open_service
-from memcore.models import SearchFilters
+from memcore.compose import open_service
+from memcore.core.models import SearchFilters
+from memcore.core.settings import load_settings
 from memcore.service import MemoryService
-from memcore.settings import load_settings
 
 WARM_UP = 100  # questions asked before the timed ones
 

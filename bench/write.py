@@ -22,10 +22,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.corpus import paragraphs, questions
-from memcore.app import open_service
-from memcore.memories import Scope
-from memcore.settings import load_settings
-from memcore.writer import NewMemory
+from memcore.compose import open_service
+from memcore.core.settings import load_settings
+from memcore.memory.writer import NewMemory
+from memcore.vault.memory_format import Scope
 
 
 def pct(xs: list[float], p: float) -> float:

@@ -13,12 +13,11 @@ The Python API is the service itself::
     asyncio.run(main())
 """
 
-from memcore.app import open_service
-from memcore.errors import MemcoreError
-from memcore.models import Hit, IndexReport, SearchFilters, SearchResult
-from memcore.settings import Settings, load_settings  # all light: the service loads on open
-
-__version__ = "0.1.0"
+from memcore.compose import open_service
+from memcore.core.errors import MemcoreError
+from memcore.core.models import Hit, IndexReport, SearchFilters, SearchResult
+from memcore.core.settings import Settings, load_settings  # all light: the service loads on open
+from memcore.core.version import __version__
 
 __all__ = [
     "Hit",

@@ -13,19 +13,19 @@ from collections.abc import Callable, Collection
 from types import TracebackType
 from typing import Self
 
-from memcore.conversations import Conversations
+from memcore.core.models import IndexReport, IndexStatus, SearchFilters, SearchResult
+from memcore.core.settings import Settings
 from memcore.embedders.base import EmbeddingRunner
-from memcore.history import HistoryLog
-from memcore.indexer import Indexer, Progress, no_progress
+from memcore.index.indexer import Indexer, Progress, no_progress
 from memcore.llm.base import LLM
-from memcore.memory_api import MemoryApi
-from memcore.models import IndexReport, IndexStatus, SearchFilters, SearchResult
-from memcore.prompt import relevant_memories
-from memcore.recall import Recall
-from memcore.searcher import Searcher
-from memcore.settings import Settings
+from memcore.memory.conversations import Conversations
+from memcore.memory.operations import MemoryApi
+from memcore.memory.writer import MemoryWriter
+from memcore.search.context import relevant_memories
+from memcore.search.recall import Recall
+from memcore.search.searcher import Searcher
 from memcore.storage.base import Store, Vector
-from memcore.writer import MemoryWriter
+from memcore.vault.history import HistoryLog
 
 
 class MemoryService:

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from memcore.app import build_store
+from memcore.compose import build_store
+from memcore.core.settings import Settings, load_settings
 from memcore.embedders.base import EmbeddingRunner
 from memcore.service import MemoryService
-from memcore.settings import Settings, load_settings
 from tests.pg_server import NoServer, running_server
 from tests.support import FakeEmbedder
 

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from memcore.errors import EmbedderUnavailable
+from memcore.core.errors import EmbedderUnavailable
 
 DIM = 64
 

@@ -11,13 +11,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from memcore.chunker import chunk_markdown
-from memcore.models import FileState, SearchFilters
-from memcore.search import ann
-from memcore.search.ann import AnnIndex
-from memcore.search.vectors import VectorIndex
-from memcore.storage.sqlite import SqliteStore, Vectors
-from memcore.storage.sqlite_queries import SqliteReader
+from memcore.core.models import FileState, SearchFilters
+from memcore.core.vectors import VectorIndex
+from memcore.storage import ann
+from memcore.storage.ann import AnnIndex
+from memcore.storage.sqlite.queries import SqliteReader
+from memcore.storage.sqlite.store import SqliteStore, Vectors
+from memcore.vault.chunker import chunk_markdown
 
 DIM = 32
 
@@ -385,7 +385,7 @@ def test_the_graph_library_loaded_first_leaves_the_local_model_working() -> None
     """usearch 2.26 loaded before onnxruntime made onnxruntime's import crash the process (a
     daemon opening a big vault's graph before its first embedding); pyproject pins it out."""
     script = (
-        "import memcore.search.ann\n"
+        "import memcore.storage.ann\n"
         "from memcore.embedders.local import OnnxMiniLMEmbedder\n"
         "print(OnnxMiniLMEmbedder().embed_sync(['hello']).shape)\n"
     )

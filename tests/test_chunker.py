@@ -4,7 +4,7 @@ from itertools import pairwise
 
 import pytest
 
-from memcore.chunker import ChunkerConfig, chunk_markdown, parse_day, split_front_matter
+from memcore.vault.chunker import ChunkerConfig, chunk_markdown, parse_day, split_front_matter
 
 
 def chunks_of(text: str, path: str = "memory/note.md", **cfg: int):  # type: ignore[no-untyped-def]

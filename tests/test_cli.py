@@ -13,7 +13,7 @@ import pytest
 
 import memcore
 from memcore.cli import main
-from memcore.search.ann import AnnIndex
+from memcore.storage.ann import AnnIndex
 from tests.support import write
 
 
@@ -308,7 +308,7 @@ def test_verbose_shows_memcores_steps_not_the_libraries(
     )  # fmt: skip
     assert code.returncode == 0, code.stderr
     lines = code.stderr.splitlines()
-    assert any("memcore.searcher: search 'DX12'" in line for line in lines)
+    assert any("memcore.search.searcher: search 'DX12'" in line for line in lines)
     assert not any("aiosqlite" in line or "asyncio" in line for line in lines)
 
 

@@ -14,8 +14,8 @@ from xml.etree import ElementTree
 import pytest
 
 from memcore.cli.watch import unit_name
-from memcore.daemon import daemon_status
-from memcore.settings import load_settings
+from memcore.core.settings import load_settings
+from memcore.fronts.daemon import daemon_status
 from tests.support import wait_until, write
 
 

@@ -9,15 +9,15 @@ import sys
 import time
 from pathlib import Path
 
-from memcore.chunker import chunk_markdown
-from memcore.indexer import _replace
-from memcore.indexing import PreparedFile
-from memcore.models import FileState
-from memcore.search.ann import AnnIndex
+from memcore.core.models import FileState
+from memcore.core.settings import Settings, load_settings
+from memcore.index.indexer import _replace
+from memcore.index.prepare import PreparedFile
 from memcore.service import MemoryService
-from memcore.settings import Settings, load_settings
-from memcore.storage.sqlite import SqliteStore
-from memcore.vault import content_hash, read_memory_file
+from memcore.storage.ann import AnnIndex
+from memcore.storage.sqlite.store import SqliteStore
+from memcore.vault.chunker import chunk_markdown
+from memcore.vault.files import content_hash, read_memory_file
 from tests.conftest import REPO, make_service
 from tests.support import FakeEmbedder, write
 
@@ -27,8 +27,8 @@ SECOND_PROCESS = """
 import asyncio, sys
 from memcore.embedders.base import EmbeddingRunner
 from memcore.service import MemoryService
-from memcore.settings import load_settings
-from memcore.storage.sqlite import SqliteStore
+from memcore.core.settings import load_settings
+from memcore.storage.sqlite.store import SqliteStore
 from tests.support import FakeEmbedder
 
 async def main() -> None:

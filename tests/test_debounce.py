@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from memcore.debounce import Debouncer
-from memcore.watcher import watch_roots
+from memcore.index.debounce import Debouncer
+from memcore.index.watcher import watch_roots
 
 
 def test_a_burst_on_one_path_flushes_once_after_the_quiet_period() -> None:

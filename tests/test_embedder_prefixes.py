@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from memcore.app import open_service
+from memcore.compose import open_service
+from memcore.core.settings import load_settings
 from memcore.embedders.prefixes import known_prefixes, task_prefixes
-from memcore.settings import load_settings
 from tests.support import WireServer
 
 

@@ -8,11 +8,11 @@ import socket
 import numpy as np
 import pytest
 
+from memcore.core.errors import EmbedderError, EmbedderUnavailable
 from memcore.embedders.base import EmbeddingRunner
 from memcore.embedders.local import OnnxMiniLMEmbedder, StaticMiniLMEmbedder
 from memcore.embedders.ollama import OllamaEmbedder
 from memcore.embedders.openai import OpenAIEmbedder
-from memcore.errors import EmbedderError, EmbedderUnavailable
 from tests.support import FakeEmbedder, WireBehaviour, WireServer, hash_vector
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from memcore.githook import BEGIN
+from memcore.vault.githook import BEGIN
 from tests.support import wait_until, write
 
 

@@ -13,11 +13,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from memcore.daemon import Daemon, vault_lock
-from memcore.errors import ConfigError, DaemonError
-from memcore.server import serve
+from memcore.core.errors import ConfigError, DaemonError
+from memcore.core.settings import Settings
+from memcore.fronts.daemon import Daemon, vault_lock
+from memcore.fronts.serve import serve
 from memcore.service import MemoryService
-from memcore.settings import Settings
 from tests.conftest import REPO
 from tests.support import write
 

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from memcore.app import build_llm
-from memcore.errors import ConfigError, LLMError
+from memcore.compose import build_llm
+from memcore.core.errors import ConfigError, LLMError
+from memcore.core.settings import LLMSettings, Settings
 from memcore.service import MemoryService
-from memcore.settings import LLMSettings, Settings
 from tests.conftest import make_service
 from tests.support import FakeEmbedder, WireBehaviour, WireServer
 
@@ -112,7 +112,7 @@ async def test_an_unreachable_llm_is_one_line(settings: Settings, embedder: Fake
 
 
 def test_a_vault_file_cannot_send_memory_to_a_remote_llm(vault: Path) -> None:
-    from memcore.settings import load_settings
+    from memcore.core.settings import load_settings
 
     (vault / "memcore.toml").write_text('[llm]\nprovider = "openai"\n')
     with pytest.raises(ConfigError, match="off this machine"):

@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from memcore.conversations import as_messages
-from memcore.errors import InputError, NotFound
-from memcore.memories import Scope
-from memcore.models import MemoryRecord
+from memcore.core.errors import InputError, NotFound
+from memcore.core.models import MemoryRecord
+from memcore.core.settings import Settings, load_settings
+from memcore.memory.conversations import as_messages
+from memcore.memory.writer import NewMemory
 from memcore.service import MemoryService
-from memcore.settings import Settings, load_settings
-from memcore.writer import NewMemory
+from memcore.vault.memory_format import Scope
 from tests.conftest import REPO, backend_env, make_service
 from tests.support import FakeEmbedder, write
 
@@ -236,8 +236,8 @@ SECOND_PROCESS = """
 import asyncio, sys
 from memcore.embedders.base import EmbeddingRunner
 from memcore.service import MemoryService
-from memcore.settings import load_settings
-from memcore.app import build_store
+from memcore.core.settings import load_settings
+from memcore.compose import build_store
 from tests.support import FakeEmbedder
 
 async def main() -> None:

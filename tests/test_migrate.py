@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from memcore.app import build_store
-from memcore.models import MemoryQuery
-from memcore.settings import load_settings
+from memcore.compose import build_store
+from memcore.core.models import MemoryQuery
+from memcore.core.settings import load_settings
 from memcore.storage.base import Store
 from tests.conftest import make_service
 from tests.support import FakeEmbedder, write

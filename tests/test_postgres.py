@@ -12,22 +12,22 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from memcore.app import build_store
-from memcore.chunker import chunk_markdown
-from memcore.errors import NotFound, StorageError
-from memcore.models import FileState, SearchFilters
-from memcore.settings import Settings, load_settings
-from memcore.storage.postgres import PostgresStore, uses_iterative_scan
-from memcore.storage.postgres_queries import as_list, nearest_query
+from memcore.compose import build_store
+from memcore.core.errors import NotFound, StorageError
+from memcore.core.models import FileState, SearchFilters
+from memcore.core.settings import Settings, load_settings
+from memcore.storage.postgres.queries import as_list, nearest_query
+from memcore.storage.postgres.store import PostgresStore, uses_iterative_scan
+from memcore.vault.chunker import chunk_markdown
 from tests.conftest import REPO, backend_env, make_service
 from tests.support import FakeEmbedder
 
 INDEXER = """
 import asyncio, sys
-from memcore.app import build_store
+from memcore.compose import build_store
 from memcore.embedders.base import EmbeddingRunner
 from memcore.service import MemoryService
-from memcore.settings import load_settings
+from memcore.core.settings import load_settings
 from tests.support import FakeEmbedder
 
 async def main() -> None:

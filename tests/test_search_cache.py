@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from memcore.search.lru import LRU
+from memcore.core.lru import LRU
+from memcore.core.settings import Settings, load_settings
 from memcore.service import MemoryService
-from memcore.settings import Settings, load_settings
 from tests.conftest import make_service
 from tests.support import FakeEmbedder, write
 

@@ -5,9 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from memcore.search import fusion
-from memcore.search.fusion import Candidate, build_candidates
-from memcore.search.tokenize import (
+from memcore.core.tokenize import (
     CommonCounts,
     anchor_terms,
     anchored_expression,
@@ -18,7 +16,9 @@ from memcore.search.tokenize import (
     ranked_terms,
     segment,
 )
-from memcore.search.vectors import VectorIndex, decode_vector, encode_vector, top_k
+from memcore.core.vectors import VectorIndex, decode_vector, encode_vector, top_k
+from memcore.search import fusion
+from memcore.search.fusion import Candidate, build_candidates
 
 
 def test_vector_blob_round_trip_is_little_endian_float32() -> None:
@@ -186,8 +186,8 @@ def test_unknown_chinese_names_also_match_by_character() -> None:
 
 
 def test_relevant_memories_block_shortens_long_text_and_cites_lines() -> None:
-    from memcore.models import Hit
-    from memcore.prompt import relevant_memories
+    from memcore.core.models import Hit
+    from memcore.search.context import relevant_memories
 
     long = "word " * 300
     hits = [

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from memcore.app import open_service
-from memcore.models import FileFailure, IndexReport, SearchFilters
+from memcore.compose import open_service
+from memcore.core.models import FileFailure, IndexReport, SearchFilters
+from memcore.core.settings import Settings, load_settings
 from memcore.service import MemoryService
-from memcore.settings import Settings, load_settings
 from tests.conftest import make_service
 from tests.support import Crash, FakeEmbedder, write
 
@@ -404,7 +404,7 @@ def test_sample_vault_render_engine_ranks_dx12_first(tmp_path: Path) -> None:
     import asyncio
     import shutil
 
-    from memcore.app import open_service
+    from memcore.compose import open_service
     from tests.conftest import SAMPLE_VAULT
 
     vault = tmp_path / "sample"

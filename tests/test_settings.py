@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from memcore.errors import ConfigError, VaultNotFound
-from memcore.settings import load_settings, resolve_vault
+from memcore.core.errors import ConfigError, VaultNotFound
+from memcore.core.settings import load_settings, resolve_vault
 
 
 def test_defaults(vault: Path) -> None:

@@ -8,12 +8,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from memcore.chunker import chunk_markdown
-from memcore.errors import StorageBusy, StorageError
-from memcore.models import FileState, SearchFilters
+from memcore.core.errors import StorageBusy, StorageError
+from memcore.core.models import FileState, SearchFilters
 from memcore.storage.migrations import load_migrations
-from memcore.storage.sqlite import SqliteStore
-from memcore.storage.sqlite_queries import embedded_hashes_sql
+from memcore.storage.sqlite.queries import embedded_hashes_sql
+from memcore.storage.sqlite.store import SqliteStore
+from memcore.vault.chunker import chunk_markdown
 
 
 async def test_migrations_run_once_are_recorded_and_use_wal(tmp_path: Path) -> None:
@@ -106,7 +106,7 @@ async def test_vectors_are_little_endian_float32_blobs(tmp_path: Path) -> None:
 async def test_when_every_word_is_common_chunks_holding_them_all_are_ranked_first(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from memcore.storage import sqlite_queries
+    from memcore.storage.sqlite import queries as sqlite_queries
 
     monkeypatch.setattr(sqlite_queries, "ANCHOR_CAP", 20)  # both words are "common" here
     async with SqliteStore(tmp_path / "index.db") as store:
@@ -164,7 +164,7 @@ async def test_word_counts_are_exact_under_the_cap_and_estimated_past_it(
 async def test_with_three_common_words_chunks_holding_two_of_them_come_first(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from memcore.storage import sqlite_queries
+    from memcore.storage.sqlite import queries as sqlite_queries
 
     monkeypatch.setattr(sqlite_queries, "ANCHOR_CAP", 20)
     async with SqliteStore(tmp_path / "index.db") as store:
@@ -185,7 +185,7 @@ async def test_with_three_common_words_chunks_holding_two_of_them_come_first(
 async def test_a_word_too_common_to_weigh_leaves_the_rare_words_ranking(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from memcore.storage import sqlite_queries
+    from memcore.storage.sqlite import queries as sqlite_queries
 
     async with SqliteStore(tmp_path / "index.db") as store:
         files = [(f"memory/n{i}.md", f"# N{i}\n\ncommon filler {i}\n") for i in range(120)]

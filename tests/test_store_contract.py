@@ -12,11 +12,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from memcore.chunker import chunk_markdown
-from memcore.errors import StorageError
-from memcore.models import FileState, SearchFilters, SkippedFile
+from memcore.core.errors import StorageError
+from memcore.core.models import FileState, SearchFilters, SkippedFile
 from memcore.storage.base import IndexWriter, Store, Vector
-from memcore.storage.sqlite import SqliteStore
+from memcore.storage.sqlite.store import SqliteStore
+from memcore.vault.chunker import chunk_markdown
 
 OpenStore = Callable[[], AbstractAsyncContextManager[Store]]
 M = "test:model"
@@ -34,7 +34,7 @@ def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> OpenStore:
 
         @asynccontextmanager
         async def pg_opener() -> AsyncIterator[Store]:
-            from memcore.storage.postgres import PostgresStore
+            from memcore.storage.postgres.store import PostgresStore
 
             async with PostgresStore(url, namespace) as store:
                 yield store
@@ -319,7 +319,8 @@ async def test_stored_files_give_back_what_was_written(open_store: OpenStore) ->
 async def test_keyword_search_ranks_only_chunks_with_rare_words_and_fills_up_when_short(
     open_store: OpenStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from memcore.storage import postgres_queries, sqlite_queries
+    from memcore.storage.postgres import queries as postgres_queries
+    from memcore.storage.sqlite import queries as sqlite_queries
 
     for module in (sqlite_queries, postgres_queries):
         monkeypatch.setattr(module, "ANCHOR_CAP", 50)  # "common" at 120 chunks is common

@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 from fsrs import Card, Rating, Scheduler
 
-from memcore.errors import InputError, NotFound
-from memcore.recall import REVIEWS_PATH
+from memcore.core.errors import InputError, NotFound
+from memcore.core.settings import Settings, load_settings
+from memcore.search.recall import REVIEWS_PATH
+from memcore.search.strength import card_of, strength_of, tier_of, weigh
 from memcore.service import MemoryService
-from memcore.settings import Settings, load_settings
-from memcore.strength import card_of, strength_of, tier_of, weigh
 from tests.conftest import make_service
 from tests.support import FakeEmbedder, write
 

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import httpx
 
-from memcore.recall import REVIEWS_PATH
+from memcore.core.settings import Settings, StrengthSettings
+from memcore.search.recall import REVIEWS_PATH
 from memcore.service import MemoryService
-from memcore.settings import Settings, StrengthSettings
 from tests.conftest import make_service
 from tests.support import FakeEmbedder, write
 from tests.test_cli import cli
@@ -100,7 +100,7 @@ async def test_reviews_from_many_tasks_and_a_second_process_are_all_counted(
         (mem,) = await svc.memories.add("The VPN endpoint is vpn2", category="ops")
         other = (
             "import asyncio, sys\n"
-            "from memcore.recall import ReviewLog\n"
+            "from memcore.search.recall import ReviewLog\n"
             "from pathlib import Path\n"
             "async def main():\n"
             "    log = ReviewLog(Path(sys.argv[1]))\n"

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from memcore.errors import VaultError
-from memcore.vault import could_hold_memory, is_memory_path, read_memory_file, scan_vault
+from memcore.core.errors import VaultError
+from memcore.vault.files import could_hold_memory, is_memory_path, read_memory_file, scan_vault
 from tests.support import write
 
 INCLUDE = ("MEMORY.md", "memory.md", "memory/**/*.md")

@@ -21,10 +21,10 @@ from pathlib import Path
 import pytest
 from watchdog.observers import Observer
 
-from memcore.daemon import Daemon, daemon_status
-from memcore.errors import DaemonError
+from memcore.core.errors import DaemonError
+from memcore.core.settings import Settings, WatchSettings, load_settings
+from memcore.fronts.daemon import Daemon, daemon_status
 from memcore.service import MemoryService
-from memcore.settings import Settings, WatchSettings, load_settings
 from tests.conftest import make_service
 from tests.support import FakeEmbedder, write
 

@@ -12,8 +12,8 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 
-from memcore.errors import ConfigError, InputError, MemcoreError, VaultNotFound
-from memcore.settings import Settings, load_settings
+from memcore.core.errors import ConfigError, InputError, MemcoreError, VaultNotFound
+from memcore.core.settings import Settings, load_settings
 
 T = TypeVar("T")
 
@@ -43,7 +43,7 @@ GLOBAL_FLAGS = frozenset({"--verbose", "-v"})
 
 def _version(value: bool) -> None:
     if value:
-        from memcore import __version__
+        from memcore.core.version import __version__
 
         typer.echo(f"memcore {__version__}")
         raise typer.Exit()

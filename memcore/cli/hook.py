@@ -6,9 +6,9 @@ from typing import Annotated
 
 import typer
 
-from memcore import githook
-from memcore.app import open_service
 from memcore.cli import app, run, settings_of
+from memcore.compose import open_service
+from memcore.vault import githook
 
 hook_app = typer.Typer(help="The git post-commit hook.", no_args_is_help=True)
 app.add_typer(hook_app, name="hook")

@@ -13,11 +13,11 @@ import typer
 if TYPE_CHECKING:
     from rich.progress import Progress, TaskID
 
-from memcore.app import ensure_state_dir, index_exists, open_service
 from memcore.cli import app, fail, run, settings_of
-from memcore.daemon import daemon_status
-from memcore.models import IndexReport, plural
-from memcore.settings import VAULT_CONFIG, load_settings
+from memcore.compose import ensure_state_dir, index_exists, open_service
+from memcore.core.models import IndexReport, plural
+from memcore.core.settings import VAULT_CONFIG, load_settings
+from memcore.fronts.daemon import daemon_status
 
 MEMORY_TEMPLATE = """# Memory
 
@@ -147,9 +147,9 @@ def migrate(
 ) -> None:
     """Copy this vault's index to PostgreSQL or a SQLite file, vectors included (nothing is
     embedded again). Then point storage.url (or storage.db) at the copy."""
-    from memcore.app import build_store
-    from memcore.migrate import copy_index
-    from memcore.settings import is_postgres_url
+    from memcore.compose import build_store
+    from memcore.core.settings import is_postgres_url
+    from memcore.index.migrate import copy_index
 
     where: dict[str, object] = {"storage.url": to, "storage.db": ""}
     if not is_postgres_url(to):

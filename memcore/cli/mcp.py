@@ -7,8 +7,8 @@ import logging
 
 import typer
 
-from memcore.app import open_service
 from memcore.cli import app, run, settings_of
+from memcore.compose import open_service
 
 log = logging.getLogger(__name__)
 
@@ -17,7 +17,7 @@ log = logging.getLogger(__name__)
 def mcp_command(ctx: typer.Context) -> None:
     """Serve memory tools over MCP on stdin/stdout (the vault is indexed in the background
     first; run `memcore watch` beside it to follow later edits)."""
-    from memcore.mcp_server import build_mcp  # the MCP SDK takes 0.5 s to import: only here
+    from memcore.fronts.mcp import build_mcp  # the MCP SDK takes 0.5 s to import: only here
 
     async def job() -> None:
         async with open_service(settings_of(ctx)) as service:

@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from memcore.app import open_service
 from memcore.cli import app, fail, run, settings_of
-from memcore.models import MemoryRecord
+from memcore.compose import open_service
+from memcore.core.models import MemoryRecord
 
 if TYPE_CHECKING:
     from memcore.service import MemoryService

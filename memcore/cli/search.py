@@ -11,14 +11,14 @@ from typing import Annotated, Any
 
 import typer
 
-from memcore import remote
-from memcore.app import open_service
 from memcore.cli import app, fail, run, settings_of
-from memcore.daemon import daemon_status
-from memcore.errors import MemcoreError
-from memcore.models import SearchFilters, SearchResult
-from memcore.search.tokenize import has_words
-from memcore.settings import FUSIONS, SearchSettings, Settings, embedder_signature
+from memcore.compose import open_service
+from memcore.core.errors import MemcoreError
+from memcore.core.models import SearchFilters, SearchResult
+from memcore.core.settings import FUSIONS, SearchSettings, Settings, embedder_signature
+from memcore.core.tokenize import has_words
+from memcore.fronts import remote
+from memcore.fronts.daemon import daemon_status
 
 
 def _iso_date(value: str | None, name: str) -> str | None:

@@ -7,12 +7,12 @@ from typing import Annotated
 
 import typer
 
-from memcore.app import open_service
 from memcore.cli import app, fail, run, settings_of
 from memcore.cli.watch import _configure_logging
-from memcore.daemon import Daemon, install_signal_handlers
-from memcore.errors import InputError
-from memcore.memories import check_name
+from memcore.compose import open_service
+from memcore.core.errors import InputError
+from memcore.fronts.daemon import Daemon, install_signal_handlers
+from memcore.vault.memory_format import check_name
 
 
 @app.command(name="serve")
@@ -36,7 +36,7 @@ def serve_command(
     ] = None,
 ) -> None:
     """Serve the HTTP API on 127.0.0.1 (another address needs --token) and watch the vault."""
-    from memcore.server import check_binding, serve  # uvicorn, starlette, mcp: only here
+    from memcore.fronts.serve import check_binding, serve  # uvicorn, starlette, mcp: only here
 
     _configure_logging(ctx.obj.verbose, False)
 

@@ -19,10 +19,10 @@ from xml.sax.saxutils import escape as xml_escape
 
 import typer
 
-from memcore.app import ensure_state_dir, open_service
 from memcore.cli import app, fail, run, settings_of
-from memcore.daemon import Daemon, daemon_status, install_signal_handlers
-from memcore.settings import Settings, user_config_dir
+from memcore.compose import ensure_state_dir, open_service
+from memcore.core.settings import Settings, user_config_dir
+from memcore.fronts.daemon import Daemon, daemon_status, install_signal_handlers
 
 
 class _JsonFormatter(logging.Formatter):
@@ -75,7 +75,7 @@ def watch(
         async with open_service(settings) as service:
             daemon = Daemon(settings, service, asyncio.Event(), force_polling=poll)
             install_signal_handlers(daemon.stop)
-            from memcore.server import serve_socket  # answers one-shot CLI searches
+            from memcore.fronts.serve import serve_socket  # answers one-shot CLI searches
 
             answering = asyncio.create_task(serve_socket(service, daemon))
             try:

@@ -11,7 +11,7 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
-from memcore.errors import EmbedderUnavailable
+from memcore.core.errors import EmbedderUnavailable
 
 log = logging.getLogger(__name__)
 

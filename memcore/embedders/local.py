@@ -17,8 +17,8 @@ import numpy as np
 import numpy.typing as npt
 from tokenizers import Tokenizer
 
-from memcore.errors import EmbedderError
-from memcore.search.vectors import normalize_rows
+from memcore.core.errors import EmbedderError
+from memcore.core.vectors import normalize_rows
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
 Matrix = npt.NDArray[np.float32]

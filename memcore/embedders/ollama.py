@@ -9,8 +9,8 @@ import numpy as np
 import numpy.typing as npt
 import ollama
 
-from memcore.errors import EmbedderError, EmbedderUnavailable
-from memcore.search.vectors import normalize_rows
+from memcore.core.errors import EmbedderError, EmbedderUnavailable
+from memcore.core.vectors import normalize_rows
 
 _TRANSIENT_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504})
 

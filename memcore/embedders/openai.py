@@ -8,8 +8,8 @@ import numpy as np
 import numpy.typing as npt
 import openai
 
-from memcore.errors import EmbedderError, EmbedderUnavailable
-from memcore.search.vectors import normalize_rows
+from memcore.core.errors import EmbedderError, EmbedderUnavailable
+from memcore.core.vectors import normalize_rows
 
 
 class OpenAIEmbedder:

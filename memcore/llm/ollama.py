@@ -7,7 +7,7 @@ from typing import Any
 
 import ollama
 
-from memcore.errors import LLMError
+from memcore.core.errors import LLMError
 
 
 class OllamaLLM:

@@ -6,7 +6,7 @@ from typing import Any
 
 import openai
 
-from memcore.errors import LLMError
+from memcore.core.errors import LLMError
 from memcore.llm.ollama import _object
 
 

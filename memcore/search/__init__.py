@@ -1,1 +1,3 @@
-"""Pure search maths: vector storage and top-k, score fusion, full-text tokenisation."""
+"""Answering a query: the searcher, score fusion (pure), the context block, and memory strength
+(FSRS-6).
+"""

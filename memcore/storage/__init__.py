@@ -1,1 +1,3 @@
-"""Storage port and adapters: the index database."""
+"""The index database: the Store port, its SQLite and PostgreSQL adapters, schema migrations and
+the in-process ANN graph.
+"""

@@ -18,7 +18,7 @@ from typing import Protocol, Self
 import numpy as np
 import numpy.typing as npt
 
-from memcore.models import (
+from memcore.core.models import (
     Chunk,
     FileState,
     MemoryQuery,

@@ -11,8 +11,8 @@ import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from memcore.errors import InputError
-from memcore.models import MemoryQuery, SearchFilters
+from memcore.core.errors import InputError
+from memcore.core.models import MemoryQuery, SearchFilters
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from memcore.errors import StorageError
+from memcore.core.errors import StorageError
 
 _NAME = re.compile(r"^(\d{4})_([\w-]+)\.sql$")
 

@@ -11,7 +11,7 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from memcore.models import Chunk, FileState, MemoryRecord
+from memcore.core.models import Chunk, FileState, MemoryRecord
 from memcore.storage.base import ChunkRow, StoredFile, Vector
 
 # Columns of the old rows of a file that replace_file compares (chunk_index first at 2).

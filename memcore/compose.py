@@ -1,0 +1,164 @@
+"""Composition root: the only place that picks concrete adapters for the ports.
+
+It imports the service and its adapters only when it builds them, so a command that never
+opens the index (``--version``, a search answered by the running daemon) starts fast.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING
+
+from memcore.core.errors import ConfigError, VaultError
+from memcore.core.settings import Settings
+from memcore.embedders.prefixes import task_prefixes
+
+if TYPE_CHECKING:
+    from memcore.embedders.base import Embedder
+    from memcore.llm.base import LLM
+    from memcore.service import MemoryService
+    from memcore.storage.base import Store
+
+
+def build_embedder(settings: Settings) -> Embedder:
+    e = settings.embedder
+    if e.provider == "local":
+        from memcore.embedders.local import OnnxMiniLMEmbedder
+
+        return OnnxMiniLMEmbedder(batch_size=e.batch_size, threads=e.threads)
+    if e.provider == "static":
+        from memcore.embedders.local import StaticMiniLMEmbedder
+
+        return StaticMiniLMEmbedder(batch_size=max(e.batch_size, 256), threads=e.threads)
+    if e.provider == "ollama":
+        from memcore.embedders.ollama import OllamaEmbedder
+
+        o = settings.ollama
+        return OllamaEmbedder(o.host, o.model, o.timeout, o.concurrency, o.batch_size, o.keep_alive)
+    from memcore.embedders.openai import OpenAIEmbedder
+
+    oa = settings.openai
+    api_key = os.environ.get(oa.api_key_env)
+    if not api_key and not oa.base_url:
+        raise ConfigError(
+            f"the openai embedder needs an API key: set {oa.api_key_env} "
+            "(openai.api_key_env names another variable)"
+        )
+    return OpenAIEmbedder(
+        model=oa.model,
+        api_key=api_key,
+        base_url=oa.base_url,
+        dimensions=oa.dimensions,
+        timeout=oa.timeout,
+        concurrency=oa.concurrency,
+        batch_size=oa.batch_size,
+    )
+
+
+def build_llm(settings: Settings) -> LLM | None:
+    """The chat model for infer=True, or None when llm.provider is not set."""
+    s = settings.llm
+    if s.provider == "ollama":
+        from memcore.llm.ollama import OllamaLLM
+
+        return OllamaLLM(s.host, s.model or "llama3.1", s.timeout)
+    if s.provider == "openai":
+        from memcore.llm.openai import OpenAILLM
+
+        key = os.environ.get(s.api_key_env)
+        if not key and not s.base_url:
+            raise ConfigError(f"llm.provider = openai needs an API key: set {s.api_key_env}")
+        return OpenAILLM(s.model or "gpt-4o-mini", key or "not-needed", s.base_url, s.timeout)
+    return None
+
+
+def build_store(settings: Settings) -> Store:
+    if settings.database_url:
+        try:
+            from memcore.storage.postgres.store import PostgresStore
+        except ImportError as exc:
+            raise ConfigError(
+                "storage.url is a PostgreSQL database: pip install 'memcore[postgres]'"
+            ) from exc
+        return PostgresStore(
+            settings.database_url,
+            settings.namespace,
+            busy_timeout_s=settings.storage.busy_timeout_s,
+        )
+    from memcore.storage.sqlite.store import SqliteStore
+
+    return SqliteStore(
+        settings.db_path,
+        busy_timeout_s=settings.storage.busy_timeout_s,
+        ann_min_vectors=settings.storage.ann_min_vectors,
+        reader_cache_mb=settings.storage.cache_mb,
+    )
+
+
+def embedder_prefixes(settings: Settings) -> tuple[str, str]:
+    """The (query, document) task prefixes of the configured server model (none in-process)."""
+    if settings.embedder.provider == "ollama":
+        o = settings.ollama
+        return task_prefixes(o.model, o.query_prefix, o.document_prefix)
+    if settings.embedder.provider == "openai":
+        oa = settings.openai
+        return task_prefixes(oa.model, oa.query_prefix, oa.document_prefix)
+    return "", ""
+
+
+def build_service(settings: Settings, embedder: Embedder | None = None) -> MemoryService:
+    """Wire a service for these settings (no I/O until it is entered)."""
+    from memcore.embedders.base import EmbeddingRunner
+    from memcore.service import MemoryService
+
+    query_prefix, document_prefix = embedder_prefixes(settings)
+    runner = EmbeddingRunner(
+        embedder or build_embedder(settings),
+        retries=settings.embedder.retries,
+        query_prefix=query_prefix,
+        document_prefix=document_prefix,
+    )
+    return MemoryService(settings, build_store(settings), runner, build_llm(settings))
+
+
+def ensure_state_dir(settings: Settings, *, daemon: bool = False) -> None:
+    """Create <vault>/.memcore, which ignores itself in git. With the index elsewhere (a
+    --db file or PostgreSQL) only a daemon needs it, for its lock, socket and log."""
+    if not settings.vault.is_dir():
+        raise VaultError(f"vault folder {settings.vault} does not exist")
+    if settings.storage.db and not settings.state_dir.exists() and not daemon:
+        return  # the index lives elsewhere; leave a read-only vault untouched
+    try:
+        settings.state_dir.mkdir(exist_ok=True)
+        ignore = settings.state_dir / ".gitignore"
+        if not ignore.exists():
+            ignore.write_text(
+                "# memcore's index: rebuilt from the Markdown with `memcore reindex`\n*\n"
+            )
+    except OSError as exc:
+        raise VaultError(
+            f"cannot create {settings.state_dir} ({exc.strerror}); "
+            "use --db to keep the index elsewhere"
+        ) from exc
+
+
+def index_exists(settings: Settings) -> bool:
+    """Whether there is an index to read (a PostgreSQL database is asked when opened)."""
+    return bool(settings.database_url) or settings.db_path.is_file()
+
+
+@asynccontextmanager
+async def open_service(
+    settings: Settings, embedder: Embedder | None = None, *, create: bool = True
+) -> AsyncIterator[MemoryService]:
+    """Open the vault's service. ``create=False`` (read-only callers: search, status) refuses
+    to create an index that is not there yet instead of leaving an empty one behind."""
+    if not create and not index_exists(settings):
+        raise VaultError(
+            f"no index yet at {settings.db_path}; run `memcore index` or `memcore watch` first"
+        )
+    ensure_state_dir(settings)
+    async with build_service(settings, embedder) as service:
+        yield service

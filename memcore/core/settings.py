@@ -1,0 +1,502 @@
+"""Settings and load_settings: defaults < user config < vault memcore.toml < MEMCORE_* env < flags.
+
+This is the only module that reads configuration files or environment variables.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import re
+import tomllib
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, get_type_hints
+
+from memcore.core.errors import ConfigError, VaultNotFound
+
+VAULT_CONFIG = "memcore.toml"
+PROVIDERS = ("local", "static", "ollama", "openai")
+SPLITS = ("window", "paragraph")
+FUSIONS = ("adaptive", "weighted", "rrf", "linear", "vector", "keyword")
+
+
+@dataclass(frozen=True, slots=True)
+class IndexSettings:
+    include: tuple[str, ...] = ("MEMORY.md", "memory.md", "memory/**/*.md")
+    exclude: tuple[str, ...] = ()
+    max_file_bytes: int = 4_000_000
+    # 200/25 rather than the design's 400/50: the default model reads 256 word pieces, and
+    # smaller windows measured better on evidence within a prompt budget (README, Quality).
+    chunk_tokens: int = 200
+    overlap_tokens: int = 25
+    chars_per_token: int = 4
+    split: str = "window"
+
+
+@dataclass(frozen=True, slots=True)
+class EmbedderSettings:
+    provider: str = "local"
+    batch_size: int = 32
+    concurrency: int = 2
+    retries: int = 3
+    threads: int = 0  # in-process models: 0 = one per core
+
+
+@dataclass(frozen=True, slots=True)
+class OllamaSettings:
+    host: str = "http://127.0.0.1:11434"
+    model: str = "nomic-embed-text"
+    timeout: float = 60.0
+    concurrency: int = 4
+    batch_size: int = 32
+    keep_alive: str = "10m"
+    # "auto" = the model's documented task prefix (nomic-embed-text: "search_query: "), "" = none
+    query_prefix: str = "auto"
+    document_prefix: str = "auto"
+
+
+@dataclass(frozen=True, slots=True)
+class OpenAISettings:
+    base_url: str = ""  # empty = the library's default (api.openai.com)
+    model: str = "text-embedding-3-small"
+    dimensions: int = 0  # 0 = the model's native size
+    api_key_env: str = "OPENAI_API_KEY"
+    timeout: float = 60.0
+    concurrency: int = 4
+    batch_size: int = 64
+    query_prefix: str = "auto"  # as for ollama; OpenAI's own models want none
+    document_prefix: str = "auto"
+
+
+@dataclass(frozen=True, slots=True)
+class SearchSettings:
+    fusion: str = "adaptive"
+    limit: int = 5
+    candidates: int = 4  # vector and keyword lists are each limit x candidates long
+    min_score: float = 0.0
+    keyword_weight: float = 0.3
+    rrf_k: int = 60
+    recency_weight: float = 0.0  # date boost; 0 = off (measured: no gain on the eval sets)
+    recency_half_life_days: float = 30.0
+    cache_size: int = 1000  # L1 cache of recent results (seed 001); 0 = off
+
+
+@dataclass(frozen=True, slots=True)
+class StrengthSettings:
+    """FSRS-6 memory strength (strength.py): how it ranks and when memories are forgotten."""
+
+    weight: float = 0.0  # share of a score that retrievability scales; 0 = off (see Quality)
+    forget_below: float = 0.0  # the daemon archives decaying memories below this; 0 = off
+    forget_interval_s: float = 3600.0  # how often the daemon looks
+
+
+@dataclass(frozen=True, slots=True)
+class StorageSettings:
+    db: str = ""  # empty = <vault>/.memcore/index.db; a postgresql:// URL here means url
+    url: str = ""  # postgresql://user@host/db: the index lives in PostgreSQL (pgvector)
+    # Whose rows these are in a shared PostgreSQL database: vaults with different namespaces
+    # never see each other's chunks or memories. Empty = one derived from the vault's path; set
+    # the same name on every machine that shares one vault.
+    namespace: str = ""
+    busy_timeout_s: float = 10.0  # how long a write waits for another process's transaction
+    # From this many vectors of one model, vector search uses an HNSW graph saved beside the
+    # index (recall@10 vs exact >= 0.98, see bench/search.py); below it, the exact matrix.
+    ann_min_vectors: int = 50_000
+    # SQLite page cache of each search connection (up to 3), filled only as pages are read
+    cache_mb: int = 128
+
+
+@dataclass(frozen=True, slots=True)
+class WatchSettings:
+    debounce_ms: int = 250
+    max_delay_ms: int = 2000
+    poll_interval_s: float = 2.0
+    retry_pending_s: float = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class LLMSettings:
+    """The chat model `add(..., infer=True)` uses to extract and reconcile facts."""
+
+    provider: str = ""  # "" = none; ollama or openai
+    model: str = ""  # default: llama3.1 (ollama), gpt-4o-mini (openai)
+    host: str = "http://127.0.0.1:11434"  # ollama
+    base_url: str = ""  # openai-compatible servers; empty = api.openai.com
+    api_key_env: str = "OPENAI_API_KEY"
+    timeout: float = 120.0
+
+
+@dataclass(frozen=True, slots=True)
+class HookSettings:
+    markers: tuple[str, ...] = ("[Memory]",)  # a commit message with one of these is a memory
+    file: str = "MEMORY.md"  # where the git hook writes its summaries
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    vault: Path
+    index: IndexSettings = field(default_factory=IndexSettings)
+    embedder: EmbedderSettings = field(default_factory=EmbedderSettings)
+    ollama: OllamaSettings = field(default_factory=OllamaSettings)
+    openai: OpenAISettings = field(default_factory=OpenAISettings)
+    search: SearchSettings = field(default_factory=SearchSettings)
+    strength: StrengthSettings = field(default_factory=StrengthSettings)
+    storage: StorageSettings = field(default_factory=StorageSettings)
+    watch: WatchSettings = field(default_factory=WatchSettings)
+    hook: HookSettings = field(default_factory=HookSettings)
+    llm: LLMSettings = field(default_factory=LLMSettings)
+
+    @property
+    def state_dir(self) -> Path:
+        return self.vault / ".memcore"
+
+    @property
+    def database_url(self) -> str:
+        """The PostgreSQL URL when the index lives there, else ""."""
+        if self.storage.url:
+            return self.storage.url
+        return self.storage.db if is_postgres_url(self.storage.db) else ""
+
+    @property
+    def namespace(self) -> str:
+        if self.storage.namespace:
+            return self.storage.namespace
+        digest = hashlib.sha256(str(self.vault.resolve()).encode()).hexdigest()[:16]
+        return f"{self.vault.name[:40]}-{digest}"
+
+    @property
+    def index_location(self) -> str:
+        """Which index these settings read, as text (no password): two processes with the same
+        location share one index."""
+        if self.database_url:
+            return f"{redact_url(self.database_url)}#{self.namespace}"
+        return str(self.db_path)
+
+    @property
+    def db_path(self) -> Path:
+        if self.storage.db:
+            return Path(self.storage.db).expanduser().resolve()
+        return self.state_dir / "index.db"
+
+
+def redact_url(url: str) -> str:
+    """A database URL without its password."""
+    return re.sub(r"(://[^:/@]*):[^@]*@", r"\1@", url)
+
+
+def is_postgres_url(value: str) -> bool:
+    return value.startswith(("postgresql://", "postgres://"))
+
+
+def embedder_signature(s: Settings) -> str:
+    """Which vector space a configuration searches in, as text: two processes with the same
+    signature and database give the same answers (the CLI asks the daemon only then)."""
+    e = s.embedder.provider
+    if e == "ollama":
+        o = s.ollama
+        return f"ollama:{o.model}|{o.query_prefix}|{o.document_prefix}|{o.host}"
+    if e == "openai":
+        a = s.openai
+        return f"openai:{a.model}@{a.dimensions}|{a.query_prefix}|{a.document_prefix}|{a.base_url}"
+    return e
+
+
+SECTIONS: dict[str, type[Any]] = {
+    name: hint for name, hint in get_type_hints(Settings).items() if name != "vault"
+}
+
+# A vault's own memcore.toml travels with the vault (git clone); it must not be able to send
+# memory to another endpoint, read another key, or move the database.
+_NAMESPACE = re.compile(r"[A-Za-z0-9._-]{1,64}")
+VAULT_FORBIDDEN = frozenset(
+    {"ollama.host", "openai.base_url", "openai.api_key_env", "storage.db", "storage.url",
+     "storage.namespace", "llm.host", "llm.base_url", "llm.api_key_env"}
+)  # fmt: skip
+LLM_PROVIDERS = ("", "ollama", "openai")
+VAULT_PROVIDERS = ("local", "static", "ollama")
+
+ENV_ALIASES = {"MEMCORE_DB": "storage.db", "MEMCORE_EMBEDDER": "embedder.provider"}
+ENV_SPECIAL = frozenset({"MEMCORE_VAULT", "MEMCORE_CONFIG", "MEMCORE_TOKEN"})
+
+
+def user_config_dir(env: Mapping[str, str] | None = None) -> Path:
+    """$XDG_CONFIG_HOME, else ~/.config (where user config and service units live)."""
+    env = os.environ if env is None else env
+    if env.get("XDG_CONFIG_HOME"):
+        return Path(env["XDG_CONFIG_HOME"]).expanduser()
+    return Path(env.get("HOME") or Path.home()).expanduser() / ".config"
+
+
+def user_config_path(env: Mapping[str, str]) -> Path:
+    if env.get("MEMCORE_CONFIG"):
+        path = Path(env["MEMCORE_CONFIG"]).expanduser()
+        if not path.is_file():
+            raise ConfigError(f"MEMCORE_CONFIG names {path}, which is not a file")
+        return path
+    return user_config_dir(env) / "memcore" / "config.toml"
+
+
+# What makes a folder a vault, as .git makes a repository.
+VAULT_MARKERS = (VAULT_CONFIG, ".memcore", "MEMORY.md", "memory.md")
+
+
+def find_vault(start: Path) -> Path | None:
+    """The nearest folder at or above ``start`` holding a vault marker, or None."""
+    for folder in (start, *start.parents):
+        if any((folder / marker).exists() for marker in VAULT_MARKERS):
+            return folder
+    return None
+
+
+def resolve_vault(flag: str | Path | None, env: Mapping[str, str], cwd: Path | None = None) -> Path:
+    """The vault: ``flag``, else $MEMCORE_VAULT (either must be a folder), else the nearest
+    folder at or above the current one with memcore.toml, .memcore/ or MEMORY.md.
+    Raises VaultNotFound."""
+    raw = flag or env.get("MEMCORE_VAULT")
+    if raw:
+        path = Path(raw).expanduser().resolve()
+        if not path.exists():
+            raise VaultNotFound(f"vault folder {path} does not exist")
+        if not path.is_dir():
+            raise VaultNotFound(f"{path} is a file, not a vault folder")
+        return path
+    here = (cwd or Path.cwd()).resolve()
+    found = find_vault(here)
+    if found is None:
+        raise VaultNotFound(
+            f"no vault in {here} or any folder above it (none has memcore.toml, .memcore/ or "
+            "MEMORY.md); run `memcore init` or pass --vault DIR"
+        )
+    return found
+
+
+def load_settings(
+    vault: str | Path | None = None,
+    overrides: Mapping[str, object] | None = None,
+    env: Mapping[str, str] | None = None,
+) -> Settings:
+    """Build Settings for a vault. Raises ConfigError naming the bad file, key or value, and
+    VaultNotFound when there is no vault (see resolve_vault)."""
+    env = os.environ if env is None else env
+    found = _Values()
+    user_file = user_config_path(env)
+    if user_file.is_file():
+        found.merge_file(_read_toml(user_file), str(user_file), forbidden=frozenset())
+    root = resolve_vault(vault, env)
+    vault_file = root / VAULT_CONFIG
+    if vault_file.is_file():
+        found.merge_file(_read_toml(vault_file), str(vault_file), forbidden=VAULT_FORBIDDEN)
+        provider = found.values["embedder"].get("provider")
+        if provider in PROVIDERS and provider not in VAULT_PROVIDERS:
+            raise ConfigError(
+                f"{vault_file}: embedder.provider = {provider!r} sends memory off this machine; "
+                "set it in your user config, MEMCORE_EMBEDDER or --embedder instead"
+            )
+        if found.values["llm"].get("provider") == "openai":
+            raise ConfigError(
+                f"{vault_file}: llm.provider = 'openai' sends memory off this machine; "
+                "set it in your user config or MEMCORE_LLM_PROVIDER instead"
+            )
+    for dotted, (name, raw) in _env_values(env).items():
+        found.set(dotted, raw, name)
+    for dotted, value in (overrides or {}).items():
+        if value is not None:
+            found.set(dotted, value, "command line")
+    sections = {name: found.build(name) for name in SECTIONS}
+    settings = Settings(vault=root, **sections)
+    for message in _problems(settings):
+        key = message.partition(":")[0]
+        origin = found.origins.get(key)
+        raise ConfigError(f"{origin}: {message}" if origin else message)
+    return settings
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as fh:
+            return tomllib.load(fh)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from exc
+
+
+class _Values:
+    """Raw setting values by section, and where each came from (for error messages)."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, dict[str, object]] = {name: {} for name in SECTIONS}
+        self.origins: dict[str, str] = {}
+
+    def merge_file(self, data: Mapping[str, Any], origin: str, forbidden: frozenset[str]) -> None:
+        for section, table in data.items():
+            if not isinstance(table, dict):
+                owners = [n for n in SECTIONS if section in _keys(n)]
+                where = f"; did you mean [{owners[0]}] {section} = ...?" if owners else ""
+                raise ConfigError(f"{origin}: {section} must be inside a [section]{where}")
+            if section not in SECTIONS:
+                known = ", ".join(SECTIONS)
+                raise ConfigError(f"{origin}: unknown section [{section}] (known: {known})")
+            for key, value in table.items():
+                dotted = f"{section}.{key}"
+                if dotted in forbidden:
+                    raise ConfigError(
+                        f"{origin}: {dotted} may not be set in a vault's memcore.toml; "
+                        "use your user config or the environment"
+                    )
+                self.set(dotted, value, origin)
+
+    def set(self, dotted: str, value: object, origin: str) -> None:
+        section, _, key = dotted.partition(".")
+        if section not in SECTIONS:
+            raise ConfigError(f"{origin}: unknown setting {dotted}")
+        if key not in _keys(section):
+            hint = ", ".join(sorted(_keys(section)))
+            raise ConfigError(f"{origin}: unknown key {dotted} (known: {hint})")
+        self.values[section][key] = value
+        self.origins[dotted] = origin
+
+    def build(self, section: str) -> Any:
+        cls = SECTIONS[section]
+        hints = get_type_hints(cls)
+        kwargs = {}
+        for key, value in self.values[section].items():
+            dotted = f"{section}.{key}"
+            try:
+                kwargs[key] = _coerce(value, hints[key], dotted)
+            except ConfigError as exc:
+                raise ConfigError(f"{self.origins[dotted]}: {exc}") from exc
+        return cls(**kwargs)
+
+
+def _keys(section: str) -> set[str]:
+    return {f.name for f in dataclasses.fields(SECTIONS[section])}
+
+
+def _env_values(env: Mapping[str, str]) -> dict[str, tuple[str, str]]:
+    """dotted key -> (variable name, raw value) for every MEMCORE_* setting variable."""
+    out: dict[str, tuple[str, str]] = {}
+    for name, raw in env.items():
+        if not name.startswith("MEMCORE_") or name in ENV_SPECIAL:
+            continue
+        if name in ENV_ALIASES:
+            out[ENV_ALIASES[name]] = (name, raw)
+            continue
+        rest = name.removeprefix("MEMCORE_").lower()
+        section = next((s for s in SECTIONS if rest.startswith(s + "_")), None)
+        if section is None:
+            raise ConfigError(f"unknown environment variable {name}")
+        out[f"{section}.{rest.removeprefix(section + '_')}"] = (name, raw)
+    return out
+
+
+def _to_bool(value: object) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in ("1", "true", "yes", "on"):
+        return True
+    if isinstance(value, str) and value.lower() in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(value)
+
+
+def _to_int(value: object) -> int:
+    if isinstance(value, int | str) and not isinstance(value, bool):
+        return int(value)
+    raise ValueError(value)
+
+
+def _to_float(value: object) -> float:
+    if isinstance(value, int | float | str) and not isinstance(value, bool):
+        return float(value)
+    raise ValueError(value)
+
+
+def _to_str(value: object) -> str:
+    if isinstance(value, str | Path):
+        return str(value)
+    raise ValueError(value)
+
+
+def _to_str_tuple(value: object) -> tuple[str, ...]:
+    if isinstance(value, str) and value.strip().startswith("["):
+        value = json.loads(value)  # a JSON list, as in MEMCORE_INDEX_INCLUDE='["a.md"]'
+    if isinstance(value, str):
+        return tuple(p.strip() for p in value.split(",") if p.strip())
+    if isinstance(value, list | tuple) and all(isinstance(v, str) for v in value):
+        return tuple(value)
+    raise ValueError(value)
+
+
+_COERCE: dict[Any, Any] = {
+    bool: _to_bool,
+    int: _to_int,
+    float: _to_float,
+    str: _to_str,
+    tuple[str, ...]: _to_str_tuple,
+}
+
+
+def _coerce(value: object, hint: Any, name: str) -> object:
+    convert = _COERCE.get(hint)
+    if convert is None:
+        raise ConfigError(f"{name}: unsupported setting type")
+    try:
+        return convert(value)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{name}: invalid value {value!r}") from exc
+
+
+def _storage_problems(s: StorageSettings) -> Iterator[str]:
+    if s.url and not is_postgres_url(s.url):
+        yield "storage.url: must be a postgresql:// URL"
+    if s.namespace and not _NAMESPACE.fullmatch(s.namespace):
+        yield "storage.namespace: 1-64 letters, digits, '.', '_' or '-'"
+
+
+def _problems(s: Settings) -> Iterator[str]:
+    """Invalid values, each as "section.key: what is wrong"."""
+    choices = {
+        "embedder.provider": (s.embedder.provider, PROVIDERS),
+        "llm.provider": (s.llm.provider, LLM_PROVIDERS),
+        "index.split": (s.index.split, SPLITS),
+        "search.fusion": (s.search.fusion, FUSIONS),
+    }
+    for name, (value, allowed) in choices.items():
+        if value not in allowed:
+            hint = f" (did you mean {value.lower()!r}?)" if value.lower() in allowed else ""
+            yield f"{name}: {value!r} is not one of {', '.join(allowed)}{hint}"
+    positive = {
+        "index.chunk_tokens": s.index.chunk_tokens,
+        "index.chars_per_token": s.index.chars_per_token,
+        "index.max_file_bytes": s.index.max_file_bytes,
+        "embedder.batch_size": s.embedder.batch_size,
+        "embedder.concurrency": s.embedder.concurrency,
+        "ollama.concurrency": s.ollama.concurrency,
+        "openai.concurrency": s.openai.concurrency,
+        "search.limit": s.search.limit,
+        "search.candidates": s.search.candidates,
+        "search.recency_half_life_days": s.search.recency_half_life_days,
+        "storage.ann_min_vectors": s.storage.ann_min_vectors,
+        "storage.cache_mb": s.storage.cache_mb,
+    }
+    for name, number in positive.items():
+        if number <= 0:
+            yield f"{name}: must be positive, got {number}"
+    if not 0 <= s.strength.weight <= 1:
+        yield f"strength.weight: must be between 0 and 1, got {s.strength.weight}"
+    if not 0 <= s.strength.forget_below < 1:
+        yield f"strength.forget_below: must be >= 0 and below 1, got {s.strength.forget_below}"
+    if s.strength.forget_interval_s <= 0:
+        yield f"strength.forget_interval_s: must be positive, got {s.strength.forget_interval_s}"
+    yield from _storage_problems(s.storage)
+    if s.search.cache_size < 0:
+        yield f"search.cache_size: must be >= 0, got {s.search.cache_size}"
+    if s.search.recency_weight < 0:
+        yield f"search.recency_weight: must be >= 0, got {s.search.recency_weight}"
+    if not 0 <= s.index.overlap_tokens < s.index.chunk_tokens:
+        yield "index.overlap_tokens: must be >= 0 and below index.chunk_tokens"

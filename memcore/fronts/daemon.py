@@ -1,0 +1,359 @@
+"""The watch daemon: one per vault (a lock file), reconcile at start, then index every change.
+
+Runs as one asyncio TaskGroup: a flusher that indexes debounced paths, a retry loop that fills
+in vectors after the embedder comes back, and a wait on the stop event that SIGINT/SIGTERM set.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import fcntl
+import json
+import logging
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import IO, TYPE_CHECKING
+
+from memcore.core.errors import DaemonError
+from memcore.core.models import IndexReport
+from memcore.core.settings import Settings, embedder_signature
+from memcore.index.debounce import Debouncer
+
+if TYPE_CHECKING:  # `memcore status` reads daemon_status without loading these
+    from memcore.index.watcher import ObserverFactory, VaultWatcher
+    from memcore.service import MemoryService
+
+log = logging.getLogger("memcore.fronts.daemon")
+
+LOCK_NAME = "daemon.lock"
+STATUS_NAME = "daemon.json"
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+
+
+@contextlib.contextmanager
+def vault_lock(settings: Settings) -> Iterator[IO[str]]:
+    """Hold the vault's daemon lock; raises DaemonError naming the process that has it."""
+    settings.state_dir.mkdir(exist_ok=True)
+    path = settings.state_dir / LOCK_NAME
+    fh = path.open("a+", encoding="utf-8")
+    try:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        fh.seek(0)
+        holder = fh.read().strip() or "another process"
+        fh.close()
+        raise DaemonError(
+            f"another memcore watch (pid {holder}) is already watching {settings.vault}"
+        ) from None
+    fh.seek(0)
+    fh.truncate()
+    fh.write(str(os.getpid()))
+    fh.flush()
+    try:
+        yield fh
+    finally:
+        with contextlib.suppress(OSError):
+            (settings.state_dir / STATUS_NAME).unlink()
+        fcntl.flock(fh, fcntl.LOCK_UN)
+        fh.close()
+
+
+def daemon_status(settings: Settings) -> dict[str, object] | None:
+    """What the running daemon last reported, or None when no daemon holds the vault."""
+    lock = settings.state_dir / LOCK_NAME
+    if not lock.exists():
+        return None
+    with lock.open("r", encoding="utf-8") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            pass  # held: a daemon is running
+        else:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+            return None
+        pid = fh.read().strip()
+    try:
+        info = json.loads((settings.state_dir / STATUS_NAME).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        info = {}
+    return {"running": True, "pid": int(pid) if pid.isdigit() else None, **info}
+
+
+def _write_status(settings: Settings, info: dict[str, object]) -> None:
+    target = settings.state_dir / STATUS_NAME
+    tmp = target.with_suffix(".tmp")
+    tmp.write_text(json.dumps(info), encoding="utf-8")
+    os.replace(tmp, target)
+
+
+RETRY_BASE_S = 1.0
+RETRY_MAX_S = 300.0
+
+
+@dataclass(slots=True)
+class Retry:
+    """A path whose indexing failed for a reason that may pass (the index was busy)."""
+
+    attempts: int
+    reason: str
+
+    def to_dict(self) -> dict[str, object]:
+        return {"attempts": self.attempts, "reason": self.reason}
+
+
+@dataclass
+class Daemon:
+    """Keeps one vault's index current until ``stop`` is set."""
+
+    settings: Settings
+    service: MemoryService
+    stop: asyncio.Event = field(default_factory=asyncio.Event)
+    force_polling: bool = False
+    native_observer: ObserverFactory | None = None  # tests inject OS failures here
+    on_batch: Callable[[IndexReport], None] | None = None
+    debouncer: Debouncer = field(init=False)
+    started_at: str = field(default_factory=_now)
+    last_update: str | None = None
+    batches: int = 0
+    forgotten: int = 0  # memories the forget loop archived
+    warmed: bool = False
+    failing: dict[str, Retry] = field(default_factory=dict)  # path ("" = the vault) -> retry
+    locked: asyncio.Event = field(default_factory=asyncio.Event)  # set once the vault is ours
+    socket: str | None = None  # where a front-end answers searches for the CLI (see server.py)
+    _wake: asyncio.Event = field(default_factory=asyncio.Event)
+    _watcher: VaultWatcher | None = None
+    _inflight: asyncio.Task[IndexReport] | None = None
+
+    def __post_init__(self) -> None:
+        w = self.settings.watch
+        self.debouncer = Debouncer(w.debounce_ms / 1000, w.max_delay_ms / 1000)
+
+    # ---- events (on the loop) ----------------------------------------------------------------
+
+    def _on_path(self, path: str) -> None:
+        self.debouncer.add(path, time.monotonic())
+        self._wake.set()
+
+    def _on_rescan(self) -> None:
+        self.debouncer.add_rescan(time.monotonic())
+        self._wake.set()
+
+    # ---- main ------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Watch, catch up, and index until stopped. Holds the vault lock throughout.
+
+        The watcher starts before the catch-up scan, so a save made during the scan is queued
+        rather than lost; files the scan already indexed are skipped by content hash.
+        """
+        # Worker threads (SQLite, chunking, scans) hold the GIL up to the switch interval each;
+        # at the default 5 ms a few of them queue the loop for ~40 ms during a big catch-up
+        # (bench/loop_lag.py: 37.7 -> 14.9 ms max stall at 8k files with 1 ms).
+        switch = sys.getswitchinterval()
+        sys.setswitchinterval(min(switch, 0.001))
+        try:
+            await self._run_locked()
+        finally:
+            sys.setswitchinterval(switch)
+        log.info("stopped")
+
+    async def _run_locked(self) -> None:
+        with vault_lock(self.settings):
+            self.locked.set()
+            self.publish()
+            loop = asyncio.get_running_loop()
+            s = self.settings
+            from memcore.index.watcher import VaultWatcher
+
+            watcher = VaultWatcher(
+                s.vault, s.index.include, s.index.exclude, loop, self._on_path,
+                self._on_rescan, self.force_polling, s.watch.poll_interval_s, self.native_observer,
+            )  # fmt: skip
+            await asyncio.to_thread(watcher.start)
+            try:
+                # Before anything is served: loading jieba holds the GIL in long C calls
+                # (its dictionary cache), which would stall every caller for ~200 ms later.
+                await self._warm()
+                report = await self.service.index(stop=self.stop)
+                log.info("caught up with the vault: %s", report.summary())
+                self._watcher = watcher
+                self._note_failures(report, None)
+                mode = "polling" if watcher.polling else "native events"
+                log.info("watching %s (%d folders, %s)", s.vault, watcher.watch_count, mode)
+                if not self.stop.is_set():
+                    async with asyncio.TaskGroup() as tg:
+                        flusher = tg.create_task(self._flush_loop())
+                        retry = tg.create_task(self._retry_pending_loop())
+                        forget = tg.create_task(self._forget_loop())
+                        await self.stop.wait()
+                        retry.cancel()
+                        forget.cancel()
+                        self._wake.set()
+                        await flusher
+            finally:
+                await self._settle_inflight()
+                await asyncio.to_thread(watcher.stop)
+
+    async def _flush_loop(self) -> None:
+        while not self.stop.is_set():
+            deadline = self.debouncer.next_deadline()
+            timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+            self._wake.clear()
+            if timeout is None or timeout > 0:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), timeout)
+                continue
+            paths, rescan = self.debouncer.take_due(time.monotonic())
+            await self._index(None if rescan else paths)
+
+    async def _warm(self) -> None:
+        try:
+            await self.service.warm()
+        except Exception:
+            log.exception("warming up failed; the first search loads what it needs")
+        self.warmed = True
+
+    async def _settle_inflight(self) -> None:
+        """Let the batch in progress finish before the service (and its store) closes."""
+        task = self._inflight
+        if task is not None and not task.done():
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                await task
+
+    async def _index(self, paths: set[str] | None) -> None:
+        # Shielded: a stop request lets the current batch finish (each file is one
+        # transaction anyway, so even a hard kill leaves no half-indexed file).
+        log.debug("indexing %s", ", ".join(sorted(paths)) if paths is not None else "the vault")
+        self._inflight = asyncio.ensure_future(self.service.index(paths, stop=self.stop))
+        try:
+            report = await asyncio.shield(self._inflight)
+        except Exception as exc:
+            log.warning(
+                "indexing %s failed (%s); will retry",
+                ", ".join(sorted(paths or {"the vault"})),
+                exc,
+            )
+            for path in paths if paths is not None else {""}:
+                self._schedule_retry(path, str(exc))
+            self.publish()
+            return
+        self.batches += 1
+        if report.indexed or report.deleted or report.failed or report.chunks_embedded:
+            log.info("batch %d: %s", self.batches, report.summary())
+        self._note_failures(report, paths)
+
+    def _note_failures(self, report: IndexReport, paths: set[str] | None) -> None:
+        """Log skipped files (once: an untouched one is not re-read), queue transient ones."""
+        still = {f.path for f in report.failed if f.transient}
+        for failure in report.failed:
+            if failure.transient:
+                self._schedule_retry(failure.path, failure.reason)
+            elif failure.path not in self.failing:
+                log.warning("skipped %s: %s", failure.path, failure.reason)
+        covered = set(self.failing) if paths is None else paths
+        for path in covered - still:
+            if self.failing.pop(path, None) is not None:
+                log.info("indexed %s after an earlier failure", path or "the vault")
+        self._after_batch(report)
+
+    def _schedule_retry(self, path: str, reason: str) -> None:
+        """Queue a failed path (``""`` = a full rescan) again with exponential backoff."""
+        previous = self.failing.get(path)
+        attempts = previous.attempts + 1 if previous else 1
+        delay = min(RETRY_BASE_S * 2 ** (attempts - 1), RETRY_MAX_S)
+        due = time.monotonic() + delay
+        self.failing[path] = Retry(attempts, reason)
+        if path:
+            self.debouncer.retry(path, due)
+        else:
+            self.debouncer.retry_rescan(due)
+        self._wake.set()
+
+    def _after_batch(self, report: IndexReport) -> None:
+        self.last_update = _now()
+        self.publish()
+        if self.on_batch is not None:
+            self.on_batch(report)
+
+    async def _retry_pending_loop(self) -> None:
+        """While vectors are pending (embedder down), retry with exponential backoff."""
+        base = self.settings.watch.retry_pending_s
+        delay = base
+        while True:
+            await asyncio.sleep(delay)
+            try:
+                report = await self.service.fill_pending()  # a count, when nothing is pending
+            except Exception as exc:
+                delay = min(delay * 2, 600.0)
+                log.warning("filling in vectors failed (%s); retrying in %.0f s", exc, delay)
+                continue
+            if not report.chunks_pending and not report.chunks_embedded:
+                delay = base
+                continue
+            if report.chunks_pending:
+                delay = min(delay * 2, 600.0)
+                log.info(
+                    "%d chunks wait for vectors (%s)",
+                    report.chunks_pending,
+                    report.embedder_problem or "embedder still unavailable",
+                )
+            else:
+                delay = base
+                log.info("embedder is back: %d chunks embedded", report.chunks_embedded)
+                self._after_batch(report)
+
+    async def _forget_loop(self) -> None:
+        """Archive decaying memories whose retrievability fell below strength.forget_below,
+        every strength.forget_interval_s (off while forget_below is 0)."""
+        s = self.settings.strength
+        if s.forget_below <= 0:
+            return
+        while True:
+            await asyncio.sleep(s.forget_interval_s)
+            try:
+                gone = await self.service.memories.forget_below(s.forget_below)
+            except Exception as exc:
+                log.warning("forgetting weak memories failed (%s); will try again", exc)
+                continue
+            if gone:
+                log.info(
+                    "archived %d memories below retrievability %.2f: %s",
+                    len(gone), s.forget_below, ", ".join(r.id for r in gone),
+                )  # fmt: skip
+                self.forgotten += len(gone)
+                self.publish()
+
+    def publish(self) -> None:
+        _write_status(
+            self.settings,
+            {
+                "pid": os.getpid(),
+                "vault": str(self.settings.vault),
+                "started_at": self.started_at,
+                "last_update": self.last_update,
+                "queue": len(self.debouncer),
+                "batches": self.batches,
+                "polling": bool(self._watcher and self._watcher.polling),
+                "watching": self._watcher is not None,
+                "retrying": {p or "<vault>": r.to_dict() for p, r in self.failing.items()},
+                "forgotten": self.forgotten,
+                "db": self.settings.index_location,
+                "embedder": embedder_signature(self.settings),
+                "socket": self.socket,
+            },
+        )
+
+
+def install_signal_handlers(stop: asyncio.Event) -> None:
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)

@@ -1,0 +1,3 @@
+"""The HTTP API: one Starlette app, one module per route group, and the pieces they share
+(common.py).
+"""

@@ -1,0 +1,132 @@
+"""The MCP server (official `mcp` SDK): memory tools for agent hosts, over stdio (`memcore
+mcp`) or streamable HTTP (mounted at /mcp by `memcore serve`). Tools call the shared service;
+a memcore error comes back to the host as a tool error with its one-line message."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+
+from memcore.core.errors import MemcoreError
+from memcore.service import MemoryService
+
+INSTRUCTIONS = """memcore is this workspace's long-term memory: Markdown notes plus memories
+written by agents. Search it before answering questions about past decisions, people,
+preferences or projects; add a memory when you learn something worth keeping."""
+
+
+F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
+
+
+def one_line_errors(fn: F) -> F:
+    """memcore's errors reach the host with their message (the SDK hides other exceptions')."""
+
+    @functools.wraps(fn)
+    async def wrapped(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return await fn(*args, **kwargs)
+        except MemcoreError as exc:
+            raise ToolError(str(exc)) from exc
+
+    return wrapped  # type: ignore[return-value]
+
+
+def build_mcp(service: MemoryService) -> MCPServer:
+    mcp = MCPServer("memcore", instructions=INSTRUCTIONS)
+    m = service.memories
+
+    @mcp.tool()
+    @one_line_errors
+    async def search(
+        query: str,
+        limit: int = 5,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        run_id: str | None = None,
+        scope_only: bool = False,
+    ) -> list[dict[str, Any]]:
+        """Search memory by meaning and keywords. With a scope (user_id/agent_id/run_id) only
+        that scope's memories come back, plus shared notes unless scope_only."""
+        found = await m.search(query, user_id=user_id, agent_id=agent_id, run_id=run_id,
+                               scope_only=scope_only, limit=limit)  # fmt: skip
+        return [r.to_dict() for r in found]
+
+    @mcp.tool()
+    @one_line_errors
+    async def context(query: str, limit: int = 3) -> str:
+        """A "## Relevant Memories" block for the task at hand (empty when nothing matches)."""
+        return await service.context(query, limit)
+
+    @mcp.tool()
+    @one_line_errors
+    async def add(
+        content: str,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        run_id: str | None = None,
+        category: str = "core",
+        key: str | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> list[dict[str, Any]]:
+        """Remember something (written to the workspace's Markdown, searchable at once). A key
+        replaces the memory under that key in the same scope and category."""
+        added = await m.add(content, user_id=user_id, agent_id=agent_id, run_id=run_id,
+                            category=category, key=key, metadata=metadata)  # fmt: skip
+        return [r.to_dict() for r in added]
+
+    @mcp.tool()
+    @one_line_errors
+    async def get(memory_id: str) -> dict[str, Any]:
+        """One memory by id."""
+        return (await m.get(memory_id)).to_dict()
+
+    @mcp.tool(name="list")
+    @one_line_errors
+    async def list_memories(
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        run_id: str | None = None,
+        category: str | None = None,
+        limit: int = 50,
+        offset: int = 0,
+    ) -> list[dict[str, Any]]:
+        """Memories of a scope, oldest first."""
+        rows = await m.get_all(user_id=user_id, agent_id=agent_id, run_id=run_id,
+                               category=category, limit=limit, offset=offset)  # fmt: skip
+        return [r.to_dict() for r in rows]
+
+    @mcp.tool()
+    @one_line_errors
+    async def update(memory_id: str, content: str) -> dict[str, Any]:
+        """Change a memory's text; its id stays."""
+        return (await m.update(memory_id, content)).to_dict()
+
+    @mcp.tool()
+    @one_line_errors
+    async def forget(
+        memory_id: str | None = None,
+        key: str | None = None,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        run_id: str | None = None,
+    ) -> str:
+        """Delete a memory by id, or the one under a key in a scope."""
+        if memory_id:
+            await m.delete(memory_id)
+            return f"forgot {memory_id}"
+        if key:
+            gone = await m.forget(key, user_id=user_id, agent_id=agent_id, run_id=run_id)
+            return f"forgot {key}" if gone else f"nothing under key {key!r}"
+        return "give memory_id or key"
+
+    @mcp.tool()
+    @one_line_errors
+    async def history(memory_id: str) -> list[dict[str, Any]]:
+        """What happened to a memory: ADD / UPDATE / DELETE, when, by the API or a person."""
+        return await m.history(memory_id)
+
+    return mcp

@@ -1,0 +1,117 @@
+"""Ask a running server instead of opening the index: `memcore serve` at a URL (`search
+--remote URL`), or the vault's own daemon on its Unix socket (what `search` does by itself)."""
+
+from __future__ import annotations
+
+import asyncio
+import http.client
+import json
+import socket
+from typing import Any
+
+from memcore.core.errors import InputError, MemcoreError, NotFound
+from memcore.core.models import Hit, SearchFilters, SearchResult
+
+
+async def _post(
+    url: str, token: str | None, path: str, body: dict[str, Any], uds: str | None = None
+) -> Any:
+    payload = {k: v for k, v in body.items() if v is not None}
+    if uds:
+        status, reason, raw = await asyncio.to_thread(_post_unix, uds, path, payload)
+        where = "the running daemon"
+    else:
+        status, reason, raw = await _post_http(url, token, path, payload)
+        where = url
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        raise MemcoreError(f"{where} answered {status} without JSON") from None
+    if status >= 400:
+        message = data.get("error", reason) if isinstance(data, dict) else data
+        kind = NotFound if status == 404 else InputError
+        raise (kind if status < 500 else MemcoreError)(f"{where}: {message}")
+    return data
+
+
+async def _post_http(
+    url: str, token: str | None, path: str, payload: dict[str, Any]
+) -> tuple[int, str, bytes]:
+    import httpx  # only for --remote: a one-shot command asking the daemon skips its import
+
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    try:
+        async with httpx.AsyncClient(base_url=url, headers=headers, timeout=60) as http:
+            resp = await http.post(path, json=payload)
+    except httpx.HTTPError as exc:
+        raise MemcoreError(f"cannot reach {url}: {exc}") from None
+    return resp.status_code, resp.reason_phrase, resp.content
+
+
+class _UnixConnection(http.client.HTTPConnection):
+    def __init__(self, path: str) -> None:
+        super().__init__("memcore", timeout=60)
+        self.unix_path = path
+
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.timeout)
+        sock.connect(self.unix_path)
+        self.sock = sock
+
+
+def _post_unix(path: str, endpoint: str, payload: dict[str, Any]) -> tuple[int, str, bytes]:
+    """POST JSON to the daemon's Unix socket with the standard library (blocking)."""
+    conn = _UnixConnection(path)
+    try:
+        conn.request("POST", endpoint, json.dumps(payload), {"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        return resp.status, resp.reason, resp.read()
+    except (OSError, http.client.HTTPException) as exc:
+        raise MemcoreError(f"cannot reach the daemon at {path}: {exc}") from None
+    finally:
+        conn.close()
+
+
+async def search(
+    url: str, token: str | None, query: str, limit: int | None, filters: SearchFilters,
+    min_score: float | None = None, uds: str | None = None,
+) -> SearchResult:  # fmt: skip
+    """Ask a running server (at ``url``, or the daemon's Unix socket ``uds``)."""
+    data = await _post(url, token, "/api/memory/search", {
+        "query": query, "limit": limit, "tag": filters.tag, "path": filters.path_prefix,
+        "since": filters.date_from, "until": filters.date_to, "threshold": min_score,
+    }, uds)  # fmt: skip
+    hits = tuple(
+        Hit(
+            chunk_id=0,
+            path=r["path"],
+            start_line=r["start_line"],
+            end_line=r["end_line"],
+            heading=r["heading"],
+            score=r["score"],
+            text=r["text"],
+            vector_score=None,
+            keyword_score=None,
+        )
+        for r in data["results"]
+    )
+    return SearchResult(query, hits, data["mode"], tuple(data.get("warnings", ())))
+
+
+async def context(
+    url: str, token: str | None, query: str, limit: int, filters: SearchFilters,
+    uds: str | None = None,
+) -> str:  # fmt: skip
+    body = {"query": query, "limit": limit, "tag": filters.tag, "path": filters.path_prefix}
+    return str((await _post(url, token, "/api/memory/context", body, uds))["context"])
+
+
+def daemon_socket(status: dict[str, object] | None, db: str, embedder: str) -> str | None:
+    """The running daemon's socket when it searches the same index with the same model as
+    this command would (else None: the command opens the index itself)."""
+    if not status or not status.get("socket"):
+        return None
+    if status.get("db") != db or status.get("embedder") != embedder:
+        return None
+    return str(status["socket"])

@@ -1,0 +1,171 @@
+"""`memcore serve`: the HTTP API (uvicorn) and the watcher in one process, on one service."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import logging
+import os
+import socket
+import tempfile
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+import uvicorn
+
+from memcore.core.errors import ConfigError, DaemonError, MemcoreError
+from memcore.core.settings import Settings
+from memcore.fronts.daemon import Daemon
+from memcore.fronts.http.app import build_app
+from memcore.fronts.mcp import build_mcp
+from memcore.service import MemoryService
+
+log = logging.getLogger(__name__)
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_binding(host: str, token: str | None, scoped: Mapping[str, object] | None = None) -> None:
+    """Off loopback, every request must carry a token: refuse to start without one."""
+    if not is_loopback(host) and not token and not scoped:
+        raise ConfigError(
+            f"serving on {host} (not loopback) needs a token: pass --token or set MEMCORE_TOKEN"
+        )
+
+
+class _Server(uvicorn.Server):
+    """uvicorn without its own signal handling: our stop event ends it (and the watcher)."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+SOCKET_NAME = "daemon.sock"
+MAX_SOCKET_PATH = 100  # AF_UNIX paths are limited to ~107 bytes
+
+
+def socket_path(settings: Settings) -> Path | None:
+    """Where the daemon answers this vault's CLI, or None when the path would be too long."""
+    path = settings.state_dir / SOCKET_NAME
+    return path if len(str(path).encode()) <= MAX_SOCKET_PATH else None
+
+
+def _private_socket(path: Path) -> socket.socket:
+    """A Unix socket only this user can connect to (uvicorn would make it world-writable).
+    It is bound inside a fresh 0700 folder, made 0600, then renamed into place, so no other
+    user can connect at any moment, and the process umask (shared by threads) is left alone."""
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()  # a crashed daemon's: the vault lock says no other daemon runs
+    private = Path(tempfile.mkdtemp(prefix=".sock-", dir=path.parent))
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.bind(str(private / "s"))
+        os.chmod(private / "s", 0o600)
+        os.replace(private / "s", path)
+    except OSError:
+        sock.close()
+        raise
+    finally:
+        with contextlib.suppress(OSError):
+            (private / "s").unlink()
+        private.rmdir()
+    sock.listen(64)
+    return sock
+
+
+async def serve_socket(service: MemoryService, daemon: Daemon) -> None:
+    """memcore's own API on ``.memcore/daemon.sock`` while ``daemon`` runs, so a one-shot
+    `memcore search` can ask it instead of loading the model and the index (no token: only
+    this user can open the socket). Starts once the daemon holds the vault lock."""
+    path = socket_path(daemon.settings)
+    locked = asyncio.ensure_future(daemon.locked.wait())
+    stopped = asyncio.ensure_future(daemon.stop.wait())
+    await asyncio.wait({locked, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    locked.cancel()
+    stopped.cancel()
+    if path is None or daemon.stop.is_set():
+        return
+    try:
+        sock = _private_socket(path)
+    except OSError as exc:
+        log.warning("cannot listen on %s (%s); the CLI opens the index itself", path, exc)
+        return
+    config = uvicorn.Config(
+        build_app(service, None), log_level="warning", lifespan="off", access_log=False,
+        timeout_graceful_shutdown=2,
+    )  # fmt: skip
+    server = _Server(config)
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    try:
+        while not server.started and not task.done():  # noqa: ASYNC110 - uvicorn sets a flag
+            await asyncio.sleep(0.01)
+        daemon.socket = str(path)
+        daemon.publish()
+        await daemon.stop.wait()
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()  # first: no new command connects to a daemon that is leaving
+        daemon.socket = None
+        server.should_exit = True
+        await asyncio.gather(task, return_exceptions=True)
+        sock.close()
+
+
+async def serve(
+    service: MemoryService,
+    host: str,
+    port: int,
+    token: str | None,
+    stop: asyncio.Event,
+    daemon: Daemon | None = None,
+    started: asyncio.Event | None = None,
+    scoped: Mapping[str, Mapping[str, str]] | None = None,
+) -> None:
+    """Answer HTTP on host:port (and keep the index current with ``daemon``) until ``stop``.
+    ``scoped`` maps extra tokens to the scope (user_id/agent_id/run_id) their holder is held to."""
+    check_binding(host, token, scoped)
+    mcp = build_mcp(service)
+    mcp_routes = mcp.streamable_http_app(streamable_http_path="/mcp", host=host).routes
+    config = uvicorn.Config(
+        build_app(service, token, mcp_routes, scoped), host=host, port=port, log_level="warning",
+        lifespan="off", access_log=False, timeout_graceful_shutdown=5,
+    )  # fmt: skip
+    server = _Server(config)
+
+    async def until_stopped() -> None:
+        while not server.started and not server.should_exit:  # noqa: ASYNC110 - no event
+            await asyncio.sleep(0.02)  # uvicorn sets a flag, not an event
+        if server.started:
+            log.info("serving http://%s:%d", host, port)
+            if started is not None:
+                started.set()
+        await stop.wait()
+        server.should_exit = True
+
+    try:
+        async with mcp.session_manager.run(), asyncio.TaskGroup() as tg:
+            tg.create_task(server.serve())
+            tg.create_task(until_stopped())
+            if daemon is not None:
+                tg.create_task(daemon.run())
+                tg.create_task(serve_socket(service, daemon))
+    except BaseExceptionGroup as group:  # one line for the person: the watcher's own error
+        first: BaseException = group
+        while isinstance(first, BaseExceptionGroup):
+            first = first.exceptions[0]
+        if isinstance(first, DaemonError):
+            raise DaemonError(f"{first}; run `memcore serve --no-watch` beside it") from None
+        if isinstance(first, MemcoreError):
+            raise first from None
+        raise
+    if not server.started:
+        raise ConfigError(f"could not listen on {host}:{port} (in use?)")

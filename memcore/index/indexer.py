@@ -1,0 +1,409 @@
+"""Indexer: brings the index in line with the vault, one short write transaction per file.
+
+Runs may overlap (the daemon's batch, a write through the API, a retry): a per-path lock makes
+the last file read the last one written, and nothing is held across an embedder call except
+the locks of the files in that batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequence
+from functools import partial
+from pathlib import Path
+
+from memcore.core.errors import EmbedderError, StorageError
+from memcore.core.models import (
+    DiskFile,
+    FileFailure,
+    FileState,
+    IndexReport,
+    MemoryQuery,
+    MemoryRecord,
+    SkippedFile,
+)
+from memcore.core.settings import Settings
+from memcore.embedders.base import EmbeddingRunner
+from memcore.index.planner import plan_changes
+from memcore.index.prepare import (
+    CHUNKING_KEY,
+    PreparedFile,
+    Tally,
+    attach_vectors,
+    chunking_signature,
+    embed_missing,
+    prepare_files,
+)
+from memcore.storage.base import IndexWriter, Store
+from memcore.vault.chunker import ChunkerConfig
+from memcore.vault.files import scan_vault, stat_memory_files
+from memcore.vault.history import HistoryLog, changes
+
+log = logging.getLogger(__name__)
+
+Progress = Callable[[str, int, int], None]  # (phase, done, total)
+FILES_PER_BATCH = 32  # files chunked and embedded together; each is still its own transaction
+PENDING_BATCH = 256
+
+
+WriteJob = Callable[[IndexWriter], Awaitable[object]]
+
+
+async def _replace(
+    item: PreparedFile, model_id: str, root: Path, stale: list[str], tx: IndexWriter
+) -> None:
+    """Write a prepared file, unless the file changed on disk since it was read: then another
+    writer's newer version may already be in the index, and this older one must not replace
+    it. Checked inside the write transaction, so no newer version can commit in between."""
+    if await asyncio.to_thread(_disk_stat, root / item.state.path) != (
+        item.state.size,
+        item.state.mtime_ns,
+    ):
+        stale.append(item.state.path)
+        return
+    await tx.replace_file(item.state, item.chunks, item.vectors, model_id)
+
+
+def _disk_stat(path: Path) -> tuple[int, int] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_size, st.st_mtime_ns
+
+
+def _any_file(root: Path, paths: Sequence[str]) -> bool:
+    return any((root / p).is_file() for p in paths)
+
+
+def no_progress(phase: str, done: int, total: int) -> None:
+    return None
+
+
+class PathLocks:
+    """One asyncio lock per vault path, created on demand and dropped when free."""
+
+    def __init__(self) -> None:
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._users: dict[str, int] = {}
+
+    @contextlib.asynccontextmanager
+    async def hold(self, paths: Collection[str]) -> AsyncIterator[None]:
+        ordered = sorted(set(paths))  # one global order: two runs never wait on each other
+        for p in ordered:
+            self._users[p] = self._users.get(p, 0) + 1
+            self._locks.setdefault(p, asyncio.Lock())
+        taken: list[str] = []
+        try:
+            for p in ordered:
+                await self._locks[p].acquire()
+                taken.append(p)
+            yield
+        finally:
+            for p in taken:
+                self._locks[p].release()
+            for p in ordered:
+                self._users[p] -= 1
+                if not self._users[p]:
+                    del self._users[p], self._locks[p]
+
+
+class Indexer:
+    """Reads changed memory files, chunks them, attaches vectors and writes them to the store."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        store: Store,
+        embedder: EmbeddingRunner,
+        history: HistoryLog | None = None,
+    ) -> None:
+        self.settings = settings
+        self.store = store
+        self.embedder = embedder
+        self.history = history  # memory edits made by hand are logged here
+        ix = settings.index
+        self.chunker = ChunkerConfig(
+            ix.chunk_tokens, ix.overlap_tokens, ix.chars_per_token, ix.split
+        )
+        self.chunking = chunking_signature(ix)
+        self._paths = PathLocks()
+
+    async def index(
+        self,
+        paths: Collection[str] | None = None,
+        *,
+        full: bool = False,
+        progress: Progress = no_progress,
+        stop: asyncio.Event | None = None,
+        history: bool = True,
+    ) -> IndexReport:
+        """Bring the index in line with the vault (or only with ``paths``, vault-relative).
+
+        Idempotent and resumable: each file is replaced in one transaction, so an interrupted
+        run leaves every file fully old or fully new and the next run picks up the rest.
+        ``stop`` is checked between batches of files; a stopped run reports what it did. A file
+        that cannot be written right now (index busy) is reported in ``failed`` with
+        ``transient`` set; the others still go in. With ``history``, changes to memories in
+        files that were indexed before are logged as a person's edits. A whole-vault run
+        (no ``paths``) also embeds the chunks still waiting for a vector.
+        """
+        started = time.perf_counter()
+        s = self.settings
+        disk = await asyncio.to_thread(
+            scan_vault, s.vault, s.index.include, s.index.exclude
+        ) if paths is None else await asyncio.to_thread(
+            stat_memory_files, s.vault, list(paths), s.index.include, s.index.exclude
+        )  # fmt: skip
+        async with self.store.snapshot() as reader:
+            states = await reader.file_states()
+            skipped = await reader.skipped_files()
+            stamp = await reader.get_meta(CHUNKING_KEY)
+        if not states and stamp != self.chunking:
+            await self._stamp()  # an empty index: its first files use the current chunking
+        # re-chunk everything when the chunking changed; unchanged chunk texts keep vectors
+        rechunk = bool(states) and stamp != self.chunking and paths is None and not full
+        full = full or rechunk
+        log_edits = history and self.history is not None and not full
+        scope = None if paths is None else set(paths)
+        plan = await asyncio.to_thread(plan_changes, disk, states, full, scope, skipped)
+        kept_all = paths is None and not disk and bool(states)
+        if kept_all and await asyncio.to_thread(_any_file, s.vault, plan.to_delete):
+            # The indexed files are still there, just no longer matched: a wrong index.include
+            # (or exclude), not a deletion. Never empty the index on that evidence.
+            plan = dataclasses.replace(plan, to_delete=())
+        else:
+            kept_all = False
+        log.debug(
+            "plan: %d to read, %d to delete, %d unchanged, %d still skipped%s",
+            len(plan.to_read), len(plan.to_delete), len(plan.unchanged),
+            len(plan.still_skipped), " (full)" if full else "",
+        )  # fmt: skip
+        tally = Tally(unchanged=len(plan.unchanged), rebuild=full, embedder_down=self.embedder.down)
+        if tally.embedder_down:
+            tally.warnings.append(
+                f"embedder unavailable, vectors pending: {self.embedder.down_reason}"
+            )
+        if kept_all:
+            tally.warnings.append(
+                f"no file in the vault matches index.include ({', '.join(s.index.include)}); "
+                f"kept the {len(states)} indexed files rather than empty the index"
+            )
+        if rechunk:
+            tally.warnings.append(
+                f"chunking changed ({self.chunking}): re-chunking all {len(disk)} files"
+            )
+        total = len(plan.to_read)
+        stopped = stop.is_set if stop is not None else lambda: False
+        for start in range(0, total, FILES_PER_BATCH):
+            if stopped():
+                break
+            await self._index_batch(
+                plan.to_read[start : start + FILES_PER_BATCH], states, tally, log_edits
+            )
+            progress("files", min(start + FILES_PER_BATCH, total), total)
+        deleted = tuple(
+            p for p in await self._delete(plan.to_delete, tally, log_edits) if p in states
+        )
+        # Only a whole-vault run fills in the vectors still missing elsewhere (embedder down
+        # then, or another model since): one write, or one watched file, must not embed the
+        # whole vault after an embedder change. The daemon's retry loop fills them meanwhile.
+        if not tally.embedder_down and not stopped() and paths is None:
+            await self._fill_pending(tally, progress, stop)
+        async with self.store.snapshot() as reader:
+            pending = await reader.count_pending(self.embedder.model_id)
+        done = paths is None and not stopped() and not tally.failed_transient
+        if done and stamp != self.chunking:
+            await self._stamp()
+        return IndexReport(
+            indexed=tuple(tally.indexed),
+            unchanged=tally.unchanged,
+            deleted=deleted,
+            failed=tuple(tally.failed),
+            still_skipped=plan.still_skipped,
+            chunks_embedded=tally.embedded,
+            chunks_reused=tally.reused,
+            chunks_pending=pending,
+            elapsed_ms=(time.perf_counter() - started) * 1000,
+            warnings=tuple(dict.fromkeys(tally.warnings)),
+        )
+
+    async def _stamp(self) -> None:
+        async with self.store.transaction() as tx:
+            await tx.set_meta(CHUNKING_KEY, self.chunking)
+
+    async def _index_batch(
+        self,
+        files: Sequence[DiskFile],
+        states: dict[str, FileState],
+        tally: Tally,
+        log_edits: bool = False,
+        retries: int = 3,
+    ) -> None:
+        s = self.settings
+        stale: list[str] = []  # changed on disk while being indexed: read them again
+        async with self._paths.hold([f.path for f in files]):
+            failed_before = len(tally.failed)
+            prepared = await asyncio.to_thread(
+                prepare_files, s.vault, s.index, self.chunker, files, states, tally
+            )
+            touched, tally.touched = tally.touched, []
+            by_path = {f.path: f for f in files}
+            skips = [
+                SkippedFile(x.path, x.reason, by_path[x.path].size, by_path[x.path].mtime_ns)
+                for x in tally.failed[failed_before:]
+            ]
+
+            async def skip(tx: IndexWriter) -> None:
+                await tx.set_skipped(skips)
+
+            if skips:
+                await self._write(tally, [x.path for x in skips], skip)
+
+            async def touch(tx: IndexWriter) -> None:
+                for state in touched:
+                    await tx.touch_file(state)
+
+            if touched:
+                await self._write(tally, [t.path for t in touched], touch)
+            if not prepared:
+                return
+            error = await attach_vectors(self.store, self.embedder, prepared, tally)
+            if error is not None:
+                self._embedder_failed(tally, error)
+            await self._replace_all(prepared, states, tally, log_edits, stale)
+        if stale and retries:
+            again = await asyncio.to_thread(
+                stat_memory_files, s.vault, stale, s.index.include, s.index.exclude
+            )
+            await self._index_batch(again, {}, tally, log_edits, retries - 1)
+
+    async def _replace_all(
+        self,
+        prepared: Sequence[PreparedFile],
+        states: dict[str, FileState],
+        tally: Tally,
+        log_edits: bool,
+        stale: list[str],
+    ) -> None:
+        """Write each prepared file in its own transaction (files changed on disk meanwhile go
+        to ``stale``); with ``log_edits``, log the person's edits to memories."""
+        model = self.embedder.model_id
+        before = await self._memories_of(
+            [p.state.path for p in prepared if p.state.path in states] if log_edits else []
+        )
+        events = []
+        for item in prepared:
+            path = item.state.path
+            write = partial(_replace, item, model, self.settings.vault, stale)
+            if not await self._write(tally, [path], write) or (stale and stale[-1] == path):
+                continue
+            tally.indexed.append(path)
+            if path in before or (log_edits and path in states):
+                after = {
+                    str(m["id"]): c.text
+                    for c in item.chunks
+                    if isinstance(m := c.metadata.get("memory"), dict)
+                }
+                events += changes(path, before.get(path, []), after, "person")
+        if events and self.history is not None:
+            await self.history.append_new(events)
+
+    async def _write(self, tally: Tally, paths: list[str], job: WriteJob) -> bool:
+        """Run one transaction; a storage failure becomes a transient failure of ``paths``."""
+        try:
+            async with self.store.transaction() as tx:
+                await job(tx)
+        except StorageError as exc:
+            log.warning("could not write %s: %s", ", ".join(paths), exc)
+            tally.failed += [FileFailure(p, str(exc), transient=True) for p in paths]
+            return False
+        return True
+
+    async def _delete(
+        self, paths: Sequence[str], tally: Tally, log_edits: bool = False
+    ) -> tuple[str, ...]:
+        """Drop files gone from disk; a file that came back meanwhile is left alone."""
+        if not paths:
+            return ()
+        s = self.settings
+        async with self._paths.hold(paths):
+            back = await asyncio.to_thread(
+                stat_memory_files, s.vault, list(paths), s.index.include, s.index.exclude
+            )
+            gone = [p for p in paths if p not in {f.path for f in back}]
+            before = await self._memories_of(gone if log_edits else [])
+
+            async def job(tx: IndexWriter) -> None:
+                await tx.delete_files(gone)
+
+            if gone and await self._write(tally, gone, job):
+                if before and self.history is not None:
+                    events = [e for p, rs in before.items() for e in changes(p, rs, {}, "person")]
+                    await self.history.append_new(events)
+                return tuple(gone)
+        return ()
+
+    async def _memories_of(self, paths: Sequence[str]) -> dict[str, list[MemoryRecord]]:
+        """The indexed memories of these files (before a change is written)."""
+        if not paths:
+            return {}
+        out: dict[str, list[MemoryRecord]] = {}
+        async with self.store.snapshot() as reader:
+            for path in paths:
+                rows = await reader.memories(MemoryQuery(path=path, limit=1_000_000))
+                if rows:
+                    out[path] = rows
+        return out
+
+    async def _fill_pending(
+        self, tally: Tally, progress: Progress, stop: asyncio.Event | None = None
+    ) -> None:
+        """Embed chunks whose vector is missing or from another model (model change)."""
+        model = self.embedder.model_id
+        async with self.store.snapshot() as reader:
+            total = await reader.count_pending(model)
+        done = 0
+        while done < total and not (stop is not None and stop.is_set()):
+            async with self.store.snapshot() as reader:
+                batch = await reader.pending_chunks(model, PENDING_BATCH)
+                cached = await reader.cached_vectors([p.content_hash for p in batch], model)
+            if not batch:
+                return
+            tally.reused += sum(1 for p in batch if p.content_hash in cached)
+            todo = {p.content_hash: p.embed_text for p in batch if p.content_hash not in cached}
+            try:
+                cached.update(await embed_missing(self.store, self.embedder, todo, tally))
+            except EmbedderError as exc:
+                self._embedder_failed(tally, exc)
+                return
+            rows = [(p.chunk_id, p.content_hash, cached[p.content_hash]) for p in batch]
+            async with self.store.transaction() as tx:
+                await tx.set_vectors(rows, model)
+            done += len(batch)
+            progress("embed", min(done, total), total)
+
+    def _embedder_failed(self, tally: Tally, exc: EmbedderError) -> None:
+        tally.embedder_down = True
+        tally.warnings.append(f"embedder unavailable, vectors pending: {exc}")
+        self.embedder.mark_down(str(exc))
+
+    async def fill_pending(self) -> IndexReport:
+        """Retry embedding for chunks stored while the embedder was down."""
+        started = time.perf_counter()
+        tally = Tally()
+        self.embedder.mark_up()
+        await self._fill_pending(tally, no_progress)
+        async with self.store.snapshot() as reader:
+            pending = await reader.count_pending(self.embedder.model_id)
+        return IndexReport(
+            chunks_embedded=tally.embedded,
+            chunks_reused=tally.reused,
+            chunks_pending=pending,
+            elapsed_ms=(time.perf_counter() - started) * 1000,
+            warnings=tuple(dict.fromkeys(tally.warnings)),
+        )

@@ -1,0 +1,144 @@
+"""Turning changed memory files into chunk rows: read, hash, chunk, attach vectors."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+
+from memcore.core.errors import EmbedderError, VaultError
+from memcore.core.models import Chunk, DiskFile, FileFailure, FileState
+from memcore.core.settings import IndexSettings
+from memcore.embedders.base import EmbeddingRunner
+from memcore.storage.base import Store
+from memcore.vault.chunker import CHUNKER_VERSION, ChunkerConfig, chunk_markdown
+from memcore.vault.files import content_hash, read_memory_file
+
+CHUNKING_KEY = "chunking"  # meta key: the chunker version and settings the index was built with
+
+
+def chunking_signature(ix: IndexSettings) -> str:
+    """What decides the chunks of an unchanged file; an index built with another must re-chunk."""
+    return (
+        f"v{CHUNKER_VERSION} {ix.chunk_tokens}/{ix.overlap_tokens} x{ix.chars_per_token} {ix.split}"
+    )
+
+
+@dataclass(slots=True)
+class Tally:
+    """What one indexing run did so far; becomes its IndexReport."""
+
+    indexed: list[str] = field(default_factory=list)
+    unchanged: int = 0
+    failed: list[FileFailure] = field(default_factory=list)
+    embedded: int = 0
+    reused: int = 0
+    warnings: list[str] = field(default_factory=list)
+    touched: list[FileState] = field(default_factory=list)
+    embedder_down: bool = False
+    rebuild: bool = False  # re-chunk and rewrite even files whose content hash is unchanged
+
+    @property
+    def failed_transient(self) -> bool:
+        return any(f.transient for f in self.failed)
+
+
+@dataclass(slots=True)
+class PreparedFile:
+    """A file's new state and chunks (and, once attached, their vectors)."""
+
+    state: FileState
+    chunks: list[Chunk]
+    vectors: list[npt.NDArray[np.float32] | None] = field(default_factory=list)
+
+
+def prepare_file(
+    vault_dir: Path,
+    ix: IndexSettings,
+    chunker: ChunkerConfig,
+    f: DiskFile,
+    state: FileState | None,
+    tally: Tally,
+) -> PreparedFile | None:
+    """Read, hash and chunk one file (blocking: run it in a worker thread). None when the file
+    is unchanged (recorded in ``tally.touched``) or unreadable (``tally.failed``)."""
+    try:
+        text, data = read_memory_file(vault_dir, f.path, ix.max_file_bytes)
+    except VaultError as exc:
+        tally.failed.append(FileFailure(f.path, str(exc)))
+        return None
+    new_state = FileState(f.path, content_hash(data), f.size, f.mtime_ns)
+    if not tally.rebuild and state is not None and state.content_hash == new_state.content_hash:
+        tally.unchanged += 1
+        tally.touched.append(new_state)
+        return None
+    mdate = dt.datetime.fromtimestamp(f.mtime_ns / 1e9, dt.UTC).date().isoformat()
+    chunks, warnings = chunk_markdown(text, f.path, chunker, fallback_date=mdate)
+    tally.warnings.extend(f"{f.path}: {w}" for w in warnings)
+    return PreparedFile(new_state, chunks)
+
+
+def prepare_files(
+    vault_dir: Path,
+    ix: IndexSettings,
+    chunker: ChunkerConfig,
+    files: Sequence[DiskFile],
+    states: Mapping[str, FileState],
+    tally: Tally,
+) -> list[PreparedFile]:
+    """prepare_file for a batch (blocking: one worker-thread hop for the whole batch)."""
+    out = []
+    for f in files:
+        item = prepare_file(vault_dir, ix, chunker, f, states.get(f.path), tally)
+        if item is not None:
+            out.append(item)
+    return out
+
+
+async def embed_missing(
+    store: Store, embedder: EmbeddingRunner, texts: Mapping[str, str], tally: Tally
+) -> dict[str, npt.NDArray[np.float32]]:
+    """Embed texts (by content hash) and add them to the vector cache. Raises EmbedderError."""
+    if not texts:
+        return {}
+    vecs = await embedder.embed(list(texts.values()))
+    fresh = dict(zip(texts, vecs, strict=True))
+    async with store.transaction() as tx:
+        await tx.cache_vectors(fresh, embedder.model_id)
+    tally.embedded += len(fresh)
+    return fresh
+
+
+async def attach_vectors(
+    store: Store, embedder: EmbeddingRunner, prepared: list[PreparedFile], tally: Tally
+) -> EmbedderError | None:
+    """Give every chunk its cached vector, embedding the rest unless the embedder is down.
+    Chunks left without one stay pending; the embedder's error is returned, not raised."""
+    async with store.snapshot() as reader:
+        # chunks the file already holds with a vector stay as they are (see replace_file)
+        kept = await reader.embedded_hashes([p.state.path for p in prepared], embedder.model_id)
+        hashes = [
+            c.content_hash for p in prepared for c in p.chunks if (p.state.path, c.content_hash)
+            not in kept
+        ]  # fmt: skip
+        cached = await reader.cached_vectors(hashes, embedder.model_id)
+    total = sum(len(p.chunks) for p in prepared)
+    tally.reused += total - len(hashes) + sum(1 for h in hashes if h in cached)
+    missing: dict[str, str] = {}
+    for p in prepared:
+        for c in p.chunks:
+            if c.content_hash not in cached and (p.state.path, c.content_hash) not in kept:
+                missing.setdefault(c.content_hash, c.embed_text)
+    error: EmbedderError | None = None
+    if missing and not tally.embedder_down:
+        try:
+            cached.update(await embed_missing(store, embedder, missing, tally))
+        except EmbedderError as exc:
+            error = exc
+    for p in prepared:
+        p.vectors = [cached.get(c.content_hash) for c in p.chunks]
+    return error

@@ -1,0 +1,399 @@
+"""MemoryApi: what an agent calls to remember and recall (Mem0- and RRClaw-style), scoped.
+
+Reached as ``service.memories``. Writes go to Markdown first (see writer.py) and are
+searchable when the call returns. Every method takes the scope as ``user_id``, ``agent_id``
+and ``run_id``; a scoped call never sees another scope's memories.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from collections.abc import Mapping, Sequence
+
+from memcore.core.errors import ConfigError, InputError
+from memcore.core.models import Hit, MemoryQuery, MemoryRecord, SearchFilters
+from memcore.llm.base import LLM
+from memcore.memory import infer
+from memcore.memory.archive import Archive
+from memcore.memory.writer import MemoryWriter, NewMemory
+from memcore.search.recall import Recall, note_key
+from memcore.search.searcher import Searcher
+from memcore.storage.base import Store, Vector
+from memcore.vault.memory_format import Scope, check_name
+
+Message = Mapping[str, object]
+MAX_LIST = 10_000
+
+
+class MemoryApi:
+    def __init__(
+        self,
+        store: Store,
+        writer: MemoryWriter,
+        searcher: Searcher,
+        llm: LLM | None = None,
+        recall: Recall | None = None,
+    ) -> None:
+        self._store = store
+        self.writer = writer
+        self.searcher = searcher
+        self.llm = llm
+        self.recall = recall or searcher.recall
+        self.archive = Archive(writer)
+
+    async def add(
+        self,
+        content: str | Sequence[Message],
+        *,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        run_id: str | None = None,
+        metadata: Mapping[str, object] | None = None,
+        category: str = "core",
+        key: str | None = None,
+        infer: bool = False,
+    ) -> list[MemoryRecord]:
+        """Remember ``content`` (a text, or chat messages: one memory per message with text).
+        With ``key``, replaces that key's memory in the same scope and category. With
+        ``infer``, an LLM extracts facts and adds, updates or deletes memories of the scope;
+        the records say which (``event``)."""
+        scope = Scope(user_id, agent_id, run_id)
+        if infer:
+            if self.llm is None:
+                raise ConfigError("infer=True needs an LLM: set llm.provider to ollama or openai")
+            messages = (
+                [{"role": "user", "content": content}] if isinstance(content, str) else content
+            )
+            _message_texts(messages)  # validates them
+            return await self._infer(messages, scope, category, metadata)
+        texts = [content] if isinstance(content, str) else _message_texts(content)
+        if key is not None and len(texts) != 1:
+            raise InputError("a key names one memory; give one text")
+        items = [NewMemory(t, scope, category, key, metadata) for t in texts]
+        return await self.writer.add_batch(items)
+
+    async def _infer(
+        self,
+        messages: Sequence[Message],
+        scope: Scope,
+        category: str,
+        metadata: Mapping[str, object] | None,
+    ) -> list[MemoryRecord]:
+        assert self.llm is not None
+        answer = await self.llm.json_chat(infer.EXTRACT, infer.conversation_text(messages))
+        facts = infer.parse_facts(answer)
+        if not facts:
+            return []
+        similar: dict[str, MemoryRecord] = {}
+        for fact in facts:
+            found = await self.search(
+                fact, user_id=scope.user_id, agent_id=scope.agent_id, run_id=scope.run_id,
+                scope_only=True, limit=5,
+            )  # fmt: skip
+            for r in found:
+                similar.setdefault(r.id, r)
+        existing = list(similar.values())
+        answer = await self.llm.json_chat(infer.RECONCILE, infer.reconcile_prompt(existing, facts))
+        decisions = infer.parse_decisions(answer, existing)
+        adds = [NewMemory(d.text, scope, category, None, metadata) for d in decisions
+                if d.event == "ADD"]  # fmt: skip
+        out = [dataclasses.replace(r, event="ADD") for r in await self.writer.add_batch(adds)]
+        for d in decisions:
+            if d.target is None or d.event == "NONE":
+                continue
+            if d.event == "UPDATE":
+                updated = await self.writer.update(d.target.id, d.text)
+                out.append(dataclasses.replace(updated, event="UPDATE"))
+            else:
+                await self.writer.delete(d.target.id)
+                out.append(dataclasses.replace(d.target, event="DELETE", score=None))
+        return out
+
+    async def add_batch(self, memories: Sequence[NewMemory]) -> list[MemoryRecord]:
+        return await self.writer.add_batch(memories)
+
+    async def store(
+        self,
+        key: str,
+        content: str,
+        category: str = "core",
+        *,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        run_id: str | None = None,
+    ) -> MemoryRecord:
+        """RRClaw's store: insert or replace the memory under ``key`` in this scope/category."""
+        scope = Scope(user_id, agent_id, run_id)
+        return await self.writer.add(NewMemory(content, scope, category, key))
+
+    async def write_memory(self, content: str, file: str = "MEMORY.md") -> str:
+        """Seed 003's write_memory: append Markdown to a vault file and index it."""
+        return await self.writer.append_note(file, content)
+
+    async def get(self, memory_id: str, *, review: bool = True) -> MemoryRecord:
+        """One memory by id, with its strength. Reading it counts as a review (a use) unless
+        ``review=False`` (a look before changing or deleting it)."""
+        record = await self.writer.get(memory_id)
+        if review:
+            await self.recall.review([record.id])
+        return (await self.with_strength([record]))[0]
+
+    async def reinforce(self, *memory_ids: str) -> list[MemoryRecord]:
+        """Count a use of each memory (an FSRS review); returns them with their new strength.
+        Raises NotFound for an id that is not a memory."""
+        records = [await self.writer.get(mid) for mid in memory_ids]
+        await self.recall.review([r.id for r in records])
+        return await self.with_strength(records)
+
+    async def with_strength(
+        self, records: Sequence[MemoryRecord], now: dt.datetime | None = None
+    ) -> list[MemoryRecord]:
+        """The records with their FSRS strength now."""
+        held = await self.recall.of_records(records, now)
+        return [dataclasses.replace(r, strength=held.get(r.id)) for r in records]
+
+    async def forget_below(
+        self,
+        threshold: float,
+        *,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        run_id: str | None = None,
+        category: str | None = None,
+        dry_run: bool = False,
+        now: dt.datetime | None = None,
+    ) -> list[MemoryRecord]:
+        """Goclaw's ForgetByThreshold: archive every decaying memory of the scope whose
+        retrievability is below ``threshold`` (core memories never go). ``dry_run`` only
+        lists them. Archived memories move to memory/.archive/ and ``restore`` brings one
+        back; nothing is deleted."""
+        if not 0 < threshold < 1:
+            raise InputError(f"threshold must be between 0 and 1, got {threshold}")
+        query = self._query(user_id, agent_id, run_id, category, None, None, None)
+        weak: list[MemoryRecord] = []
+        offset = 0
+        while page := await self.writer.get_all(_paged(query, MAX_LIST, offset)):
+            weak += [
+                r
+                for r in await self.with_strength(page, now)
+                if r.strength
+                and r.strength.tier != "core"
+                and r.strength.retrievability < threshold
+            ]
+            offset += len(page)
+        if weak and not dry_run:
+            moved = set(await self.archive.archive(weak))
+            weak = [r for r in weak if r.id in moved]
+        return weak
+
+    async def forget_by_threshold(
+        self, threshold: float, **scope: str | None
+    ) -> list[MemoryRecord]:
+        """Goclaw's name for ``forget_below`` (scope as user_id/agent_id/run_id)."""
+        return await self.forget_below(threshold, **scope)  # type: ignore[arg-type]
+
+    async def restore(self, memory_id: str) -> MemoryRecord:
+        """Bring an archived memory back to its file, with its id, fields and strength."""
+        await self.archive.restore(memory_id)
+        return (await self.with_strength([await self.writer.get(memory_id)]))[0]
+
+    async def reinforce_hits(
+        self, hits: Sequence[Hit], memories: Mapping[int, MemoryRecord] | None = None
+    ) -> None:
+        """Count a use of search hits: a memory by its id, a note by its note key.
+        ``memories`` (chunk id -> record) saves the lookup when the caller has it."""
+        if memories is None:
+            async with self._store.snapshot() as reader:
+                memories = await reader.memories_of_chunks([h.chunk_id for h in hits])
+        await self.recall.review([
+            memories[h.chunk_id].id if h.chunk_id in memories
+            else note_key(h.path, h.start_line, h.end_line)
+            for h in hits
+        ])  # fmt: skip
+
+    async def get_all(
+        self,
+        *,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        run_id: str | None = None,
+        category: str | None = None,
+        key: str | None = None,
+        tag: str | None = None,
+        filters: Mapping[str, object] | None = None,
+        limit: int = 100,
+        offset: int = 0,
+    ) -> list[MemoryRecord]:
+        """Memories in a scope (oldest first), optionally of a category, key, #tag or with
+        metadata matching ``filters`` (``{"k": v}``, ``{"k": {"in": [...]}}``, AND/OR)."""
+        if not 1 <= limit <= MAX_LIST or offset < 0:
+            raise InputError(f"limit must be 1-{MAX_LIST} and offset >= 0")
+        query = self._query(user_id, agent_id, run_id, category, key, tag, filters)
+        return await self.with_strength(await self.writer.get_all(_paged(query, limit, offset)))
+
+    async def get_memories_by_tag(self, tag: str, limit: int = 100) -> list[MemoryRecord]:
+        """Seed 003's listing by tag, with no query."""
+        return await self.get_all(tag=tag, limit=limit)
+
+    async def count(
+        self,
+        *,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        run_id: str | None = None,
+        category: str | None = None,
+    ) -> int:
+        return await self.writer.count(
+            self._query(user_id, agent_id, run_id, category, None, None, None)
+        )
+
+    async def categories(self, **scope: str | None) -> dict[str, int]:
+        rows = await self.get_all(**scope, limit=MAX_LIST)  # type: ignore[arg-type]
+        out: dict[str, int] = {}
+        for r in rows:
+            out[r.category] = out.get(r.category, 0) + 1
+        return out
+
+    async def update(
+        self,
+        memory_id: str,
+        content: str | None = None,
+        metadata: Mapping[str, object] | None = None,
+    ) -> MemoryRecord:
+        return await self.writer.update(memory_id, content, metadata)
+
+    async def delete(self, memory_id: str) -> None:
+        await self.writer.delete(memory_id)
+
+    async def forget(
+        self,
+        key: str,
+        *,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        run_id: str | None = None,
+        category: str | None = None,
+    ) -> bool:
+        """Delete the memory under ``key`` in this scope; whether one was there."""
+        rows = await self.writer.get_all(
+            self._query(user_id, agent_id, run_id, category, key, None, None)
+        )
+        return await self.writer.delete_many(rows) > 0
+
+    async def delete_all(
+        self,
+        *,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        run_id: str | None = None,
+        all: bool = False,
+    ) -> int:
+        """Delete every memory of a scope. With no scope, refuses unless ``all=True``."""
+        scope = Scope(user_id, agent_id, run_id)
+        if scope.empty and not all:
+            raise InputError("delete_all needs user_id, agent_id or run_id (or all=True)")
+        query = self._query(user_id, agent_id, run_id, None, None, None, None)
+        gone = 0
+        while rows := await self.writer.get_all(_paged(query, MAX_LIST, 0)):
+            removed = await self.writer.delete_many(rows)
+            gone += removed
+            if not removed:
+                break
+        return gone
+
+    async def reset(self) -> int:
+        """Forget every memory (notes written by people are not memories and stay)."""
+        return await self.delete_all(all=True)
+
+    async def history(self, memory_id: str) -> list[dict[str, object]]:
+        """ADD / UPDATE / DELETE events of a memory, oldest first, with who made them."""
+        return await self.writer.history_of(memory_id)
+
+    async def search(
+        self,
+        query: str,
+        *,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        run_id: str | None = None,
+        scope_only: bool = False,
+        category: str | None = None,
+        filters: Mapping[str, object] | None = None,
+        limit: int = 5,
+        threshold: float | None = None,
+        query_vector: Vector | None = None,
+        reinforce: bool = False,
+    ) -> list[MemoryRecord]:
+        """Hybrid search as records, each with its strength. Shared notes come back too (id
+        ``note:path#Lstart-end``, category ``note``) unless ``scope_only`` or a
+        category/metadata filter is given. ``query_vector`` (from the same embedding model)
+        skips embedding the query; ``reinforce`` counts every result as used (a review)."""
+        for name, value in (("user_id", user_id), ("agent_id", agent_id), ("run_id", run_id)):
+            if value is not None:
+                check_name(value, name)
+        result = await self.searcher.search(
+            query,
+            limit,
+            SearchFilters(
+                user_id=user_id, agent_id=agent_id, run_id=run_id, scope_only=scope_only,
+                category=category, metadata=filters,
+            ),
+            min_score=threshold,
+            query_vector=query_vector,
+        )  # fmt: skip
+        async with self._store.snapshot() as reader:
+            records = await reader.memories_of_chunks([h.chunk_id for h in result.hits])
+        out = []
+        for hit in result.hits:
+            record = records.get(hit.chunk_id)
+            if record is None:
+                record = MemoryRecord(
+                    id=note_key(hit.path, hit.start_line, hit.end_line),
+                    text=hit.text, path=hit.path, start_line=hit.start_line,
+                    end_line=hit.end_line, category="note", created=hit.date or "",
+                )  # fmt: skip
+            out.append(_scored(record, hit.score))
+        if reinforce:
+            await self.recall.review([r.id for r in out])
+        return await self.with_strength(out)
+
+    def _query(
+        self,
+        user_id: str | None,
+        agent_id: str | None,
+        run_id: str | None,
+        category: str | None,
+        key: str | None,
+        tag: str | None,
+        filters: Mapping[str, object] | None,
+    ) -> MemoryQuery:
+        Scope(user_id, agent_id, run_id)  # validates the names
+        if category is not None:
+            check_name(category, "category")
+        return MemoryQuery(
+            user_id=user_id, agent_id=agent_id, run_id=run_id, category=category, key=key,
+            tag=tag, metadata=filters, limit=MAX_LIST,
+        )  # fmt: skip
+
+
+def _paged(query: MemoryQuery, limit: int, offset: int) -> MemoryQuery:
+    return dataclasses.replace(query, limit=limit, offset=offset)
+
+
+def _scored(record: MemoryRecord, score: float) -> MemoryRecord:
+    return dataclasses.replace(record, score=score)
+
+
+def _message_texts(messages: Sequence[Message]) -> list[str]:
+    texts = []
+    for m in messages:
+        if not isinstance(m, Mapping) or not isinstance(m.get("content"), str):
+            raise InputError("each message must be an object with a text 'content'")
+        text = str(m["content"]).strip()
+        if text:
+            role = str(m.get("role") or "user")
+            texts.append(text if role == "user" else f"{role}: {text}")
+    if not texts:
+        raise InputError("the messages hold no text to remember")
+    return texts

@@ -1,0 +1,436 @@
+"""MemoryWriter: add, update and delete memories by editing Markdown, then indexing it.
+
+Every write reads the memory file, changes only the lines of the memories it touches, and
+replaces the file atomically (temp file + rename) only if nobody changed the file since it was
+read; otherwise it reads again and re-applies the change (a person's edit is never overwritten).
+The file is indexed before the call returns, so the memory is searchable at once, and the
+history log gets one event per change.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import datetime as dt
+import secrets
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from memcore.core.errors import InputError, NotFound, VaultError, WriteConflict
+from memcore.core.models import MemoryQuery, MemoryRecord
+from memcore.index.indexer import Indexer, PathLocks
+from memcore.storage.base import Store
+from memcore.vault.chunker import split_front_matter
+from memcore.vault.files import is_memory_path
+from memcore.vault.history import HistoryEvent, HistoryLog, now
+from memcore.vault.memory_format import (
+    MemoryFile,
+    MemoryItem,
+    Scope,
+    check_content,
+    check_metadata,
+    check_name,
+    edit_lines,
+    is_memory_file,
+    new_id,
+    new_memory_file,
+    parse_memory_file,
+    render_item,
+)
+from memcore.vault.safe_file import append_block, decode, read_or_none, replace_if_unchanged
+
+WRITE_ATTEMPTS = 20
+
+
+@dataclass(frozen=True, slots=True)
+class NewMemory:
+    """One memory to add (``add_batch`` takes many)."""
+
+    content: str
+    scope: Scope = field(default_factory=Scope)
+    category: str = "core"
+    key: str | None = None
+    metadata: Mapping[str, object] | None = None
+    id: str = field(default_factory=new_id)
+
+
+@dataclass(slots=True)
+class FileEdit:
+    """What one write does to a file: items to replace (empty list = delete), lines to append,
+    and the history events it makes."""
+
+    replace: dict[str, list[str]] = field(default_factory=dict)
+    append: list[list[str]] = field(default_factory=list)
+    events: list[HistoryEvent] = field(default_factory=list)
+    ids: list[str] = field(default_factory=list)
+
+
+Change = Callable[[MemoryFile], FileEdit]
+
+
+class MemoryWriter:
+    """The write half of the memory API. Safe for many concurrent callers."""
+
+    def __init__(self, vault: Path, store: Store, indexer: Indexer) -> None:
+        self.vault = vault
+        self.store = store
+        self.indexer = indexer
+        self.history = HistoryLog(vault)
+        self._files = PathLocks()
+        self._queued: dict[
+            str, list[tuple[list[NewMemory], asyncio.Future[list[MemoryRecord]]]]
+        ] = {}
+        self._draining: set[str] = set()
+        self._drains: set[asyncio.Task[None]] = set()
+
+    # --- adding -------------------------------------------------------------------------
+
+    async def add(self, memory: NewMemory) -> MemoryRecord:
+        """Add one memory; with a ``key``, replace the memory holding that key in the same
+        scope and category instead (an upsert)."""
+        (record,) = await self.add_batch([memory])
+        return record
+
+    async def add_batch(self, memories: Sequence[NewMemory]) -> list[MemoryRecord]:
+        """Add many memories: one write and one index run per file they land in. Adds to one
+        file from concurrent callers are grouped the same way (one write for all waiting)."""
+        if not memories:
+            return []
+        checked = [self._checked(m) for m in memories]
+        by_file: dict[str, list[NewMemory]] = {}
+        for m in checked:
+            by_file.setdefault(self.file_for(m.scope, m.category), []).append(m)
+        loop = asyncio.get_running_loop()
+        waits = []
+        for rel, group in by_file.items():
+            done: asyncio.Future[list[MemoryRecord]] = loop.create_future()
+            self._queued.setdefault(rel, []).append((group, done))
+            if rel not in self._draining:
+                self._draining.add(rel)
+                self._drains.add(task := asyncio.create_task(self._drain(rel)))
+                task.add_done_callback(self._drains.discard)
+            waits.append((group, done))
+        # The records as the index held them when the write was confirmed: read again, one
+        # could already be gone (archived or deleted by another caller), and the add did happen.
+        by_id: dict[str, MemoryRecord] = {}
+        for group, done in waits:
+            by_id |= {m.id: r for m, r in zip(group, await done, strict=True)}
+        return [by_id[m.id] for m in checked]
+
+    async def _drain(self, rel: str) -> None:
+        """Write everything queued for one file, in rounds, until nothing is left."""
+        try:
+            while batch := self._queued.pop(rel, []):
+                items = [m for group, _ in batch for m in group]
+                try:
+                    records = await self._add_to_file(rel, items)
+                except Exception as exc:  # every caller in this round gets the error
+                    for _, done in batch:
+                        if not done.done():
+                            done.set_exception(exc)
+                    continue
+                at = 0
+                for group, done in batch:
+                    if not done.done():
+                        done.set_result(records[at : at + len(group)])
+                    at += len(group)
+        finally:
+            self._draining.discard(rel)
+
+    async def _add_to_file(self, rel: str, items: Sequence[NewMemory]) -> list[MemoryRecord]:
+        ids: list[str] = []
+        seen: dict[str, MemoryRecord] = {}
+        todo = list(items)
+        for _ in range(WRITE_ATTEMPTS):
+            written = await self._write(rel, items[0].scope, items[0].category, _adder(todo, rel))
+            if not ids:
+                ids = written
+            await self.indexer.index([rel], history=False)
+            seen |= {r.id: r for r in await self._records(ids, missing_ok=True)}
+            # An editor that saved a buffer read before our write drops our lines: add again.
+            # A memory another caller archived or deleted since is not lost: it stays gone.
+            gone = await self.history.removed_by_api(mid for mid in ids if mid not in seen)
+            todo = [
+                m for m, mid in zip(items, ids, strict=True) if mid not in seen and mid not in gone
+            ]
+            if not todo:
+                return [
+                    seen.get(mid) or _as_written(m, mid, rel)
+                    for m, mid in zip(items, ids, strict=True)
+                ]
+        raise WriteConflict(f"{rel} kept losing new memories to other writers")
+
+    def _checked(self, m: NewMemory) -> NewMemory:
+        check_name(m.category, "category")
+        if m.key is not None and (not isinstance(m.key, str) or not m.key.strip()):
+            raise InputError("key must be a non-empty string")
+        return dataclasses.replace(
+            m, content=check_content(m.content), metadata=check_metadata(m.metadata)
+        )
+
+    def file_for(self, scope: Scope, category: str, day: dt.date | None = None) -> str:
+        """memory/<users/u/agents/a/runs/r>/<category>.md; daily memories get a file per day."""
+        folder = "/".join(p for p in ("memory", scope.folder()) if p)
+        if category == "daily":
+            return f"{folder}/daily/{(day or dt.date.today()).isoformat()}.md"
+        return f"{folder}/{category}.md"
+
+    async def append_note(self, rel: str, text: str) -> str:
+        """Seed 003's write_memory(content, file): append a block of Markdown to a memory file
+        of the vault (created if missing) and index it. Returns the vault-relative path."""
+        content = check_content(text)
+        ix = self.indexer.settings.index
+        if not is_memory_path(rel, ix.include, ix.exclude) or ".." in rel.split("/"):
+            raise InputError(f"{rel} is not a memory file of this vault (see index.include)")
+        target = self.vault / rel
+        for _ in range(WRITE_ATTEMPTS):
+            done = await asyncio.to_thread(append_block, target, rel, content)
+            if done:
+                break
+            await asyncio.sleep(0.005 + secrets.randbelow(20) / 1000)
+        else:
+            raise WriteConflict(f"{rel} kept changing while memcore tried to write it")
+        await self.indexer.index([rel])
+        return rel
+
+    # --- reading ------------------------------------------------------------------------
+
+    async def get(self, memory_id: str) -> MemoryRecord:
+        found = await self._records([memory_id], missing_ok=True)
+        if not found:
+            raise NotFound(f"no memory with id {memory_id!r}")
+        return found[0]
+
+    async def get_all(self, query: MemoryQuery) -> list[MemoryRecord]:
+        async with self.store.snapshot() as reader:
+            return await reader.memories(query)
+
+    async def count(self, query: MemoryQuery) -> int:
+        async with self.store.snapshot() as reader:
+            return await reader.count_memories(query)
+
+    async def history_of(self, memory_id: str) -> list[dict[str, object]]:
+        return await self.history.of(memory_id)
+
+    async def _records(self, ids: Sequence[str], missing_ok: bool = False) -> list[MemoryRecord]:
+        async with self.store.snapshot() as reader:
+            rows = await reader.memories(MemoryQuery(ids=tuple(ids), limit=max(len(ids), 1)))
+        by_id = {r.id: r for r in rows}
+        if not missing_ok and len(by_id) < len(set(ids)):
+            lost = next(i for i in ids if i not in by_id)
+            raise WriteConflict(f"memory {lost} was written but is not in the index")
+        return [by_id[i] for i in ids if i in by_id]
+
+    # --- changing -----------------------------------------------------------------------
+
+    async def replace_all(
+        self, scope: Scope, category: str, memories: Sequence[NewMemory]
+    ) -> list[MemoryRecord]:
+        """Make a memory file hold exactly these memories, in one write (a transcript)."""
+        checked = [self._checked(m) for m in memories]
+        rel = self.file_for(scope, category)
+
+        def change(f: MemoryFile) -> FileEdit:
+            stamp = now()
+            edit = FileEdit(replace={i.id: [] for i in f.items})
+            edit.events += [api_event(i.id, "DELETE", i.text, None, rel) for i in f.items]
+            for m in checked:
+                item = MemoryItem(m.id, m.content, m.key, stamp, stamp, m.metadata or {})
+                edit.append.append(render_item(item))
+                edit.events.append(api_event(item.id, "ADD", None, item.text, rel))
+                edit.ids.append(item.id)
+            return edit
+
+        ids = await self._write(rel, scope, category, change)
+        await self.indexer.index([rel], history=False)
+        return await self._records(ids)
+
+    async def update(
+        self,
+        memory_id: str,
+        content: str | None = None,
+        metadata: Mapping[str, object] | None = None,
+    ) -> MemoryRecord:
+        """Change a memory's text and/or metadata (metadata replaces the old one)."""
+        text = check_content(content) if content is not None else None
+        meta = check_metadata(metadata) if metadata is not None else None
+        if text is None and meta is None:
+            raise InputError("update needs new content or metadata")
+        record = await self.get(memory_id)
+
+        def change(f: MemoryFile) -> FileEdit:
+            item = _must_find(f, memory_id)
+            new = dataclasses.replace(
+                item,
+                text=text if text is not None else item.text,
+                metadata=meta if meta is not None else item.metadata,
+                updated=now(),
+            )
+            edit = FileEdit(replace={item.id: render_item(new)}, ids=[item.id])
+            if new.text != item.text:
+                edit.events.append(api_event(item.id, "UPDATE", item.text, new.text, record.path))
+            return edit
+
+        await self._change(record, change)
+        return await self.get(memory_id)
+
+    async def delete(self, memory_id: str) -> None:
+        record = await self.get(memory_id)
+
+        def change(f: MemoryFile) -> FileEdit:
+            item = _must_find(f, memory_id)
+            return FileEdit(
+                replace={item.id: []},
+                events=[api_event(item.id, "DELETE", item.text, None, record.path)],
+            )
+
+        await self._change(record, change)
+
+    async def delete_many(self, records: Sequence[MemoryRecord]) -> int:
+        """Delete these memories, one write per file; returns how many went."""
+        if not records:
+            return 0
+        by_file: dict[str, set[str]] = {}
+        for r in records:
+            by_file.setdefault(r.path, set()).add(r.id)
+        gone = 0
+        for rel, ids in by_file.items():
+
+            def change(f: MemoryFile, ids: set[str] = ids, rel: str = rel) -> FileEdit:
+                items = [i for i in f.items if i.id in ids]
+                return FileEdit(
+                    replace={i.id: [] for i in items},
+                    events=[api_event(i.id, "DELETE", i.text, None, rel) for i in items],
+                    ids=[i.id for i in items],
+                )
+
+            gone += len(await self._write(rel, None, None, change))
+        await self.indexer.index(list(by_file), history=False)
+        return gone
+
+    async def edit(
+        self,
+        rel: str,
+        scope: Scope | None,
+        category: str | None,
+        change: Change,
+        index: bool = True,
+    ) -> list[str]:
+        """Apply ``change`` to one memory file (created for ``scope`` and ``category`` when
+        missing) as every write does, then index it. Returns the ids the change names."""
+        ids = await self._write(rel, scope, category, change)
+        if index:
+            await self.indexer.index([rel], history=False)
+        return ids
+
+    async def _change(self, record: MemoryRecord, change: Change) -> None:
+        await self._write(record.path, None, None, change)
+        await self.indexer.index([record.path], history=False)
+
+    async def _write(
+        self, rel: str, scope: Scope | None, category: str | None, change: Change
+    ) -> list[str]:
+        """Apply ``change`` to a memory file and replace it atomically, re-reading and retrying
+        while someone else changes it. Returns the ids the change names."""
+        target = self.vault / rel
+        async with self._files.hold([rel]):
+            for _ in range(WRITE_ATTEMPTS):
+                edit = await asyncio.to_thread(_apply, target, rel, scope, category, change)
+                if edit is not None:
+                    await self.history.append(edit.events)
+                    return edit.ids
+                await asyncio.sleep(0.005 + secrets.randbelow(20) / 1000)  # let the edit land
+        raise WriteConflict(f"{rel} kept changing while memcore tried to write it; try again")
+
+
+def _apply(
+    target: Path, rel: str, scope: Scope | None, category: str | None, change: Change
+) -> FileEdit | None:
+    """Read, parse, change and replace a memory file (blocking: run in a worker thread).
+    None when the file changed under us and the write must be tried again."""
+    before = read_or_none(target)
+    if before is None and scope is None:
+        raise NotFound(f"{rel} is gone (deleted by hand?)")
+    text = (
+        decode(before, rel)
+        if before is not None
+        else new_memory_file(scope or Scope(), category or "core")
+    )
+    meta, fm_lines, _ = split_front_matter(text)
+    if not is_memory_file(meta):
+        raise VaultError(f"{rel} exists and is not a memory file; memcore leaves it")
+    parsed = parse_memory_file(rel, meta, text, fm_lines)
+    edit = change(parsed)
+    _record_unrecorded(parsed, edit)
+    new_text = edit_lines(parsed.lines, edit.replace, parsed.items, edit.append)
+    return edit if replace_if_unchanged(target, new_text, before) else None
+
+
+def _adder(group: Sequence[NewMemory], rel: str) -> Change:
+    def change(f: MemoryFile) -> FileEdit:
+        edit = FileEdit()
+        stamp = now()
+        pending: dict[str, tuple[int, str]] = {}  # key -> (place in edit.append, id)
+        for m in group:
+            old = f.find_key(m.key) if m.key is not None else None
+            if old is not None:
+                new = dataclasses.replace(
+                    old, text=m.content, metadata=m.metadata or old.metadata, updated=stamp
+                )
+                if new.text != old.text:
+                    edit.events.append(api_event(old.id, "UPDATE", old.text, new.text, rel))
+                edit.replace[old.id] = render_item(new)
+                edit.ids.append(old.id)
+                continue
+            if f.find(m.id) is not None:  # written by an earlier attempt and still there
+                edit.ids.append(m.id)
+                continue
+            if m.key is not None and m.key in pending:  # the same key twice in one write
+                at, first = pending[m.key]
+                item = MemoryItem(first, m.content, m.key, stamp, stamp, m.metadata or {})
+                edit.append[at] = render_item(item)
+                edit.events.append(api_event(first, "UPDATE", None, item.text, rel))
+                edit.ids.append(first)
+                continue
+            item = MemoryItem(m.id, m.content, m.key, stamp, stamp, m.metadata or {})
+            if m.key is not None:
+                pending[m.key] = (len(edit.append), m.id)
+            edit.append.append(render_item(item))
+            edit.events.append(api_event(item.id, "ADD", None, item.text, rel))
+            edit.ids.append(item.id)
+        return edit
+
+    return change
+
+
+def _as_written(m: NewMemory, mid: str, rel: str) -> MemoryRecord:
+    """The record of a memory that was written and then removed by another caller before
+    this add could read it back from the index."""
+    return MemoryRecord(
+        id=mid, text=m.content, path=rel, start_line=0, end_line=0, category=m.category,
+        user_id=m.scope.user_id, agent_id=m.scope.agent_id, run_id=m.scope.run_id, key=m.key,
+        metadata=m.metadata or {},
+    )  # fmt: skip
+
+
+def _record_unrecorded(parsed: MemoryFile, edit: FileEdit) -> None:
+    """Items added by hand get their (derived) id written down now that the file is rewritten."""
+    stamp = now()
+    for item in parsed.items:
+        if not item.recorded and item.id not in edit.replace:
+            edit.replace[item.id] = render_item(
+                dataclasses.replace(item, created=item.created or stamp, updated=stamp)
+            )
+
+
+def api_event(mid: str, kind: str, old: str | None, new: str | None, path: str) -> HistoryEvent:
+    """A history event made through the API now (ADD, UPDATE, DELETE, ARCHIVE, RESTORE)."""
+    return HistoryEvent(mid, kind, old, new, "api", now(), path)  # type: ignore[arg-type]
+
+
+def _must_find(f: MemoryFile, memory_id: str) -> MemoryItem:
+    item = f.find(memory_id)
+    if item is None:
+        raise NotFound(f"memory {memory_id!r} is no longer in its file (edited by hand?)")
+    return item

@@ -1,0 +1,352 @@
+"""Searcher: hybrid search over one read snapshot (vector and keyword lists, fusion, recency).
+
+The query is embedded before the snapshot opens, so no snapshot waits on an embedder. The
+pipeline stages (``candidates``, ``fuse``, ``boost_recent``, ``hits``) are public for the
+retrieval harness, which scores several fusion methods on the same candidates.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import datetime as dt
+import logging
+import os
+import time
+from collections.abc import Awaitable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from memcore.core.errors import EmbedderError, InputError
+from memcore.core.lru import LRU
+from memcore.core.models import Hit, SearchFilters, SearchMode, SearchResult
+from memcore.core.settings import Settings
+from memcore.core.tokenize import has_cjk, has_words, warm_segmenter
+from memcore.embedders.base import EmbeddingRunner
+from memcore.search import fusion, strength
+from memcore.search.recall import Recall
+from memcore.storage.base import IndexReader, Store, Vector
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Found:
+    """What the retrievers found for a query, before fusion."""
+
+    candidates: list[fusion.Candidate]
+    has_vectors: bool  # the vector list is not empty (fuse both lists, else keywords only)
+    vectors_available: bool  # the query was embedded and the index holds vectors of its model
+    warnings: tuple[str, ...]
+    query_has_cjk: bool
+
+
+class Searcher:
+    """Answers searches; safe to call from many tasks at once (each gets its own snapshot)."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        store: Store,
+        embedder: EmbeddingRunner,
+        recall: Recall | None = None,
+    ) -> None:
+        self.settings = settings
+        self.store = store
+        self.embedder = embedder
+        self.recall = recall or Recall(settings.vault)
+        size = settings.search.cache_size
+        self.cache: LRU[tuple[object, ...], SearchResult] | None = LRU(size) if size else None
+
+    async def search(
+        self,
+        query: str,
+        limit: int | None = None,
+        filters: SearchFilters | None = None,
+        fusion_name: str | None = None,
+        min_score: float | None = None,
+        query_vector: Vector | None = None,
+        as_of: dt.date | None = None,
+    ) -> SearchResult:
+        """Hybrid search, answered from the L1 cache when the same text query was asked of
+        the same index state (any write, here or in another process, moves the state on)."""
+        if self.cache is None or query_vector is not None:
+            result, _ = await self._search(
+                query, limit, filters, fusion_name, min_score, query_vector, as_of
+            )
+            return result
+        async with self.store.snapshot() as reader:
+            state = self._state(reader.generation)
+        key = (query, limit, repr(filters), fusion_name, min_score, as_of, state)
+        found = self.cache.get(key)
+        if found is not None:
+            return found
+        result, generation = await self._search(
+            query, limit, filters, fusion_name, min_score, None, as_of
+        )
+        # kept only when answered from the state it is filed under, and not degraded
+        # (embedder down); a write in between files it under no key at all
+        if not result.warnings and self._state(generation) == state:
+            self.cache.put(key, result)
+        return result
+
+    def _state(self, generation: int | None) -> tuple[object, ...]:
+        """What a cached answer depends on besides the query: the index generation, the
+        day (recency and strength age with it) and the review log when strength ranks."""
+        reviews = self.recall.log.size() if self.settings.strength.weight > 0 else 0
+        return (generation, dt.date.today(), reviews, self.embedder.model_id)
+
+    async def _search(
+        self,
+        query: str,
+        limit: int | None = None,
+        filters: SearchFilters | None = None,
+        fusion_name: str | None = None,
+        min_score: float | None = None,
+        query_vector: Vector | None = None,
+        as_of: dt.date | None = None,
+    ) -> tuple[SearchResult, int | None]:
+        """Hybrid search, and the index generation it read (None when it read none). Never
+        raises for odd query text; degrades to keyword-only (and says
+        so in ``warnings``) when the embedder is unreachable or vectors are still pending.
+        Raises StorageError only when the index itself cannot be read.
+
+        ``query_vector`` skips embedding the query (it must come from the same model; with
+        no query text the search is by the vector alone);
+        ``as_of`` is the day the recency boost counts ages from (default today)."""
+        s = self.settings.search
+        limit = limit or s.limit
+        method = fusion_name or s.fusion
+        min_score = s.min_score if min_score is None else min_score
+        started = time.perf_counter()
+        filters = vault_relative(filters or SearchFilters(), self.settings.vault)
+        warnings: list[str] = []
+        if not has_words(query) and query_vector is not None:
+            method = "vector"  # a precomputed vector alone: nothing for keywords to match
+        elif not has_words(query):
+            # "?" or "..." would only match noise (every chunk is somewhat near it)
+            warnings.append("the query has no words to search for")
+            empty: SearchMode = "keyword" if method == "keyword" else "hybrid"
+            return SearchResult(query, (), empty, tuple(warnings)), None
+        if query_vector is None and method != "keyword" and query.strip():
+            query_vector = await self.embed_query(query, warnings)
+        elif query_vector is not None:
+            query_vector = unit_vector(query_vector)
+        async with self.store.snapshot() as reader:
+            generation = reader.generation
+            try:
+                found = await self.candidates(
+                    reader,
+                    query,
+                    limit * s.candidates,
+                    filters,
+                    query_vector if method != "keyword" else None,
+                    use_keywords=method != "vector",
+                )
+            except ValueError as exc:  # a caller's vector of another size than the index's
+                raise InputError(
+                    f"query_vector has {len(query_vector or ())} dimensions; the index holds "
+                    f"vectors of {self.embedder.model_id} of another dimension"
+                ) from exc
+            fused = method if found.has_vectors else "keyword"
+            scores = self.fuse(found.candidates, fused, found.query_has_cjk)
+            scores = await self.boost_recent(reader, scores, as_of)
+            scores = await self.weigh_strength(reader, scores, as_of)
+            top = [(cid, sc) for cid, sc in fusion.ranked(scores) if sc >= min_score][:limit]
+            hits = await self.hits(reader, found.candidates, top)
+        log.debug(
+            "search %r: %d vector + %d keyword candidates, %s fusion, %d hits in %.1f ms",
+            query, sum(c.vector_score is not None for c in found.candidates),
+            sum(c.keyword_score is not None for c in found.candidates),
+            fused, len(hits), (time.perf_counter() - started) * 1000,
+        )  # fmt: skip
+        mode: SearchMode = (
+            "keyword"
+            if not found.vectors_available
+            else ("vector" if method == "vector" else "hybrid")
+        )
+        return SearchResult(query, hits, mode, (*warnings, *found.warnings)), generation
+
+    async def embed_query(self, query: str, warnings: list[str]) -> Vector | None:
+        """The query's vector, or None (with a warning) when the embedder is unavailable."""
+        if self.embedder.down:
+            warnings.append(
+                f"embedder unavailable, keyword results only: {self.embedder.down_reason} "
+                "(retrying in the background)"
+            )
+            return None
+        try:
+            vecs = await self.embedder.embed_queries([query])
+        except EmbedderError as exc:
+            warnings.append(f"embedder unavailable, keyword results only: {exc}")
+            self.embedder.mark_down(str(exc))
+            return None
+        vec: Vector = vecs[0]
+        return vec
+
+    async def candidates(
+        self,
+        reader: IndexReader,
+        query: str,
+        n: int,
+        filters: SearchFilters,
+        query_vector: Vector | None,
+        use_keywords: bool = True,
+    ) -> Found:
+        """The top ``n`` of each retriever (cosine and BM25) in one snapshot, before fusion."""
+        warnings: list[str] = []
+        model = self.embedder.model_id
+        cosine: dict[int, float] = {}
+        available = False
+        # the keyword query runs in the database's thread while the vectors are scored
+        keyword, vector = await _both(
+            reader.search_text(query, n, filters) if use_keywords else _no_hits(),
+            (
+                reader.search_vectors(query_vector, model, n, filters)
+                if query_vector is not None
+                else _no_hits()
+            ),
+        )
+        if query_vector is not None:
+            available = bool(vector) or await reader.has_vectors(model)
+            if vector:
+                cosine = await reader.vector_similarity(
+                    query_vector, model, [cid for cid, _ in keyword]
+                )
+            elif not available:
+                warnings.append("no vectors indexed yet; keyword results only")
+            pending = await reader.count_pending(model)
+            if pending:
+                warnings.append(f"{pending} chunks are waiting for vectors")
+        cands = fusion.build_candidates(vector, keyword, cosine)
+        return Found(cands, bool(vector), available, tuple(warnings), has_cjk(query))
+
+    def fuse(
+        self, cands: Sequence[fusion.Candidate], method: str, query_has_cjk: bool = False
+    ) -> dict[int, float]:
+        """Combine both lists with a fusion method (see settings.FUSIONS)."""
+        s = self.settings.search
+        reads = self.embedder.reads_cjk or not query_has_cjk
+        return fusion.fuse(cands, method, s.keyword_weight, s.rrf_k, model_reads_query=reads)
+
+    async def boost_recent(
+        self, reader: IndexReader, scores: dict[int, float], as_of: dt.date | None = None
+    ) -> dict[int, float]:
+        """Apply the configured recency boost (``search.recency_weight``; 0 = unchanged)."""
+        s = self.settings.search
+        if s.recency_weight <= 0 or not scores:
+            return scores
+        ref = as_of or dt.date.today()
+        ages: dict[int, float] = {}
+        for cid, row in (await reader.chunk_rows(list(scores))).items():
+            try:
+                ages[cid] = (ref - dt.date.fromisoformat((row.date or "")[:10])).days
+            except ValueError:  # undated chunk: no boost
+                continue
+        return fusion.recency(scores, ages, s.recency_weight, s.recency_half_life_days)
+
+    async def weigh_strength(
+        self, reader: IndexReader, scores: dict[int, float], as_of: dt.date | None = None
+    ) -> dict[int, float]:
+        """Scale scores by FSRS retrievability (``strength.weight``; 0 = unchanged)."""
+        weight = self.settings.strength.weight
+        if weight <= 0 or not scores:
+            return scores
+        now = dt.datetime.combine(as_of, dt.time(12), dt.UTC) if as_of else dt.datetime.now(dt.UTC)
+        ids = list(scores)
+        rows = await reader.chunk_rows(ids)
+        memories = await reader.memories_of_chunks(ids)
+        held = await self.recall.of_chunks(rows, memories, now)
+        return {
+            cid: strength.weigh(sc, held[cid].retrievability, weight) if cid in held else sc
+            for cid, sc in scores.items()
+        }
+
+    async def hits(
+        self,
+        reader: IndexReader,
+        cands: Sequence[fusion.Candidate],
+        top: Sequence[tuple[int, float]],
+    ) -> tuple[Hit, ...]:
+        """Hit values for fused (chunk id, score) pairs, in that order."""
+        rows = await reader.chunk_rows([cid for cid, _ in top])
+        by_id = {c.chunk_id: c for c in cands}
+        return tuple(
+            Hit(
+                chunk_id=cid,
+                path=rows[cid].path,
+                start_line=rows[cid].start_line,
+                end_line=rows[cid].end_line,
+                heading=rows[cid].heading,
+                score=sc,
+                text=rows[cid].text,
+                vector_score=by_id[cid].vector_score,
+                keyword_score=by_id[cid].keyword_score,
+                date=rows[cid].date,
+                tags=rows[cid].tags,
+            )
+            for cid, sc in top
+            if cid in rows
+        )
+
+    async def warm(self) -> None:
+        """Load the Chinese segmenter and the embedding model now, off the event loop, so the
+        first search after a daemon start does not pay for them."""
+        await asyncio.to_thread(warm_segmenter)
+        if not self.embedder.down:
+            try:
+                await self.embedder.embed_queries(["warm up"])
+            except EmbedderError as exc:
+                self.embedder.mark_down(str(exc))
+
+
+def unit_vector(vector: Vector) -> Vector:
+    """A caller's query vector as float32 of length 1. Raises InputError for a bad one."""
+    vec = np.asarray(vector, dtype=np.float32).reshape(-1)
+    norm = float(np.linalg.norm(vec))
+    if vec.size == 0 or not np.isfinite(norm) or norm == 0:
+        raise InputError("query_vector must be a non-empty, finite, non-zero list of numbers")
+    out: Vector = vec / norm
+    return out
+
+
+def vault_relative(filters: SearchFilters, vault: Path) -> SearchFilters:
+    """Accept ``./memory/`` and absolute paths inside the vault as path prefixes."""
+    prefix = filters.path_prefix
+    if not prefix:
+        return filters
+    trail = "/" if prefix.endswith(("/", os.sep)) else ""
+    if os.path.isabs(prefix):
+        try:
+            prefix = Path(prefix).resolve().relative_to(vault.resolve()).as_posix()
+        except ValueError:
+            return filters  # outside the vault: it matches nothing, as it should
+        prefix = "" if prefix == "." else prefix + trail
+    prefix = prefix.replace(os.sep, "/")
+    while prefix.startswith("./"):
+        prefix = prefix[2:]
+    return dataclasses.replace(filters, path_prefix=prefix if prefix not in ("", ".") else None)
+
+
+async def _no_hits() -> list[tuple[int, float]]:
+    return []
+
+
+async def _both(
+    first: Awaitable[list[tuple[int, float]]], second: Awaitable[list[tuple[int, float]]]
+) -> tuple[list[tuple[int, float]], list[tuple[int, float]]]:
+    """Run two searches at once; the first starts before the second takes the event loop.
+    An error in either propagates as itself (no ExceptionGroup), the other one cancelled."""
+    task = asyncio.ensure_future(first)
+    try:
+        await asyncio.sleep(0)  # let the first hand its query to the database thread
+        other = await second
+        return await task, other
+    finally:
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task

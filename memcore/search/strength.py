@@ -1,0 +1,94 @@
+"""Memory strength: FSRS-6 stability, difficulty and retrievability from a review history. Pure.
+
+A memory is born with one review (its creation) and gains one each time it is used: put in a
+context block, read with ``get``, or reinforced explicitly. Every review is rated Good; FSRS-6
+(the maintained ``fsrs`` package, default parameters) turns the dates into stability (days
+until recall falls to 90%) and retrievability now. Reviews on the same day barely move
+stability; reviews spread over days grow it, as spaced repetition does for people.
+
+``core`` memories never decay: MEMORY.md, the ``core`` category, and anything marked
+``pinned: true`` (front matter or metadata) keep retrievability 1.0 and are never forgotten.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping, Sequence
+from functools import lru_cache
+
+from fsrs import Card, Rating, Scheduler
+
+from memcore.core.models import Strength, Tier
+
+CORE_FILES = frozenset({"MEMORY.md", "memory.md"})
+
+
+@lru_cache(maxsize=1)
+def _scheduler() -> Scheduler:
+    # No fuzzing (the same history must give the same strength on every machine) and no
+    # learning steps (a memory is not a flash card being drilled within minutes).
+    return Scheduler(enable_fuzzing=False, learning_steps=(), relearning_steps=())
+
+
+def tier_of(path: str, category: str | None, metadata: Mapping[str, object]) -> Tier:
+    """core for MEMORY.md, the core category and pinned items; decaying otherwise."""
+    pinned = metadata.get("pinned") is True or str(metadata.get("pinned")).lower() == "true"
+    if path in CORE_FILES or category == "core" or pinned:
+        return "core"
+    return "decaying"
+
+
+def card_of(born: dt.datetime, reviews: Sequence[dt.datetime]) -> Card:
+    """The FSRS card after the creation review and every later review, in time order."""
+    scheduler = _scheduler()
+    card, _ = scheduler.review_card(Card(card_id=0), Rating.Good, _utc(born))
+    for at in sorted(_utc(r) for r in reviews):
+        last = card.last_review or at
+        # a review dated before the last one (a skewed clock) counts as made at the last one
+        card, _ = scheduler.review_card(card, Rating.Good, max(at, last))
+    return card
+
+
+def strength_of(
+    tier: Tier, born: dt.datetime, reviews: Sequence[dt.datetime], now: dt.datetime
+) -> Strength:
+    """Strength at ``now``. Core memories report retrievability 1.0 whatever their age."""
+    card = card_of(born, reviews)
+    last = card.last_review or _utc(born)
+    recall = 1.0 if tier == "core" else retrievability(card, now)
+    return Strength(
+        tier=tier,
+        retrievability=recall,
+        stability_days=float(card.stability or 0.0),
+        difficulty=float(card.difficulty or 0.0),
+        last_review=last.isoformat(timespec="seconds"),
+        reviews=1 + len(reviews),
+    )
+
+
+def retrievability(card: Card, now: dt.datetime) -> float:
+    """FSRS-6 probability of recall at ``now`` (1.0 at or before the last review)."""
+    now = _utc(now)
+    if card.last_review is None or now <= card.last_review:
+        return 1.0
+    return float(_scheduler().get_card_retrievability(card, now))
+
+
+def weigh(score: float, recall: float, weight: float) -> float:
+    """A fused score scaled by strength: unchanged at weight 0, x retrievability at 1."""
+    return score * ((1.0 - weight) + weight * recall) if score >= 0 else score
+
+
+def parse_time(value: str | None) -> dt.datetime | None:
+    """An ISO date or datetime as an aware UTC datetime; None when absent or unreadable."""
+    if not value:
+        return None
+    try:
+        parsed = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return _utc(parsed)
+
+
+def _utc(value: dt.datetime) -> dt.datetime:
+    return value.replace(tzinfo=dt.UTC) if value.tzinfo is None else value.astimezone(dt.UTC)

@@ -1,0 +1,3 @@
+"""The Store port on PostgreSQL + pgvector: the store (connections, snapshots, writes) and its
+queries.
+"""

@@ -1,0 +1,622 @@
+"""The SQL of the PostgreSQL adapter: one read snapshot (PostgresReader) and one write
+transaction (PostgresWriter), always inside the store's namespace."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+import numpy as np
+import psycopg
+from psycopg import sql
+
+from memcore.core.models import (
+    Chunk,
+    FileState,
+    MemoryQuery,
+    MemoryRecord,
+    SearchFilters,
+    SkippedFile,
+)
+from memcore.core.tokenize import (
+    ANCHOR_CAP,
+    ANCHOR_MAX_TERMS,
+    ANCHOR_ROWS,
+    anchor_terms,
+    has_cjk,
+    query_terms,
+    segment,
+)
+from memcore.storage.base import ChunkRow, PendingChunk, StoredFile, StoreStats, Vector
+from memcore.storage.filters_sql import POSTGRES, filter_sql, memory_query_sql
+from memcore.storage.rows import (
+    CHUNK_ROW_COLUMNS,
+    MEMORY_SELECT,
+    OLD_CHUNK_COLUMNS,
+    STORED_CHUNK_COLUMNS,
+    chunk_row,
+    file_states,
+    fresh_chunk_fields,
+    kept_changes,
+    match_kept,
+    memory_record,
+    memory_rows,
+    now,
+    stored_files,
+)
+
+
+class StoreState(Protocol):
+    """What a snapshot or a transaction needs of the PostgresStore that opened it. The store
+    has these; they are declared here so that this module never imports the store back."""
+
+    namespace: str
+    iterative_scan: bool  # pgvector >= 0.8
+    vector_indexes: set[str]  # HNSW indexes known to exist
+    pending_memo: dict[tuple[int, str], int]
+    count_memo: dict[str, int]
+
+
+Conn = psycopg.AsyncConnection[tuple[Any, ...]]
+TS = "memcore"  # the text search configuration of migration 0001
+
+
+def as_list(vec: Vector) -> list[float]:
+    """A vector as the float4[] parameter that is cast to pgvector's type in SQL."""
+    return np.asarray(vec, dtype=np.float32).ravel().tolist()
+
+
+def as_vector(value: Sequence[float]) -> Vector:
+    return np.asarray(value, dtype=np.float32)
+
+
+def idf(total: int, count: int) -> float:
+    """BM25's inverse document frequency of a word found in ``count`` of ``total`` chunks."""
+    return math.log((total - count + 0.5) / (count + 0.5) + 1.0)
+
+
+def fts_text(heading: str, text: str) -> str:
+    return segment(f"{heading}\n{text}")
+
+
+def vector_index_name(namespace: str, model_id: str, dim: int) -> str:
+    digest = hashlib.sha256(f"{namespace}\0{model_id}\0{dim}".encode()).hexdigest()[:20]
+    return f"memory_chunks_hnsw_{digest}"
+
+
+def nearest_query(
+    namespace: str, model_id: str, dim: int, where: str = "", *, exact: bool = False
+) -> sql.Composed:
+    """The k-nearest query, shaped to match the partial HNSW index of (namespace, model, dim):
+    the predicate's values are literals, so the planner can prove the index applies. ``exact``
+    keeps the index out (the ordering sits above an ``OFFSET 0`` fence the planner does not
+    flatten), so every row inside the filter is compared. Parameters: query vector, the
+    ``where`` values, k."""
+    typed = sql.SQL("vector({})").format(sql.Literal(dim))
+    inner = sql.SQL(
+        "SELECT c.id, c.embedding::{t} <=> %s::float4[]::{t} AS d FROM memory_chunks c "
+        "WHERE c.ns = {ns} AND c.embedding_model = {model} AND vector_dims(c.embedding) = {n}"
+        "{where}"
+    ).format(
+        t=typed,
+        ns=sql.Literal(namespace),
+        model=sql.Literal(model_id),
+        n=sql.Literal(dim),
+        where=sql.SQL(where),  # placeholders only: the values are parameters
+    )
+    if exact:
+        return sql.SQL("SELECT id, d FROM ({} OFFSET 0) s ORDER BY d, id LIMIT %s").format(inner)
+    return sql.SQL("{} ORDER BY d LIMIT %s").format(inner)
+
+
+class _Queries:
+    def __init__(self, conn: Conn, store: StoreState) -> None:
+        self.conn = conn
+        self._store = store
+        self.ns = store.namespace
+
+    async def _all(self, query: str | sql.Composed, params: Sequence[object] = ()) -> list[Any]:
+        cur = await self.conn.execute(query, params)
+        return list(await cur.fetchall())
+
+    async def _ids_of(self, paths: Sequence[str]) -> list[int]:
+        rows = await self._all(
+            "SELECT id FROM memory_chunks WHERE ns = %s AND source_file = ANY(%s)",
+            (self.ns, list(paths)),
+        )
+        return [int(r[0]) for r in rows]
+
+
+class PostgresReader(_Queries):
+    """One REPEATABLE READ snapshot: every query sees the state as of ``generation``."""
+
+    def __init__(self, conn: Conn, generation: int, store: StoreState) -> None:
+        super().__init__(conn, store)
+        self.generation = generation
+
+    async def file_states(self) -> dict[str, FileState]:
+        rows = await self._all(
+            "SELECT path, content_hash, size, mtime_ns FROM files WHERE ns = %s", (self.ns,)
+        )
+        return await asyncio.to_thread(file_states, rows)
+
+    async def search_text(
+        self, query: str, k: int, filters: SearchFilters
+    ) -> list[tuple[int, float]]:
+        terms = (
+            await asyncio.to_thread(query_terms, query) if has_cjk(query) else query_terms(query)
+        )
+        if not terms:
+            return []
+        where, params = filter_sql(filters, POSTGRES)
+        if not 1 < len(terms) <= ANCHOR_MAX_TERMS:
+            return await self._ranked(terms, None, k, where, params)
+        # Each word's chunks are counted (a GIN lookup, up to a cap). The counts weigh each
+        # word by its rarity (BM25's IDF; ts_rank_cd alone has none, so "common zebra" would
+        # rank the chunks saying "common" twice first), and, as in SQLite, when common words
+        # would make ranking read most of the table, only the rarest words' chunks are ranked.
+        counts = await self._counts_capped(terms, ANCHOR_CAP)
+        total = await self._chunk_count()
+        weights = [idf(total, counts[t]) for t in terms]
+        anchors = anchor_terms(counts, want=max(ANCHOR_ROWS, 5 * k), cap=ANCHOR_CAP)
+        if anchors is not None:
+            rows = await self._ranked(terms, weights, k, where, params, anchors)
+            if len(rows) >= k:
+                return rows
+        return await self._ranked(terms, weights, k, where, params)
+
+    async def _chunk_count(self) -> int:
+        memo = self._store.count_memo
+        if memo.get("generation") != self.generation:
+            rows = await self._all("SELECT count(*) FROM memory_chunks WHERE ns = %s", (self.ns,))
+            memo.update(generation=self.generation, chunks=int(rows[0][0]))
+        return memo["chunks"]
+
+    async def _counts_capped(self, terms: list[str], cap: int) -> dict[str, int]:
+        one = (
+            "(SELECT count(*) FROM (SELECT 1 FROM memory_chunks WHERE ns = %s AND "
+            f"fts @@ plainto_tsquery('{TS}', %s) LIMIT %s) x)"
+        )
+        params: list[object] = []
+        for term in terms:
+            params += [self.ns, term, cap + 1]
+        rows = await self._all("SELECT " + ", ".join([one] * len(terms)), params)
+        return {t: int(n) for t, n in zip(terms, rows[0], strict=True)}
+
+    async def _ranked(
+        self,
+        terms: list[str],
+        weights: list[float] | None,
+        k: int,
+        where: str,
+        params: list[object],
+        anchors: list[str] | None = None,
+    ) -> list[tuple[int, float]]:
+        # Every word is its own plainto_tsquery, ORed: nothing the user typed is syntax.
+        one = f"plainto_tsquery('{TS}', %s)"
+        match = "(" + " || ".join([one] * len(anchors or terms)) + ")"
+        score_params: list[object]
+        if weights is None:
+            score, score_params = f"ts_rank_cd(c.fts, {match}, 1)", list(terms)
+        else:  # sum over the words of rarity x the word's own ts_rank_cd
+            score = " + ".join(f"%s * ts_rank_cd(c.fts, {one}, 1)" for _ in terms)
+            score_params = [p for w, t in zip(weights, terms, strict=True) for p in (w, t)]
+        rows = await self._all(
+            f"SELECT c.id, {score} AS r FROM memory_chunks c "
+            f"WHERE c.ns = %s AND c.fts @@ {match}{where} ORDER BY r DESC, c.id LIMIT %s",
+            [*score_params, self.ns, *(anchors or terms), *params, k],
+        )
+        return [(int(r[0]), float(r[1])) for r in rows]
+
+    async def search_vectors(
+        self, vector: Vector, model_id: str, k: int, filters: SearchFilters
+    ) -> list[tuple[int, float]]:
+        dim = int(np.asarray(vector).size)
+        where, params = filter_sql(filters, POSTGRES)
+        q = as_list(vector)
+        rows = await self._all(nearest_query(self.ns, model_id, dim, where), [q, *params, k])
+        if len(rows) < k and where and not self._store.iterative_scan:
+            # Before pgvector 0.8 an index scan ends after ef_search candidates, and the filter
+            # may have dropped most of them: the rows inside the filter, compared exactly.
+            exact = nearest_query(self.ns, model_id, dim, where, exact=True)
+            rows = await self._all(exact, [q, *params, k])
+        # the iterative scan may return near-ties slightly out of order
+        found = sorted(((int(r[0]), 1.0 - float(r[1])) for r in rows), key=lambda h: -h[1])
+        return found[:k]
+
+    async def vector_similarity(
+        self, vector: Vector, model_id: str, ids: Sequence[int]
+    ) -> dict[int, float]:
+        if not ids:
+            return {}
+        dim = int(np.asarray(vector).size)
+        rows = await self._all(
+            "SELECT id, 1 - (embedding <=> %s::float4[]::vector) FROM memory_chunks "
+            "WHERE ns = %s AND embedding_model = %s AND vector_dims(embedding) = %s "
+            "AND id = ANY(%s)",
+            (as_list(vector), self.ns, model_id, dim, list(ids)),
+        )
+        return {int(r[0]): float(r[1]) for r in rows}
+
+    async def has_vectors(self, model_id: str) -> bool:
+        rows = await self._all(
+            "SELECT 1 FROM memory_chunks WHERE ns = %s AND embedding_model = %s LIMIT 1",
+            (self.ns, model_id),
+        )
+        return bool(rows)
+
+    async def chunk_rows(self, ids: Sequence[int]) -> dict[int, ChunkRow]:
+        if not ids:
+            return {}
+        rows = await self._all(
+            f"SELECT {CHUNK_ROW_COLUMNS} FROM memory_chunks WHERE ns = %s AND id = ANY(%s)",
+            (self.ns, list(ids)),
+        )
+        return {int(r[0]): chunk_row(r) for r in rows}
+
+    async def cached_vectors(self, hashes: Sequence[str], model_id: str) -> dict[str, Vector]:
+        if not hashes:
+            return {}
+        rows = await self._all(
+            "SELECT content_hash, embedding::float4[] FROM embedding_cache "
+            "WHERE ns = %s AND model = %s AND content_hash = ANY(%s)",
+            (self.ns, model_id, list(dict.fromkeys(hashes))),
+        )
+        return {r[0]: as_vector(r[1]) for r in rows}
+
+    async def pending_chunks(self, model_id: str, limit: int) -> list[PendingChunk]:
+        rows = await self._all(
+            "SELECT id, content_hash, heading_path, content FROM memory_chunks WHERE ns = %s "
+            "AND embedding_model IS DISTINCT FROM %s ORDER BY id LIMIT %s",
+            (self.ns, model_id, limit),
+        )
+        return [PendingChunk(r[0], r[1], f"{r[2]}\n{r[3]}" if r[2] else r[3]) for r in rows]
+
+    async def count_pending(self, model_id: str) -> int:
+        memo = self._store.pending_memo
+        key = (self.generation, model_id)
+        if key not in memo:
+            memo.clear()
+            rows = await self._all(
+                "SELECT count(*) FROM memory_chunks WHERE ns = %s "
+                "AND embedding_model IS DISTINCT FROM %s",
+                (self.ns, model_id),
+            )
+            memo[key] = int(rows[0][0])
+        return memo[key]
+
+    async def stats(self, model_id: str) -> StoreStats:
+        files = (
+            await self._all("SELECT count(*), max(indexed_at) FROM files WHERE ns = %s", (self.ns,))
+        )[0]
+        chunks = await self._all("SELECT count(*) FROM memory_chunks WHERE ns = %s", (self.ns,))
+        others = await self._all(
+            "SELECT embedding_model, count(*) FROM memory_chunks WHERE ns = %s "
+            "AND embedding_model IS NOT NULL AND embedding_model <> %s GROUP BY embedding_model",
+            (self.ns, model_id),
+        )
+        size = await self._all("SELECT pg_database_size(current_database())")
+        return StoreStats(
+            files=int(files[0]),
+            chunks=int(chunks[0][0]),
+            vectors_pending=await self.count_pending(model_id),
+            other_models={r[0]: int(r[1]) for r in others},
+            db_bytes=int(size[0][0]),
+            last_indexed=files[1],
+        )
+
+    async def stored_files(self, paths: Sequence[str]) -> list[StoredFile]:
+        if not paths:
+            return []
+        found = await self._all(
+            "SELECT path, content_hash, size, mtime_ns FROM files WHERE ns = %s "
+            "AND path = ANY(%s) ORDER BY path",
+            (self.ns, list(paths)),
+        )
+        columns = STORED_CHUNK_COLUMNS.replace("embedding_model, embedding", "embedding_model, "
+                                               "embedding::float4[]")  # fmt: skip
+        rows = await self._all(
+            f"SELECT {columns} FROM memory_chunks WHERE ns = %s AND source_file = ANY(%s) "
+            "ORDER BY source_file, chunk_index",
+            (self.ns, list(paths)),
+        )
+        states = {r[0]: FileState(r[0], r[1], int(r[2]), int(r[3])) for r in found}
+        return stored_files(states, rows, as_vector)
+
+    async def skipped_files(self) -> dict[str, SkippedFile]:
+        rows = await self._all(
+            "SELECT path, reason, size, mtime_ns FROM skipped_files WHERE ns = %s", (self.ns,)
+        )
+        return {r[0]: SkippedFile(r[0], r[1], int(r[2]), int(r[3])) for r in rows}
+
+    async def embedded_hashes(self, paths: Sequence[str], model_id: str) -> set[tuple[str, str]]:
+        if not paths:
+            return set()
+        rows = await self._all(
+            "SELECT source_file, content_hash FROM memory_chunks WHERE ns = %s "
+            "AND embedding_model = %s AND source_file = ANY(%s)",
+            (self.ns, model_id, list(paths)),
+        )
+        return {(r[0], r[1]) for r in rows}
+
+    async def memories(self, query: MemoryQuery) -> list[MemoryRecord]:
+        where, params = memory_query_sql(query, POSTGRES)
+        rows = await self._all(
+            f"{MEMORY_SELECT} WHERE m.ns = %s{where} "
+            "ORDER BY m.created, m.path, c.chunk_index LIMIT %s OFFSET %s",
+            [self.ns, *params, query.limit, query.offset],
+        )
+        return [memory_record(r) for r in rows]
+
+    async def count_memories(self, query: MemoryQuery) -> int:
+        where, params = memory_query_sql(query, POSTGRES)
+        rows = await self._all(
+            "SELECT count(*) FROM memories m JOIN memory_chunks c ON c.id = m.chunk_id "
+            f"WHERE m.ns = %s{where}",
+            [self.ns, *params],
+        )
+        return int(rows[0][0])
+
+    async def memories_of_chunks(self, ids: Sequence[int]) -> dict[int, MemoryRecord]:
+        if not ids:
+            return {}
+        rows = await self._all(
+            f"{MEMORY_SELECT} WHERE m.ns = %s AND m.chunk_id = ANY(%s)", (self.ns, list(ids))
+        )
+        return {int(r[-1]): memory_record(r) for r in rows}
+
+    async def get_meta(self, key: str) -> str | None:
+        rows = await self._all("SELECT value FROM meta WHERE ns = %s AND key = %s", (self.ns, key))
+        return str(rows[0][0]) if rows else None
+
+
+class PostgresWriter(_Queries):
+    """The write transaction in progress, holding its namespace's advisory lock."""
+
+    def __init__(self, conn: Conn, store: StoreState) -> None:
+        super().__init__(conn, store)
+        self.chunks_changed = False
+
+    async def file_state(self, path: str) -> FileState | None:
+        rows = await self._all(
+            "SELECT path, content_hash, size, mtime_ns FROM files WHERE ns = %s AND path = %s",
+            (self.ns, path),
+        )
+        return FileState(rows[0][0], rows[0][1], int(rows[0][2]), int(rows[0][3])) if rows else None
+
+    async def replace_file(
+        self,
+        state: FileState,
+        chunks: Sequence[Chunk],
+        vectors: Sequence[Vector | None],
+        model_id: str,
+    ) -> list[int]:
+        stamp = now()
+        path = state.path
+        await self._unskip([path])
+        await self.conn.execute(
+            "INSERT INTO files (ns, path, content_hash, size, mtime_ns, indexed_at) "
+            "VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (ns, path) DO UPDATE SET "
+            "content_hash = excluded.content_hash, size = excluded.size, "
+            "mtime_ns = excluded.mtime_ns, indexed_at = excluded.indexed_at",
+            (self.ns, path, state.content_hash, state.size, state.mtime_ns, stamp),
+        )
+        old = await self._all(
+            f"SELECT {OLD_CHUNK_COLUMNS} FROM memory_chunks WHERE ns = %s AND source_file = %s "
+            "ORDER BY chunk_index",
+            (self.ns, path),
+        )
+        kept, gone = match_kept(chunks, old)
+        await self._delete_chunks(gone)
+        refreshed = await self._move_kept(chunks, kept, stamp)
+        await self._revector_kept(kept, vectors, model_id)
+        fresh = [n for n in range(len(chunks)) if n not in kept]
+        texts = await asyncio.to_thread(
+            lambda: [fts_text(chunks[n].heading, chunks[n].text) for n in fresh]
+        )
+        if fresh:
+            self.chunks_changed = True
+            rows = [
+                (
+                    self.ns, path, n, c.heading, c.start_line, c.end_line, c.text, text,
+                    c.content_hash, None if v is None else as_list(v),
+                    None if v is None else model_id, *fresh_chunk_fields(c), stamp,
+                )
+                for n, text in zip(fresh, texts, strict=True)
+                for c, v in [(chunks[n], vectors[n])]
+            ]  # fmt: skip
+            async with self.conn.cursor() as cur:
+                await cur.executemany(
+                    "INSERT INTO memory_chunks (ns, source_file, chunk_index, heading_path, "
+                    "start_line, end_line, content, fts, content_hash, embedding, "
+                    "embedding_model, tags, date, metadata, updated_at) VALUES (%s, %s, %s, %s, "
+                    f"%s, %s, %s, to_tsvector('{TS}', %s), %s, %s::float4[]::vector, %s, %s, "
+                    "%s, %s, %s)",
+                    rows,
+                )
+            await self._ensure_vector_index(model_id, vectors)
+        by_index = dict(
+            await self._all(
+                "SELECT chunk_index, id FROM memory_chunks WHERE ns = %s AND source_file = %s",
+                (self.ns, path),
+            )
+        )
+        ids = [int(by_index[n]) for n in range(len(chunks))]
+        touched = [n for n in range(len(chunks)) if n not in kept or n in refreshed]
+        await self._put_memories(
+            path, [chunks[n] for n in touched], [ids[n] for n in touched], stamp
+        )
+        return ids
+
+    async def _ensure_vector_index(self, model_id: str, vectors: Sequence[Vector | None]) -> None:
+        """The HNSW index of this namespace and model (created with its first vector)."""
+        dims = {int(np.asarray(v).size) for v in vectors if v is not None}
+        for dim in dims:
+            name = vector_index_name(self.ns, model_id, dim)
+            if name in self._store.vector_indexes:
+                continue
+            await self.conn.execute(
+                sql.SQL(
+                    "CREATE INDEX IF NOT EXISTS {name} ON memory_chunks USING hnsw "
+                    "((embedding::vector({dim})) vector_cosine_ops) WHERE ns = {ns} "
+                    "AND embedding_model = {model} AND vector_dims(embedding) = {dim}"
+                ).format(
+                    name=sql.Identifier(name),
+                    dim=sql.Literal(dim),
+                    ns=sql.Literal(self.ns),
+                    model=sql.Literal(model_id),
+                )
+            )
+            self._store.vector_indexes.add(name)
+
+    async def _delete_chunks(self, ids: Sequence[int]) -> None:
+        if not ids:
+            return
+        self.chunks_changed = True
+        await self.conn.execute(
+            "DELETE FROM memory_chunks WHERE ns = %s AND id = ANY(%s)", (self.ns, list(ids))
+        )
+
+    async def _move_kept(
+        self, chunks: Sequence[Chunk], kept: Mapping[int, Any], stamp: str
+    ) -> set[int]:
+        """Give kept rows their new position and fields (chunk_index goes through -id first,
+        so no two rows of a file ever share one). Returns the chunk numbers whose metadata
+        changed."""
+        changed = await asyncio.to_thread(kept_changes, chunks, kept)
+        if not changed:
+            return set()
+        moving = [rid for rid, moved, _ in changed if moved]
+        if moving:
+            await self.conn.execute(
+                "UPDATE memory_chunks SET chunk_index = -id WHERE id = ANY(%s)", (moving,)
+            )
+        async with self.conn.cursor() as cur:
+            await cur.executemany(
+                "UPDATE memory_chunks SET chunk_index = %s, heading_path = %s, start_line = %s, "
+                "end_line = %s, tags = %s, date = %s, metadata = %s, updated_at = %s "
+                "WHERE id = %s",
+                [(*new, stamp, rid) for rid, _, new in changed],
+            )
+        meta = {row[0]: row[8] for row in kept.values()}
+        return {int(new[0]) for rid, _, new in changed if new[6] != meta[rid]}
+
+    async def _revector_kept(
+        self, kept: Mapping[int, Any], vectors: Sequence[Vector | None], model_id: str
+    ) -> None:
+        rows = [
+            (as_list(v), model_id, row[0])
+            for n, row in kept.items()
+            if (v := vectors[n]) is not None and row[9] != model_id
+        ]
+        if rows:
+            self.chunks_changed = True
+            async with self.conn.cursor() as cur:
+                await cur.executemany(
+                    "UPDATE memory_chunks SET embedding = %s::float4[]::vector, "
+                    "embedding_model = %s WHERE id = %s",
+                    rows,
+                )
+            await self._ensure_vector_index(model_id, vectors)
+
+    async def _put_memories(
+        self, path: str, chunks: Sequence[Chunk], ids: Sequence[int], stamp: str
+    ) -> None:
+        if not ids:
+            return
+        await self.conn.execute(
+            "DELETE FROM memories WHERE ns = %s AND chunk_id = ANY(%s)", (self.ns, list(ids))
+        )
+        memories = memory_rows(path, chunks, ids, stamp)
+        if memories:
+            async with self.conn.cursor() as cur:
+                await cur.executemany(
+                    "INSERT INTO memories (ns, memory_id, chunk_id, path, user_id, agent_id, "
+                    "run_id, category, key, created, updated, metadata) VALUES "
+                    "(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) "
+                    "ON CONFLICT (ns, memory_id) DO UPDATE SET chunk_id = excluded.chunk_id, "
+                    "category = excluded.category, key = excluded.key, "
+                    "created = excluded.created, updated = excluded.updated, "
+                    "metadata = excluded.metadata WHERE memories.path = excluded.path",
+                    [(self.ns, *m) for m in memories],
+                )
+
+    async def touch_file(self, state: FileState) -> None:
+        await self._unskip([state.path])
+        await self.conn.execute(
+            "UPDATE files SET size = %s, mtime_ns = %s WHERE ns = %s AND path = %s",
+            (state.size, state.mtime_ns, self.ns, state.path),
+        )
+
+    async def set_skipped(self, files: Sequence[SkippedFile]) -> None:
+        if not files:
+            return
+        async with self.conn.cursor() as cur:
+            await cur.executemany(
+                "INSERT INTO skipped_files (ns, path, reason, size, mtime_ns, since) "
+                "VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (ns, path) DO UPDATE SET "
+                "reason = excluded.reason, size = excluded.size, mtime_ns = excluded.mtime_ns",
+                [(self.ns, f.path, f.reason, f.size, f.mtime_ns, now()) for f in files],
+            )
+
+    async def _unskip(self, paths: Sequence[str]) -> None:
+        await self.conn.execute(
+            "DELETE FROM skipped_files WHERE ns = %s AND path = ANY(%s)", (self.ns, list(paths))
+        )
+
+    async def delete_files(self, paths: Sequence[str]) -> int:
+        if not paths:
+            return 0
+        await self._unskip(paths)
+        self.chunks_changed = True
+        ids = await self._ids_of(paths)
+        await self.conn.execute(
+            "DELETE FROM files WHERE ns = %s AND path = ANY(%s)", (self.ns, list(paths))
+        )
+        return len(ids)
+
+    async def set_vectors(self, vectors: Sequence[tuple[int, str, Vector]], model_id: str) -> int:
+        wanted = {cid: (h, v) for cid, h, v in vectors}
+        if not wanted:
+            return 0
+        current = dict(
+            await self._all(
+                "SELECT id, content_hash FROM memory_chunks WHERE ns = %s AND id = ANY(%s)",
+                (self.ns, list(wanted)),
+            )
+        )
+        fresh = [(cid, v) for cid, (h, v) in wanted.items() if current.get(cid) == h]
+        if not fresh:
+            return 0
+        self.chunks_changed = True
+        async with self.conn.cursor() as cur:
+            await cur.executemany(
+                "UPDATE memory_chunks SET embedding = %s::float4[]::vector, embedding_model = %s "
+                "WHERE id = %s",
+                [(as_list(v), model_id, cid) for cid, v in fresh],
+            )
+        await self._ensure_vector_index(model_id, [v for _, v in fresh])
+        return len(fresh)
+
+    async def cache_vectors(self, vectors: Mapping[str, Vector], model_id: str) -> None:
+        if not vectors:
+            return
+        stamp = now()
+        async with self.conn.cursor() as cur:
+            await cur.executemany(
+                "INSERT INTO embedding_cache (ns, content_hash, model, embedding, created_at) "
+                "VALUES (%s, %s, %s, %s::float4[]::vector, %s) "
+                "ON CONFLICT (ns, content_hash, model) DO UPDATE SET "
+                "embedding = excluded.embedding, created_at = excluded.created_at",
+                [(self.ns, h, model_id, as_list(v), stamp) for h, v in vectors.items()],
+            )
+
+    async def set_meta(self, key: str, value: str) -> None:
+        await self.conn.execute(
+            "INSERT INTO meta (ns, key, value) VALUES (%s, %s, %s) "
+            "ON CONFLICT (ns, key) DO UPDATE SET value = excluded.value",
+            (self.ns, key, value),
+        )

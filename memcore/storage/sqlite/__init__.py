@@ -1,0 +1,3 @@
+"""The Store port on SQLite: the store (connections, snapshots, writes, vectors in memory) and its
+queries.
+"""

@@ -1,0 +1,660 @@
+"""The SQL behind SqliteStore: a read snapshot (SqliteReader) and a write transaction
+(SqliteWriter) on one aiosqlite connection each. FTS5 syntax stays in this module."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+import aiosqlite
+import numpy as np
+import numpy.typing as npt
+
+from memcore.core.models import (
+    Chunk,
+    FileState,
+    MemoryQuery,
+    MemoryRecord,
+    SearchFilters,
+    SkippedFile,
+)
+from memcore.core.tokenize import (
+    ANCHOR_CAP,
+    ANCHOR_MAX_TERMS,
+    ANCHOR_ROWS,
+    RANK_POSTINGS,
+    CommonCounts,
+    anchor_terms,
+    anchored_expression,
+    common_tiers,
+    estimated_count,
+    fts_any,
+    has_cjk,
+    query_terms,
+    ranked_terms,
+)
+from memcore.core.vectors import VectorIndex, decode_vector, encode_vector
+from memcore.storage.base import ChunkRow, PendingChunk, StoredFile, StoreStats, Vector
+from memcore.storage.filters_sql import SQLITE, filter_sql, memory_query_sql
+from memcore.storage.rows import (
+    CHUNK_ROW_COLUMNS,
+    MEMORY_SELECT,
+    OLD_CHUNK_COLUMNS,
+    STORED_CHUNK_COLUMNS,
+    chunk_row,
+    file_states,
+    fresh_chunk_fields,
+    kept_changes,
+    match_kept,
+    memory_record,
+    memory_rows,
+    now,
+    stored_files,
+)
+
+if TYPE_CHECKING:  # usearch loads only for a vault that needs the graph
+    from memcore.storage.ann import AnnIndex
+
+
+class StoreState(Protocol):
+    """What a snapshot or a transaction needs of the SqliteStore that opened it. The store
+    has these; they are declared here so that this module never imports the store back."""
+
+    path: Path
+    pending_memo: dict[tuple[int, str], int]  # (generation, model) -> chunks pending
+    common_counts: CommonCounts
+
+    async def vectors_at(
+        self, conn: aiosqlite.Connection, generation: int, model_id: str
+    ) -> VectorIndex | AnnIndex: ...
+
+
+_BATCH = 500  # ids per IN (...) query, well under SQLite's variable limit
+_LOAD_BATCH = 4096  # rows per fetch when loading the vector matrix
+_FETCH_IDS = 65536
+
+# Pending = no vector, or a vector from another model. embedding and embedding_model are
+# always NULL together, so the embedding_model index answers this without reading the
+# rows (a scan over rows carrying 1.5 KB vectors took 238 ms at 100k chunks; this, 0.03 ms).
+_PENDING = "(embedding_model IS NULL OR embedding_model < ? OR embedding_model > ?)"
+
+
+def embedded_hashes_sql(paths: int) -> str:
+    """The chunk hashes of some files holding a vector of one model. The ``+`` keeps the
+    planner off the embedding_model index, which it picked without statistics: every chunk of
+    the model read, 1.5 s a write at 1.19M chunks, instead of the files' few by source_file."""
+    return (
+        "SELECT source_file, content_hash FROM memory_chunks WHERE +embedding_model = ? "
+        f"AND source_file IN ({_marks(paths)})"
+    )
+
+
+def _marks(n: int) -> str:
+    return ",".join("?" * n)
+
+
+class _Queries:
+    def __init__(self, conn: aiosqlite.Connection) -> None:
+        self.conn = conn
+
+    async def _all(self, sql: str, params: Sequence[object] = ()) -> list[Any]:
+        # one trip to the connection's thread (execute, fetch and close are three): a search
+        # makes a dozen queries, and each trip is a thread wake-up on both sides
+        return list(await self.conn.execute_fetchall(sql, params))
+
+    async def _ids_of(self, paths: Sequence[str]) -> list[int]:
+        out: list[int] = []
+        for i in range(0, len(paths), _BATCH):
+            part = list(paths[i : i + _BATCH])
+            sql = f"SELECT id FROM memory_chunks WHERE source_file IN ({_marks(len(part))})"
+            out += [r[0] for r in await self._all(sql, part)]
+        return out
+
+
+class SqliteReader(_Queries):
+    """One WAL read transaction: every query sees the state as of ``generation``."""
+
+    def __init__(self, conn: aiosqlite.Connection, generation: int, store: StoreState) -> None:
+        super().__init__(conn)
+        self.generation = generation
+        self._store = store
+
+    async def file_states(self) -> dict[str, FileState]:
+        rows = await self._all("SELECT path, content_hash, size, mtime_ns FROM files")
+        # 20k rows take ~20 ms to wrap: in a worker, so the loop keeps answering
+        return await asyncio.to_thread(file_states, rows)
+
+    async def search_text(
+        self, query: str, k: int, filters: SearchFilters
+    ) -> list[tuple[int, float]]:
+        # The first Chinese query loads jieba (about a second): not on the event loop.
+        terms = (
+            await asyncio.to_thread(query_terms, query) if has_cjk(query) else query_terms(query)
+        )
+        if not terms:
+            return []
+        where, params = filter_sql(filters, SQLITE)
+        if not 1 < len(terms) <= ANCHOR_MAX_TERMS:  # one word, or a pasted page: rank all
+            return await self._ranked(fts_any(terms), k, where, params)
+        # Ranking costs ~3 us a matching chunk, and BM25 first reads every chunk of every word
+        # to weigh it: a query with common words ("using", "looking") matches most of a big
+        # index. So: weigh only the rarer words (RANK_POSTINGS), and rank only the chunks
+        # holding the rarest of them (at least ANCHOR_ROWS chunks), still by BM25 over every
+        # weighed word; chunks that match only common words score little anyway. When every
+        # word is common (a big vault: "what kind of art does Caroline make"), the chunks
+        # holding all of them, else any two, are ranked before every match is. Small indexes
+        # (every word rarer than the need) are ranked as a whole, as before.
+        counts = await self._doc_counts(terms, ANCHOR_CAP)
+        weighed = ranked_terms(counts, RANK_POSTINGS)
+        if not weighed:
+            return []
+        every = fts_any(weighed)
+        narrower: list[str] = []
+        anchors = anchor_terms(counts, want=max(ANCHOR_ROWS, 5 * k), cap=ANCHOR_CAP)
+        if anchors is not None:
+            narrower.append(anchored_expression(weighed, anchors))
+        narrower += [
+            f"({tier}) AND ({every})"
+            for tier in common_tiers({t: counts[t] for t in weighed}, ANCHOR_CAP)
+        ]
+        for expression in narrower:
+            rows = await self._ranked(expression, k, where, params)
+            if len(rows) >= k:
+                return rows
+        return await self._ranked(every, k, where, params)
+
+    async def _doc_counts(self, terms: list[str], cap: int) -> dict[str, int]:
+        """How many chunks hold each term: exact up to ``cap``; past it, estimated from where
+        the term's first cap + 1 and last cap / 2 chunks lie among the chunk ids (at most
+        1.5 * cap chunks read a term, however common it is), or remembered from an earlier
+        query (CommonCounts, checked against the ids the index spanned at the last count)."""
+        remembered = self._store.common_counts
+        counts = {t: n for t in terms if (n := remembered.get(t, remembered.span)) is not None}
+        rest = [t for t in terms if t not in counts]
+        if not rest:
+            return counts
+        head_sql = (
+            "SELECT {i}, count(*), max(r) FROM "
+            "(SELECT rowid AS r FROM memory_fts WHERE memory_fts MATCH ? LIMIT ?)"
+        )
+        bounds_sql = (
+            "SELECT -1, (SELECT min(id) FROM memory_chunks), (SELECT max(id) FROM memory_chunks)"
+        )
+        params: list[object] = []
+        for term in rest:
+            params += [fts_any([term]), cap + 1]
+        sql = " UNION ALL ".join([bounds_sql, *(head_sql.format(i=i) for i in range(len(rest)))])
+        head = {i: (n or 0, last) for i, n, last in await self._all(sql, params)}
+        lo, hi = head.pop(-1)
+        remembered.span = hi - lo + 1 if hi else 0
+        counts |= {rest[i]: n for i, (n, _) in head.items()}
+        common = [i for i, (n, _) in head.items() if n > cap]
+        if not common:
+            return counts
+        tail_sql = (
+            "SELECT {i}, count(*), min(r) FROM (SELECT rowid AS r FROM memory_fts "
+            "WHERE memory_fts MATCH ? ORDER BY rowid DESC LIMIT ?)"
+        )
+        params = []
+        for i in common:
+            params += [fts_any([rest[i]]), cap // 2]
+        sql = " UNION ALL ".join(tail_sql.format(i=i) for i in common)
+        for i, n, first in await self._all(sql, params):
+            count, last = head[i]
+            counts[rest[i]] = estimated_count(count, last, n, first, lo, hi)
+            remembered.put(rest[i], counts[rest[i]], remembered.span)
+        return counts
+
+    async def _ranked(
+        self, match: str, k: int, where: str, params: list[object]
+    ) -> list[tuple[int, float]]:
+        if where:
+            sql = (
+                "SELECT c.id, -memory_fts.rank FROM memory_fts "
+                "JOIN memory_chunks c ON c.id = memory_fts.rowid "
+                f"WHERE memory_fts MATCH ?{where} ORDER BY memory_fts.rank LIMIT ?"
+            )
+        else:
+            # FTS5's own rank column (BM25) lets it sort without a join: 40% faster at 100k
+            sql = (
+                "SELECT rowid, -rank FROM memory_fts WHERE memory_fts MATCH ? ORDER BY rank LIMIT ?"
+            )
+        rows = await self._all(sql, [match, *params, k])
+        return [(r[0], float(r[1])) for r in rows]
+
+    async def _filtered_ids(self, filters: SearchFilters) -> set[int] | None:
+        if not filters.active:
+            return None
+        where, params = filter_sql(filters, SQLITE)
+        rows = await self._all(f"SELECT c.id FROM memory_chunks c WHERE 1=1{where}", params)
+        return {r[0] for r in rows}
+
+    async def search_vectors(
+        self, vector: Vector, model_id: str, k: int, filters: SearchFilters
+    ) -> list[tuple[int, float]]:
+        allowed = await self._filtered_ids(filters)
+        index = await self._store.vectors_at(self.conn, self.generation, model_id)
+        # in a worker: the scan releases the GIL, so the keyword query started beside it in
+        # SQLite's thread keeps going (see Searcher.candidates)
+        return await asyncio.to_thread(index.search, vector, k, allowed, self.generation)
+
+    async def vector_similarity(
+        self, vector: Vector, model_id: str, ids: Sequence[int]
+    ) -> dict[int, float]:
+        index = await self._store.vectors_at(self.conn, self.generation, model_id)
+        # In a worker thread, as search: the index's lock may be held (a graph read in).
+        return await asyncio.to_thread(index.similarity, vector, ids, self.generation)
+
+    async def has_vectors(self, model_id: str) -> bool:
+        sql = "SELECT 1 FROM memory_chunks WHERE embedding_model = ? LIMIT 1"
+        return bool(await self._all(sql, (model_id,)))
+
+    async def vector_ids(self, model_id: str) -> npt.NDArray[np.uint64]:
+        """Ids of the chunks holding a vector of this model, ascending (from the index alone)."""
+        sql = "SELECT id FROM memory_chunks WHERE embedding_model = ? ORDER BY id"
+        out: list[int] = []
+        async with self.conn.execute(sql, (model_id,)) as cur:
+            while rows := await cur.fetchmany(_FETCH_IDS):
+                out += [r[0] for r in rows]
+        return np.asarray(out, dtype=np.uint64)
+
+    async def vectors_of(self, ids: npt.NDArray[np.uint64]) -> tuple[list[int], Vector]:
+        """(ids found, their vectors as one float32 matrix) of the named chunks."""
+        got: list[int] = []
+        blobs: list[bytes] = []
+        for i in range(0, len(ids), _BATCH):
+            part = ids[i : i + _BATCH].tolist()
+            sql = (
+                "SELECT id, embedding FROM memory_chunks WHERE embedding IS NOT NULL "
+                f"AND id IN ({_marks(len(part))})"
+            )
+            for r in await self._all(sql, part):
+                got.append(r[0])
+                blobs.append(r[1])
+        if not got:
+            return [], np.zeros((0, 0), dtype=np.float32)
+        flat = np.frombuffer(b"".join(blobs), dtype="<f4").astype(np.float32, copy=False)
+        return got, flat.reshape(len(got), -1)
+
+    async def vector_batches(
+        self, model_id: str, size: int
+    ) -> AsyncIterator[tuple[list[int], Vector]]:
+        """Every vector of this model, ``size`` at a time: (ids, float32 matrix)."""
+        sql = "SELECT id, embedding FROM memory_chunks WHERE embedding_model = ?"
+        async with self.conn.execute(sql, (model_id,)) as cur:
+            while rows := list(await cur.fetchmany(size)):
+                flat = np.frombuffer(b"".join(r[1] for r in rows), dtype="<f4")
+                yield [r[0] for r in rows], flat.astype(np.float32).reshape(len(rows), -1)
+
+    async def load_vectors(self, model_id: str, count: int) -> VectorIndex:
+        """Every vector of this model in this snapshot (``count`` of them), as a fresh matrix
+        at its generation. Read in batches into a matrix sized once: peak memory is the matrix
+        and one batch, not every row's bytes as well."""
+        index = VectorIndex(generation=self.generation)
+        async for ids, mat in self.vector_batches(model_id, _LOAD_BATCH):
+            index.reserve(count, mat.shape[1])
+            index.add(ids, mat)
+        return index
+
+    async def chunk_rows(self, ids: Sequence[int]) -> dict[int, ChunkRow]:
+        out: dict[int, ChunkRow] = {}
+        for i in range(0, len(ids), _BATCH):
+            part = list(ids[i : i + _BATCH])
+            rows = await self._all(
+                f"SELECT {CHUNK_ROW_COLUMNS} FROM memory_chunks WHERE id IN ({_marks(len(part))})",
+                part,
+            )
+            for r in rows:
+                out[r[0]] = chunk_row(r)
+        return out
+
+    async def cached_vectors(self, hashes: Sequence[str], model_id: str) -> dict[str, Vector]:
+        out: dict[str, Vector] = {}
+        unique = list(dict.fromkeys(hashes))
+        for i in range(0, len(unique), _BATCH):
+            part = unique[i : i + _BATCH]
+            rows = await self._all(
+                f"SELECT content_hash, embedding FROM embedding_cache "
+                f"WHERE model = ? AND content_hash IN ({_marks(len(part))})",
+                [model_id, *part],
+            )
+            out.update({h: decode_vector(b) for h, b in rows})
+        return out
+
+    async def pending_chunks(self, model_id: str, limit: int) -> list[PendingChunk]:
+        rows = await self._all(
+            f"SELECT id, content_hash, heading_path, content FROM memory_chunks "
+            f"WHERE {_PENDING} LIMIT ?",
+            (model_id, model_id, limit),
+        )
+        return [PendingChunk(r[0], r[1], f"{r[2]}\n{r[3]}" if r[2] else r[3]) for r in rows]
+
+    async def count_pending(self, model_id: str) -> int:
+        # Every search asks; one snapshot generation always has the same answer.
+        memo = self._store.pending_memo
+        key = (self.generation, model_id)
+        if key not in memo:
+            memo.clear()  # only the newest generation is asked for again
+            memo[key] = await self._count_pending(model_id)
+        return memo[key]
+
+    async def _count_pending(self, model_id: str) -> int:
+        # three index-backed counts: an OR cannot use the index (see _PENDING)
+        rows = await self._all(
+            "SELECT (SELECT count(*) FROM memory_chunks WHERE embedding_model IS NULL)"
+            " + (SELECT count(*) FROM memory_chunks WHERE embedding_model < ?)"
+            " + (SELECT count(*) FROM memory_chunks WHERE embedding_model > ?)",
+            (model_id, model_id),
+        )
+        return int(rows[0][0])
+
+    async def stats(self, model_id: str) -> StoreStats:
+        files = (await self._all("SELECT count(*), max(indexed_at) FROM files"))[0]
+        chunks = (await self._all("SELECT count(*) FROM memory_chunks"))[0][0]
+        others = await self._all(
+            "SELECT embedding_model, count(*) FROM memory_chunks "
+            "WHERE embedding_model IS NOT NULL AND embedding_model != ? GROUP BY embedding_model",
+            (model_id,),
+        )
+        path = self._store.path
+        size = sum(
+            p.stat().st_size for p in (path, path.with_name(path.name + "-wal")) if p.exists()
+        )
+        return StoreStats(
+            files=files[0],
+            chunks=chunks,
+            vectors_pending=await self.count_pending(model_id),
+            other_models={r[0]: r[1] for r in others},
+            db_bytes=size,
+            last_indexed=files[1],
+        )
+
+    async def get_meta(self, key: str) -> str | None:
+        rows = await self._all("SELECT value FROM meta WHERE key = ?", (key,))
+        return rows[0][0] if rows else None
+
+    async def embedded_hashes(self, paths: Sequence[str], model_id: str) -> set[tuple[str, str]]:
+        out: set[tuple[str, str]] = set()
+        for i in range(0, len(paths), _BATCH):
+            part = list(paths[i : i + _BATCH])
+            rows = await self._all(embedded_hashes_sql(len(part)), [model_id, *part])
+            out.update((r[0], r[1]) for r in rows)
+        return out
+
+    async def memories(self, query: MemoryQuery) -> list[MemoryRecord]:
+        where, params = memory_query_sql(query, SQLITE)
+        rows = await self._all(
+            f"{MEMORY_SELECT} WHERE 1=1{where} "
+            "ORDER BY m.created, m.path, c.chunk_index LIMIT ? OFFSET ?",
+            [*params, query.limit, query.offset],
+        )
+        return [memory_record(r) for r in rows]
+
+    async def count_memories(self, query: MemoryQuery) -> int:
+        where, params = memory_query_sql(query, SQLITE)
+        rows = await self._all(
+            "SELECT count(*) FROM memories m JOIN memory_chunks c ON c.id = m.chunk_id "
+            f"WHERE 1=1{where}",
+            params,
+        )
+        return int(rows[0][0])
+
+    async def memories_of_chunks(self, ids: Sequence[int]) -> dict[int, MemoryRecord]:
+        out: dict[int, MemoryRecord] = {}
+        for i in range(0, len(ids), _BATCH):
+            part = list(ids[i : i + _BATCH])
+            rows = await self._all(
+                f"{MEMORY_SELECT} WHERE m.chunk_id IN ({_marks(len(part))})", part
+            )
+            out.update((r[-1], memory_record(r)) for r in rows)
+        return out
+
+    async def stored_files(self, paths: Sequence[str]) -> list[StoredFile]:
+        states: dict[str, FileState] = {}
+        rows: list[Any] = []
+        for i in range(0, len(paths), _BATCH):
+            part = list(paths[i : i + _BATCH])
+            found = await self._all(
+                "SELECT path, content_hash, size, mtime_ns FROM files "
+                f"WHERE path IN ({_marks(len(part))}) ORDER BY path",
+                part,
+            )
+            states.update(file_states(found))
+            rows += await self._all(
+                f"SELECT {STORED_CHUNK_COLUMNS} FROM memory_chunks "
+                f"WHERE source_file IN ({_marks(len(part))}) ORDER BY source_file, chunk_index",
+                part,
+            )
+        return stored_files(states, rows, decode_vector)
+
+    async def skipped_files(self) -> dict[str, SkippedFile]:
+        rows = await self._all("SELECT path, reason, size, mtime_ns FROM skipped_files")
+        return {r[0]: SkippedFile(*r) for r in rows}
+
+
+class SqliteWriter(_Queries):
+    """The write transaction in progress. Records which vectors it added and removed, so the
+    store can update its matrices once the transaction has committed."""
+
+    def __init__(self, conn: aiosqlite.Connection) -> None:
+        super().__init__(conn)
+        # Only changes to chunks or their vectors bump the generation: a touched mtime, a cache
+        # entry or a meta key must not make every other process reload its vector matrix.
+        self.chunks_changed = False
+        self.removed: list[int] = []
+        self.added: list[tuple[int, str, Vector]] = []  # (chunk id, model, vector)
+
+    async def file_state(self, path: str) -> FileState | None:
+        rows = await self._all(
+            "SELECT path, content_hash, size, mtime_ns FROM files WHERE path = ?", (path,)
+        )
+        return FileState(*rows[0]) if rows else None
+
+    async def replace_file(
+        self,
+        state: FileState,
+        chunks: Sequence[Chunk],
+        vectors: Sequence[Vector | None],
+        model_id: str,
+    ) -> list[int]:
+        # Incremental: a chunk whose text is unchanged keeps its row, full-text entry and
+        # vector (only its position and fields are updated), so appending one memory to a
+        # file of a thousand costs one insert, not a thousand.
+        stamp = now()
+        path = state.path
+        await self._unskip([path])
+        await self.conn.execute(
+            "INSERT INTO files (path, content_hash, size, mtime_ns, indexed_at) "
+            "VALUES (?, ?, ?, ?, ?) ON CONFLICT(path) DO UPDATE SET "
+            "content_hash=excluded.content_hash, size=excluded.size, "
+            "mtime_ns=excluded.mtime_ns, indexed_at=excluded.indexed_at",
+            (path, state.content_hash, state.size, state.mtime_ns, stamp),
+        )
+        old = await self._all(
+            f"SELECT {OLD_CHUNK_COLUMNS} FROM memory_chunks WHERE source_file = ? "
+            "ORDER BY chunk_index",
+            (path,),
+        )
+        kept, gone = match_kept(chunks, old)
+        await self._delete_chunks(gone)
+        refreshed = await self._move_kept(chunks, kept, stamp)
+        await self._revector_kept(kept, vectors, model_id)
+        fresh = [
+            (
+                c.path, n, c.heading, c.start_line, c.end_line, c.text, c.heading, c.text,
+                c.content_hash, None if v is None else encode_vector(v),
+                None if v is None else model_id, *fresh_chunk_fields(c), stamp,
+            )
+            for n, (c, v) in enumerate(zip(chunks, vectors, strict=True))
+            if n not in kept
+        ]  # fmt: skip
+        if fresh:
+            self.chunks_changed = True
+            first = await self._take_ids(len(fresh))
+            await self.conn.executemany(
+                "INSERT INTO memory_chunks (id, source_file, chunk_index, heading_path, "
+                "start_line, end_line, content, fts_text, content_hash, embedding, "
+                "embedding_model, tags, date, metadata, updated_at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, memcore_fts(?, ?), ?, ?, ?, ?, ?, ?, ?)",
+                [(first + n, *row) for n, row in enumerate(fresh)],
+            )
+        by_index = dict(
+            await self._all(
+                "SELECT chunk_index, id FROM memory_chunks WHERE source_file = ?", (path,)
+            )
+        )
+        ids = [by_index[n] for n in range(len(chunks))]
+        self.added += [
+            (ids[n], model_id, v) for n, v in enumerate(vectors) if v is not None and n not in kept
+        ]
+        touched = [n for n in range(len(chunks)) if n not in kept or n in refreshed]
+        await self._put_memories(
+            path, [chunks[n] for n in touched], [ids[n] for n in touched], stamp
+        )
+        return ids
+
+    async def _delete_chunks(self, ids: Sequence[int]) -> None:
+        if not ids:
+            return
+        self.chunks_changed = True
+        self.removed += ids
+        for i in range(0, len(ids), _BATCH):
+            part = list(ids[i : i + _BATCH])
+            await self.conn.execute(
+                f"DELETE FROM memory_chunks WHERE id IN ({_marks(len(part))})", part
+            )
+
+    async def _move_kept(
+        self, chunks: Sequence[Chunk], kept: Mapping[int, Any], stamp: str
+    ) -> set[int]:
+        """Give kept rows their new position and fields; chunk_index goes through -id first
+        so no two rows of a file ever share one (a UNIQUE constraint). Returns the chunk
+        numbers whose metadata changed (their memory rows need writing)."""
+        changed = await asyncio.to_thread(kept_changes, chunks, kept)
+        if not changed:
+            return set()
+        moving = [(rid,) for rid, moved, _ in changed if moved]
+        await self.conn.executemany(
+            "UPDATE memory_chunks SET chunk_index = -id WHERE id = ?", moving
+        )
+        await self.conn.executemany(
+            "UPDATE memory_chunks SET chunk_index = ?, heading_path = ?, start_line = ?, "
+            "end_line = ?, tags = ?, date = ?, metadata = ?, updated_at = ? WHERE id = ?",
+            [(*new, stamp, rid) for rid, _, new in changed],
+        )
+        meta = {row[0]: row[8] for row in kept.values()}
+        return {int(new[0]) for rid, _, new in changed if new[6] != meta[rid]}
+
+    async def _take_ids(self, n: int) -> int:
+        """The first of ``n`` fresh chunk ids; an id is never handed out twice (0005)."""
+        rows = await self._all("UPDATE chunk_ids SET next = next + ? RETURNING next", (n,))
+        return int(rows[0][0]) - n
+
+    async def _revector_kept(
+        self, kept: Mapping[int, Any], vectors: Sequence[Vector | None], model_id: str
+    ) -> None:
+        """A kept row embedded by another model (or not yet) takes the vector given now."""
+        rows = [
+            (row[0], vectors[n])
+            for n, row in kept.items()
+            if vectors[n] is not None and row[9] != model_id
+        ]
+        if not rows:
+            return
+        self.chunks_changed = True
+        await self.conn.executemany(
+            "UPDATE memory_chunks SET embedding = ?, embedding_model = ? WHERE id = ?",
+            [(encode_vector(v), model_id, rid) for rid, v in rows if v is not None],
+        )
+        self.removed += [rid for rid, _ in rows]
+        self.added += [(rid, model_id, v) for rid, v in rows if v is not None]
+
+    async def _put_memories(
+        self, path: str, chunks: Sequence[Chunk], ids: Sequence[int], stamp: str
+    ) -> None:
+        """Memory rows of new or changed chunks (rows of deleted chunks went with them)."""
+        if not ids:
+            return
+        for i in range(0, len(ids), _BATCH):
+            part = list(ids[i : i + _BATCH])
+            await self.conn.execute(
+                f"DELETE FROM memories WHERE chunk_id IN ({_marks(len(part))})", part
+            )
+        memories = memory_rows(path, chunks, ids, stamp)
+        if memories:
+            # a memory pasted with its comment into a second file keeps its first home
+            await self.conn.executemany(
+                "INSERT INTO memories (memory_id, chunk_id, path, user_id, agent_id, run_id, "
+                "category, key, created, updated, metadata) VALUES (?,?,?,?,?,?,?,?,?,?,?) "
+                "ON CONFLICT(memory_id) DO UPDATE SET chunk_id = excluded.chunk_id, "
+                "category = excluded.category, key = excluded.key, "
+                "created = excluded.created, updated = excluded.updated, "
+                "metadata = excluded.metadata WHERE memories.path = excluded.path",
+                memories,
+            )
+
+    async def touch_file(self, state: FileState) -> None:
+        await self._unskip([state.path])
+        await self.conn.execute(
+            "UPDATE files SET size = ?, mtime_ns = ? WHERE path = ?",
+            (state.size, state.mtime_ns, state.path),
+        )
+
+    async def set_skipped(self, files: Sequence[SkippedFile]) -> None:
+        await self.conn.executemany(
+            "INSERT INTO skipped_files (path, reason, size, mtime_ns, since) "
+            "VALUES (?, ?, ?, ?, ?) ON CONFLICT(path) DO UPDATE SET reason=excluded.reason, "
+            "size=excluded.size, mtime_ns=excluded.mtime_ns",
+            [(f.path, f.reason, f.size, f.mtime_ns, now()) for f in files],
+        )
+
+    async def _unskip(self, paths: Sequence[str]) -> None:
+        await self.conn.executemany(
+            "DELETE FROM skipped_files WHERE path = ?", [(p,) for p in paths]
+        )
+
+    async def delete_files(self, paths: Sequence[str]) -> int:
+        if not paths:
+            return 0
+        await self._unskip(paths)
+        self.chunks_changed = True
+        ids = await self._ids_of(paths)
+        self.removed += ids
+        await self.conn.executemany("DELETE FROM files WHERE path = ?", [(p,) for p in paths])
+        return len(ids)
+
+    async def set_vectors(self, vectors: Sequence[tuple[int, str, Vector]], model_id: str) -> int:
+        wanted = {cid: (h, v) for cid, h, v in vectors}
+        current: dict[int, str] = {}
+        ids = list(wanted)
+        for i in range(0, len(ids), _BATCH):
+            part = ids[i : i + _BATCH]
+            sql = f"SELECT id, content_hash FROM memory_chunks WHERE id IN ({_marks(len(part))})"
+            current.update((r[0], r[1]) for r in await self._all(sql, part))
+        fresh = [(cid, v) for cid, (h, v) in wanted.items() if current.get(cid) == h]
+        if not fresh:
+            return 0
+        self.chunks_changed = True
+        await self.conn.executemany(
+            "UPDATE memory_chunks SET embedding = ?, embedding_model = ? WHERE id = ?",
+            [(encode_vector(v), model_id, cid) for cid, v in fresh],
+        )
+        self.removed += [cid for cid, _ in fresh]  # a vector of another model goes away
+        self.added += [(cid, model_id, v) for cid, v in fresh]
+        return len(fresh)
+
+    async def cache_vectors(self, vectors: Mapping[str, Vector], model_id: str) -> None:
+        if not vectors:
+            return
+        stamp = now()
+        await self.conn.executemany(
+            "INSERT OR REPLACE INTO embedding_cache VALUES (?, ?, ?, ?)",
+            [(h, model_id, encode_vector(v), stamp) for h, v in vectors.items()],
+        )
+
+    async def set_meta(self, key: str, value: str) -> None:
+        await self.conn.execute(
+            "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, value)
+        )

@@ -1,0 +1,556 @@
+"""SqliteStore: the storage ports on one SQLite file via aiosqlite (WAL, FTS5, numpy vectors).
+
+One writer connection runs the short write transactions, one at a time; a small pool of reader
+connections gives each snapshot its own WAL read transaction, so a search never sees a
+half-written file. Vectors are searched in one in-memory matrix per model (``VectorIndex``),
+versioned by the ``generation`` counter every write bumps: a snapshot searches the matrix as of
+its own generation, writes made here are applied incrementally, and a write by another process
+(a newer generation nobody here applied) makes the next snapshot reload the matrix.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import sqlite3
+from collections import Counter
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager, suppress
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING, Self, TypeAlias
+
+import aiosqlite
+import numpy as np
+import numpy.typing as npt
+
+from memcore.core.errors import StorageBusy, StorageError
+from memcore.core.tokenize import CommonCounts, segment
+from memcore.core.vectors import VectorIndex
+from memcore.storage.base import Vector
+from memcore.storage.migrations import load_migrations
+from memcore.storage.rows import now
+from memcore.storage.sqlite.queries import SqliteReader, SqliteWriter
+
+if TYPE_CHECKING:  # usearch (and numkong) load only for a vault that needs the graph
+    from memcore.storage.ann import AnnIndex
+
+READERS = 3  # reader connections (each is a thread); more searches than this queue up
+ANN_MIN_VECTORS = 50_000  # from here a model's vectors are searched in an HNSW graph
+# Page cache of each reader connection. SQLite's default (2 MB) holds none of a big index's
+# full-text working set, so every search read the same pages again: at 119k chunks 142 MB
+# in 33k read calls for 500 searches, against 36 MB in 7k with 128 MB (of which 13 MB filled).
+READER_CACHE_MB = 128
+GRAPH_FORMAT = 2  # in saved graphs' names: a graph saved in an older format is rebuilt
+_FETCH = 50_000  # vectors read and added to a graph at a time (bounds memory while building)
+
+log = logging.getLogger(__name__)
+Vectors: TypeAlias = "VectorIndex | AnnIndex"
+
+
+def translate(exc: sqlite3.Error, what: str) -> StorageError:
+    """A driver error as a one-line StorageError (StorageBusy when another writer holds on)."""
+    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    if isinstance(exc, sqlite3.OperationalError) and ("locked" in text or "busy" in text):
+        return StorageBusy(f"index is busy ({what}): {text}; another process is writing to it")
+    return StorageError(f"index {what} failed: {text}")
+
+
+def _fts_text(heading: str, text: str) -> str:
+    """What full text sees of a chunk: heading and body, Chinese segmented into words."""
+    return segment(f"{heading}\n{text}")
+
+
+class SqliteStore:
+    """Index database in one SQLite file. Open with ``async with SqliteStore(path) as store``."""
+
+    backend = "sqlite"
+
+    def __init__(
+        self,
+        path: Path,
+        *,
+        readers: int = READERS,
+        busy_timeout_s: float = 10.0,
+        ann_min_vectors: int = ANN_MIN_VECTORS,
+        reader_cache_mb: int = READER_CACHE_MB,
+    ) -> None:
+        self.path = path
+        self.reader_cache_mb = reader_cache_mb
+        self.ann_min_vectors = ann_min_vectors
+        self._index_id = ""
+        self._busy_ms = max(0, int(busy_timeout_s * 1000))
+        self._max_readers = max(1, readers)
+        self._writer: aiosqlite.Connection | None = None
+        self._readers: asyncio.Queue[aiosqlite.Connection] | None = None
+        self._all_readers: list[aiosqlite.Connection] = []
+        self._write_lock = asyncio.Lock()
+        self._loading: dict[str, asyncio.Lock] = {}  # model -> its load or catch-up
+        self._building: dict[str, asyncio.Task[None]] = {}  # model -> its graph being built
+        self._retired: dict[str, VectorIndex] = {}  # a matrix a graph replaced: older snapshots
+        self._vectors: dict[str, Vectors] = {}
+        self._open_snapshots: Counter[int] = Counter()
+        self._applying: dict[int, asyncio.Event] = {}  # committed here, matrix not yet updated
+        self.pending_memo: dict[tuple[int, str], int] = {}  # (generation, model) -> pending
+        self.common_counts = CommonCounts()  # estimated chunk counts of common query words
+
+    @property
+    def location(self) -> str:
+        return str(self.path)
+
+    @property
+    def engine(self) -> str:
+        return f"SQLite {sqlite3.sqlite_version}"
+
+    async def __aenter__(self) -> Self:
+        await self.open()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def open(self) -> None:
+        """Open the writer connection and bring the schema up to date. Raises StorageError."""
+        try:
+            if not self.path.parent.is_dir():
+                raise StorageError(f"cannot open index {self.path}: folder does not exist")
+            self._writer = await self._connect()
+            await self._writer.execute("PRAGMA journal_mode = WAL")
+            await self._writer.create_function("memcore_fts", 2, _fts_text, deterministic=True)
+            await self._migrate(self._writer)
+            async with self._writer.execute("SELECT value FROM meta WHERE key = 'index_id'") as cur:
+                row = await cur.fetchone()
+            self._index_id = str(row[0]) if row else ""
+            self._readers = asyncio.Queue()
+        except (sqlite3.Error, OSError) as exc:
+            await self.close()
+            raise StorageError(f"cannot open index {self.path}: {exc}") from exc
+        except BaseException:
+            await self.close()
+            raise
+
+    async def _connect(self, cache_mb: int | None = None) -> aiosqlite.Connection:
+        conn = await aiosqlite.connect(self.path, isolation_level=None)
+        try:
+            await conn.execute(f"PRAGMA busy_timeout = {self._busy_ms}")
+            await conn.execute("PRAGMA synchronous = NORMAL")
+            await conn.execute("PRAGMA foreign_keys = ON")
+            if cache_mb is not None:
+                await conn.execute(f"PRAGMA cache_size = {-1024 * cache_mb}")
+        except BaseException:
+            # Its worker thread is not a daemon: left open, it keeps the process from exiting.
+            with suppress(sqlite3.Error, ValueError):
+                await conn.close()
+            raise
+        return conn
+
+    async def close(self) -> None:
+        """Close every connection. Waits for the write transaction in progress, if any."""
+        builds = [t for t in self._building.values() if not t.done()]
+        for task in builds:
+            task.cancel()
+        await asyncio.gather(*builds, return_exceptions=True)
+        self._building.clear()
+        async with self._write_lock:
+            conns = [*self._all_readers, *([self._writer] if self._writer else [])]
+            self._writer, self._readers, self._all_readers = None, None, []
+            graphs = {m: v for m, v in self._vectors.items() if not isinstance(v, VectorIndex)}
+            self._vectors.clear()
+            self._retired.clear()
+            for model_id, graph in graphs.items():
+                if graph.changes:
+                    await asyncio.to_thread(self._save_graph, model_id, graph)
+            for conn in conns:
+                with suppress(sqlite3.Error, ValueError):
+                    await conn.close()
+
+    async def _migrate(self, db: aiosqlite.Connection) -> None:
+        await db.execute(
+            "CREATE TABLE IF NOT EXISTS schema_migrations ("
+            "version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)"
+        )
+        applied = await self._applied(db)
+        for mig in load_migrations(self.backend):
+            if mig.version in applied:
+                continue
+            # executescript commits first, so the migration and its ledger row need their
+            # own BEGIN ... COMMIT to be one atomic step.
+            script = (
+                f"BEGIN IMMEDIATE;\n{mig.sql}\n"
+                f"INSERT INTO schema_migrations VALUES ({mig.version}, '{mig.name}', '{now()}');\n"
+                "COMMIT;"
+            )
+            try:
+                await db.executescript(script)
+            except sqlite3.Error as exc:
+                if db.in_transaction:
+                    await db.execute("ROLLBACK")
+                if mig.version in await self._applied(db):
+                    continue  # another process migrated the same file at the same moment
+                raise StorageError(f"migration {mig.version:04d}_{mig.name} failed: {exc}") from exc
+
+    async def _applied(self, db: aiosqlite.Connection) -> set[int]:
+        async with db.execute("SELECT version FROM schema_migrations") as cur:
+            return {row[0] for row in await cur.fetchall()}
+
+    # ---- reading ----------------------------------------------------------------------------
+
+    async def _take_reader(self) -> aiosqlite.Connection:
+        if self._readers is None:
+            raise StorageError("index is not open")
+        if self._readers.empty() and len(self._all_readers) < self._max_readers:
+            conn = await self._connect(cache_mb=self.reader_cache_mb)
+            self._all_readers.append(conn)
+            return conn
+        return await self._readers.get()
+
+    @asynccontextmanager
+    async def snapshot(self) -> AsyncIterator[SqliteReader]:
+        conn = await self._take_reader()
+        generation: int | None = None
+        try:
+            generation = await self._begin_read(conn)
+            self._open_snapshots[generation] += 1
+            yield SqliteReader(conn, generation, self)
+        except sqlite3.Error as exc:
+            raise translate(exc, "read") from exc
+        finally:
+            if generation is not None:
+                self._release_snapshot(generation)
+            await self._end_read(conn)
+
+    async def _begin_read(self, conn: aiosqlite.Connection) -> int:
+        """Start a read transaction; its first SELECT fixes the snapshot. Retries while the
+        vector matrix has already dropped rows that snapshot would need (a rare race)."""
+        for _ in range(100):
+            await conn.execute("BEGIN")
+            rows = list(await conn.execute_fetchall("SELECT value FROM generation"))
+            generation = int(rows[0][0]) if rows else 0
+            if all(v.floor <= generation for v in self._vectors.values()):
+                return generation
+            await conn.execute("ROLLBACK")
+        raise StorageBusy("index is busy: could not take a consistent snapshot")
+
+    async def _end_read(self, conn: aiosqlite.Connection) -> None:
+        try:
+            if conn.in_transaction:
+                await conn.execute("ROLLBACK")
+        except (sqlite3.Error, ValueError):
+            with suppress(sqlite3.Error, ValueError):
+                await conn.close()
+            if conn in self._all_readers:
+                self._all_readers.remove(conn)
+            return
+        if self._readers is not None and conn in self._all_readers:
+            self._readers.put_nowait(conn)
+
+    def _release_snapshot(self, generation: int) -> None:
+        self._open_snapshots[generation] -= 1
+        if self._open_snapshots[generation] <= 0:
+            del self._open_snapshots[generation]
+        self._compact()
+
+    def _compact(self) -> None:
+        oldest = min(self._open_snapshots, default=None)
+        for index in self._vectors.values():
+            if isinstance(index, VectorIndex):
+                index.compact(oldest)
+            else:
+                index.compact_soon(oldest)  # never wait on the loop for a graph read in
+        for model_id in list(self._retired):
+            graph = self._vectors.get(model_id)
+            if oldest is None or graph is None or oldest >= graph.floor:
+                del self._retired[model_id]  # no open snapshot predates the graph any more
+
+    async def vectors_at(
+        self, conn: aiosqlite.Connection, generation: int, model_id: str
+    ) -> Vectors:
+        """The vectors of ``model_id`` as of ``generation`` (the caller's snapshot). Waits for
+        a write committed here to be applied; after writes by another process a matrix is
+        reloaded and a graph caught up in place."""
+        index = self._vectors.get(model_id)
+        if index is not None and index.generation < generation:
+            event = self._applying.get(generation)
+            if event is not None:
+                await event.wait()
+                index = self._vectors.get(model_id)
+        if index is not None and index.serves(generation):
+            return index
+        retired = self._retired.get(model_id)
+        if retired is not None and retired.serves(generation):
+            return retired  # a snapshot older than the graph that took over
+        # One load (or catch-up) of a model at a time: searches arriving together at a start
+        # wait for the first one's vectors instead of each reading (or building) their own.
+        async with self._loading.setdefault(model_id, asyncio.Lock()):
+            index = self._vectors.get(model_id)
+            if index is not None and index.serves(generation):
+                return index
+            reader = SqliteReader(conn, generation, self)
+            if (
+                index is not None
+                and not isinstance(index, VectorIndex)
+                and index.floor <= generation
+            ):
+                await self._catch_up(reader, model_id, index)  # in place, not reloaded
+                if index.serves(generation):
+                    return index
+            fresh = await self._load(reader, model_id)
+            current = self._vectors.get(model_id)
+            if current is None or current.generation < generation:
+                self._vectors[model_id] = fresh  # newer than what was here (or nothing was)
+            return fresh
+
+    async def _load(self, reader: SqliteReader, model_id: str) -> Vectors:
+        """A model's vectors as of the reader's snapshot: an exact matrix, or from
+        ``ann_min_vectors`` on, the saved graph brought up to date by comparing chunk ids.
+        With no usable graph saved, the matrix answers while one is built in the background:
+        building takes ~20 s at 100k chunks and minutes at 1M, loading the matrix 1.3 s."""
+        ids = await reader.vector_ids(model_id)
+        if len(ids) >= self.ann_min_vectors:
+            graph = await self._saved_graph(reader, model_id, ids)
+            if graph is not None:
+                return graph
+            self._build_graph_soon(model_id)
+        return await reader.load_vectors(model_id, len(ids))
+
+    async def _saved_graph(
+        self, reader: SqliteReader, model_id: str, ids: npt.NDArray[np.uint64]
+    ) -> AnnIndex | None:
+        """The graph saved for this model, brought up to date with ``ids`` (the snapshot's
+        chunks with a vector) and saved again if that changed it by over 1%; None if there
+        is none, or it holds mostly other chunks (after a reindex), when building is as quick."""
+        from memcore.storage.ann import AnnIndex
+
+        first = await reader.vectors_of(ids[:1])
+        dim = first[1].shape[1]
+        graph = await asyncio.to_thread(
+            AnnIndex.load, self.graph_path(model_id), dim, reader.generation
+        )
+        if graph is None:
+            return None
+        missing, stale = await asyncio.to_thread(_differences, ids, graph)
+        if len(missing) > len(ids) // 2:
+            return None
+        if stale:  # in a worker thread: the first change reads the mapped graph in
+            await asyncio.to_thread(graph.remove, stale)
+        for i in range(0, len(missing), _FETCH):
+            got, mat = await reader.vectors_of(missing[i : i + _FETCH])
+            await asyncio.to_thread(graph.add, got, mat)
+        if graph.changes > max(1000, len(ids) // 100):
+            await asyncio.to_thread(self._save_graph, model_id, graph)
+        return graph
+
+    def _build_graph_soon(self, model_id: str, threads: int = 1) -> None:
+        """Start building a model's graph in the background, unless one was started already
+        (a build that failed is not retried until the next start: the matrix serves). One
+        thread leaves the other cores to searches and indexing; 0 takes them all."""
+        if model_id not in self._building:
+            build = self._build_graph(model_id, threads)
+            self._building[model_id] = asyncio.get_running_loop().create_task(build)
+
+    async def _build_graph(self, model_id: str, threads: int) -> None:
+        """Build a model's graph from the index, save it, and put it in place of the matrix.
+
+        Vectors are read in short transactions on a connection of its own (read through a
+        search connection, they filled its page cache: +180 MB peak at 119k chunks), so
+        writes and WAL checkpoints go on meanwhile, and added on ``threads`` threads. The
+        writes committed during the build are caught up with at the swap (by comparing chunk
+        ids, under the model's load lock); snapshots older than the swap keep the matrix
+        until they close."""
+        from memcore.storage.ann import AnnIndex
+
+        conn: aiosqlite.Connection | None = None
+        try:
+            conn = await self._connect()
+            generation = await self._begin_read(conn)
+            reader = SqliteReader(conn, generation, self)
+            ids = await reader.vector_ids(model_id)
+            await conn.execute("ROLLBACK")
+            log.info("building the vector graph of %d chunks in the background", len(ids))
+            graph: AnnIndex | None = None
+            for i in range(0, len(ids), _FETCH):
+                await conn.execute("BEGIN")
+                got, mat = await reader.vectors_of(ids[i : i + _FETCH])
+                await conn.execute("ROLLBACK")
+                if graph is None and len(got):
+                    graph = AnnIndex(mat.shape[1], generation, threads=threads)
+                if graph is not None:
+                    await asyncio.to_thread(graph.add, got, mat)
+            await conn.close()
+            conn = None
+            if graph is None:
+                return
+            async with self._loading.setdefault(model_id, asyncio.Lock()):
+                async with self.snapshot() as reader:
+                    await self._catch_up(reader, model_id, graph)
+                graph.compact()  # serves its own generation on: older snapshots keep the matrix
+                old = self._vectors.get(model_id)
+                if isinstance(old, VectorIndex):
+                    self._retired[model_id] = old
+                self._vectors[model_id] = graph
+                self._compact()
+            log.info("the vector graph of %d chunks is in place", len(graph))
+            await asyncio.to_thread(self._save_graph, model_id, graph)
+        except Exception as exc:  # a background task: say why, and let exact search go on
+            log.warning("could not build the vector graph (exact search goes on): %s", exc)
+        finally:
+            if conn is not None:
+                with suppress(sqlite3.Error, ValueError):
+                    await conn.close()
+
+    async def prepare_vectors(
+        self, model_id: str, started: Callable[[int], None] | None = None
+    ) -> None:
+        """Have a model's graph saved and up to date, past ``ann_min_vectors``, before
+        returning: what a batch ``memcore index`` does before it exits, so that the one-shot
+        searches after it load a graph instead of a matrix. Builds one (``started(n)`` is
+        called first) if none is saved or usable, or waits for the build under way."""
+        async with self.snapshot() as reader:
+            ids = await reader.vector_ids(model_id)
+            task = self._building.get(model_id)
+            if task is None:
+                if len(ids) < self.ann_min_vectors:
+                    return
+                if await self._saved_graph(reader, model_id, ids) is not None:
+                    return
+        if task is None:
+            self._build_graph_soon(model_id, threads=0)  # a batch job: every core
+            task = self._building[model_id]
+        if not task.done():
+            if started is not None:
+                started(len(ids))
+            await asyncio.shield(task)
+
+    async def _unmap_graphs(self) -> None:
+        """Read memory-mapped graphs into memory in a worker thread before a write changes
+        them, not on the event loop applying the commit. usearch keeps the GIL while loading,
+        so at 1.19M chunks the loop still pauses ~0.8 s once (bench/first_write.py); holding
+        the graph's lock meanwhile is what keeps searches from blocking inside usearch."""
+        for index in list(self._vectors.values()):
+            if not isinstance(index, VectorIndex) and index.mapped:
+                await asyncio.to_thread(index.unmap)
+
+    async def _catch_up(self, reader: SqliteReader, model_id: str, graph: AnnIndex) -> None:
+        """Advance a graph that missed writes (another process's) to the reader's snapshot,
+        as one generation step, by comparing its keys with the chunk ids holding vectors."""
+        if graph.generation >= reader.generation:
+            return
+        if graph.mapped:  # another process wrote: read it in off the loop (_unmap_graphs)
+            await asyncio.to_thread(graph.unmap)
+        ids = await reader.vector_ids(model_id)
+        # The comparisons run in a worker thread: ~0.25 s of sorting at 1.19M chunks.
+        missing = await asyncio.to_thread(_absent_from, ids, graph)
+        got, mat = await reader.vectors_of(missing)
+        fresh, removed = await asyncio.to_thread(_changes_to, graph, ids, got)
+        if graph.generation >= reader.generation:
+            return  # brought forward meanwhile
+        graph.apply(reader.generation, removed, np.asarray(got)[fresh].tolist(), mat[fresh])
+
+    def graph_path(self, model_id: str, format_: int = GRAPH_FORMAT) -> Path:
+        """Where a model's vector graph is saved: beside the index, named for this database
+        and the graph format (1, unnumbered: saved by usearch < 2.26, which could keep removed
+        chunks in it, so it is never loaded, and deleted once a new one is saved)."""
+        digest = hashlib.sha256(model_id.encode()).hexdigest()[:12]
+        suffix = "hnsw" if format_ == 1 else f"g{format_}.hnsw"
+        return self.path.with_name(f"{self.path.name}.{self._index_id}.{digest}.{suffix}")
+
+    def _save_graph(self, model_id: str, graph: AnnIndex) -> None:
+        try:
+            graph.save(self.graph_path(model_id))
+            for old in range(1, GRAPH_FORMAT):
+                self.graph_path(model_id, old).unlink(missing_ok=True)
+        except (OSError, RuntimeError) as exc:  # only a cache: the next start rebuilds it
+            log.warning("could not save the vector graph: %s", exc)
+
+    # ---- writing ----------------------------------------------------------------------------
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[SqliteWriter]:
+        async with self._write_lock:
+            db = self._writer
+            if db is None:
+                raise StorageError("index is not open")
+            await self._unmap_graphs()
+            try:
+                await db.execute("BEGIN IMMEDIATE")
+            except sqlite3.Error as exc:
+                raise translate(exc, "write") from exc
+            tx = SqliteWriter(db)
+            generation = 0
+            try:
+                yield tx
+                if tx.chunks_changed:
+                    await db.execute("UPDATE generation SET value = value + 1")
+                    async with db.execute("SELECT value FROM generation") as cur:
+                        row = await cur.fetchone()
+                    generation = int(row[0]) if row else 0
+                    self._applying[generation] = asyncio.Event()
+                await db.execute("COMMIT")
+            except BaseException as exc:
+                await self._rollback(db)
+                self._settle(generation, None)
+                if isinstance(exc, sqlite3.Error):
+                    raise translate(exc, "write") from exc
+                raise
+            self._settle(generation, tx)
+
+    async def _rollback(self, db: aiosqlite.Connection) -> None:
+        with suppress(sqlite3.Error, ValueError):
+            if db.in_transaction:
+                await db.execute("ROLLBACK")
+
+    def _settle(self, generation: int, tx: SqliteWriter | None) -> None:
+        """After a commit (tx) or a failure (None): bring the matrices to this generation."""
+        event = self._applying.pop(generation, None)
+        if generation and tx is not None:
+            for model_id, index in list(self._vectors.items()):
+                if index.generation != generation - 1:
+                    if isinstance(index, VectorIndex):
+                        del self._vectors[model_id]  # missed a write: reload on next use
+                    continue  # a graph catches up on next use
+                ids = [cid for cid, m, _ in tx.added if m == model_id]
+                vecs = [v for _, m, v in tx.added if m == model_id]
+                index.apply(generation, tx.removed, ids, _stack(vecs))
+                if isinstance(index, VectorIndex) and len(index) >= self.ann_min_vectors:
+                    self._build_graph_soon(model_id)  # the matrix grew past the graph's size
+            self._compact()
+        elif generation:  # the commit may or may not have happened: reload (or catch up)
+            for model_id, index in list(self._vectors.items()):
+                if isinstance(index, VectorIndex):
+                    del self._vectors[model_id]
+        if event is not None:
+            event.set()
+
+
+def _differences(
+    ids: npt.NDArray[np.uint64], graph: AnnIndex
+) -> tuple[npt.NDArray[np.uint64], list[int]]:
+    """The chunk ids missing from a saved graph, and its keys no longer chunks."""
+    keys = graph.keys()
+    missing = np.setdiff1d(ids, keys, assume_unique=True)
+    return missing, np.setdiff1d(keys, ids, assume_unique=True).tolist()
+
+
+def _absent_from(ids: npt.NDArray[np.uint64], graph: AnnIndex) -> npt.NDArray[np.uint64]:
+    """The chunk ids the graph does not hold alive."""
+    return np.setdiff1d(ids, graph.alive_keys(), assume_unique=True)
+
+
+def _changes_to(
+    graph: AnnIndex, ids: npt.NDArray[np.uint64], got: Sequence[int]
+) -> tuple[npt.NDArray[np.bool_], list[int]]:
+    """Which of the fetched vectors the graph still lacks, and which of its keys are gone.
+    Its keys are read again: other tasks ran while the vectors were fetched."""
+    alive = graph.alive_keys()
+    fresh = ~np.isin(np.asarray(got, dtype=np.uint64), alive)
+    return fresh, np.setdiff1d(alive, ids, assume_unique=True).tolist()
+
+
+def _stack(vecs: list[Vector]) -> Vector | None:
+    return np.stack(vecs) if vecs else None

@@ -1,0 +1,365 @@
+"""Heading-aware Markdown chunking with markdown-it-py: text in, Chunk values out. Pure."""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+import yaml
+from markdown_it import MarkdownIt
+from markdown_it.token import Token
+
+from memcore.core.models import Chunk
+from memcore.vault.files import text_hash
+from memcore.vault.memory_format import MemoryFile, is_memory_file, parse_memory_file
+
+_HASHTAG = re.compile(r"(?<![\w/#&])#([^\W\d_][\w\-/]*)")
+# #ff0000, #a1b2c3ff: a colour in prose, not a tag (a hex word with a digit in it)
+_HEX_COLOUR = re.compile(r"(?=[0-9a-fA-F]*\d)(?:[0-9a-fA-F]{3,4}|[0-9a-fA-F]{6}|[0-9a-fA-F]{8})")
+_DATE_IN_NAME = re.compile(r"(\d{4}-\d{2}-\d{2})")
+# "Date: 2023/05/21 (Sun) 19:50", "**Date:** 8 May, 2023" near the top of a file
+_DATE_LINE = re.compile(r"^\s*(?:[*_]{1,2})?date(?:[*_]{1,2})?\s*:\s*(?:[*_]{1,2})?(.+)$", re.I)
+_ISO_DAY = re.compile(r"\b(\d{4})[-/.](\d{1,2})[-/.](\d{1,2})\b")
+_DAY_MONTH_YEAR = re.compile(r"\b(\d{1,2})(?:st|nd|rd|th)?\s+([A-Za-z]{3,9})\.?,?\s+(\d{4})\b")
+_MONTH_DAY_YEAR = re.compile(r"\b([A-Za-z]{3,9})\.?\s+(\d{1,2})(?:st|nd|rd|th)?,?\s+(\d{4})\b")
+_MONTHS = {
+    m: i
+    for i, m in enumerate(
+        ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"),
+        start=1,
+    )
+}
+_LINE = re.compile(r"^.*$", re.M)
+DATE_LINE_SCAN = 6  # non-blank body lines searched for a "Date:" line
+
+# Bump when a change here alters the chunks of unchanged files: indexes re-chunk on next run.
+CHUNKER_VERSION = 3
+_FRONT_MATTER_END = ("---", "...")
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkerConfig:
+    chunk_tokens: int = 200
+    overlap_tokens: int = 25
+    chars_per_token: int = 4
+    split: str = "window"  # "window": pack paragraphs up to chunk_tokens; "paragraph": one each
+
+    @property
+    def max_chars(self) -> int:
+        return self.chunk_tokens * self.chars_per_token
+
+    @property
+    def overlap_chars(self) -> int:
+        return self.overlap_tokens * self.chars_per_token
+
+
+@dataclass(slots=True)
+class _Unit:
+    """A piece of a block that fits in one window; lines are 1-based inclusive."""
+
+    start: int
+    end: int
+    text: str
+    sep: str  # what joins it to the previous unit in a chunk
+    tags: frozenset[str] = frozenset()
+
+
+@dataclass(slots=True)
+class _Section:
+    heading_path: tuple[str, ...]
+    units: list[_Unit] = field(default_factory=list)
+    has_body: bool = False
+
+
+@lru_cache(maxsize=1)
+def _parser() -> MarkdownIt:
+    return MarkdownIt("commonmark", {"html": True}).enable(["table", "strikethrough"])
+
+
+def split_front_matter(text: str) -> tuple[dict[str, Any], int, str | None]:
+    """Front matter as a dict, the number of lines it spans, and a parse error if any."""
+    lines = text.split("\n")
+    if not lines or lines[0].strip() != "---":
+        return {}, 0, None
+    for i in range(1, min(len(lines), 400)):
+        if lines[i].strip() in _FRONT_MATTER_END:
+            try:
+                data = yaml.safe_load("\n".join(lines[1:i]))
+            except yaml.YAMLError as exc:
+                first = str(exc).splitlines()[0] if str(exc) else "invalid YAML"
+                return {}, i + 1, f"front matter ignored: {first}"
+            if data is None:
+                return {}, i + 1, None
+            if not isinstance(data, dict):
+                return {}, i + 1, "front matter ignored: not a mapping"
+            return {str(k): _json_safe(v) for k, v in data.items()}, i + 1, None
+    return {}, 0, None
+
+
+def _json_safe(value: Any) -> Any:
+    if isinstance(value, dt.datetime | dt.date):
+        return value.isoformat()
+    if isinstance(value, dict):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set):
+        return [_json_safe(v) for v in value]
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    return str(value)
+
+
+def _front_matter_tags(meta: dict[str, Any]) -> tuple[str, ...]:
+    raw = meta.get("tags", [])
+    if isinstance(raw, str):
+        raw = re.split(r"[,\s]+", raw)
+    if not isinstance(raw, list):
+        return ()
+    return tuple(str(t).lstrip("#") for t in raw if str(t).strip())
+
+
+def parse_day(text: str) -> str | None:
+    """The calendar day in a free-form date ("2023/05/21 (Sun)", "8 May, 2023", "May 8th 2023")
+    as YYYY-MM-DD, or None."""
+    m = _ISO_DAY.search(text)
+    if m:
+        y, mo, d = int(m[1]), int(m[2]), int(m[3])
+    else:
+        m = _DAY_MONTH_YEAR.search(text)
+        if m:
+            d, mo, y = int(m[1]), _MONTHS.get(m[2][:3].lower(), 0), int(m[3])
+        else:
+            m = _MONTH_DAY_YEAR.search(text)
+            if not m:
+                return None
+            mo, d, y = _MONTHS.get(m[1][:3].lower(), 0), int(m[2]), int(m[3])
+    try:
+        return dt.date(y, mo, d).isoformat()
+    except ValueError:
+        return None
+
+
+def _date_line(body: str) -> str | None:
+    """The day of a "Date: ..." line among the first few non-blank lines of the body."""
+    seen = 0
+    for found in _LINE.finditer(body):  # lazily: only the top of a (possibly huge) body is read
+        line = found.group()
+        if not line.strip():
+            continue
+        m = _DATE_LINE.match(line)
+        if m:
+            return parse_day(m.group(1))
+        seen += 1
+        if seen >= DATE_LINE_SCAN:
+            return None
+    return None
+
+
+def file_date(path: str, meta: dict[str, Any], fallback: str | None, body: str = "") -> str | None:
+    """The date a memory file is about: front matter, then a YYYY-MM-DD file name, then a
+    "Date:" line at the top of the body, then ``fallback`` (the file's mtime)."""
+    for key in ("date", "created", "created_at"):
+        value = meta.get(key)
+        if isinstance(value, str) and re.match(r"\d{4}-\d{2}-\d{2}", value):
+            return value[:10]
+    m = _DATE_IN_NAME.search(path.rsplit("/", 1)[-1])
+    if m:
+        return m.group(1)
+    return _date_line(body) or fallback
+
+
+def _inline_tags(tokens: list[Token], start: int, end: int) -> frozenset[str]:
+    tags: set[str] = set()
+    for tok in tokens[start:end]:
+        if tok.type != "inline" or not tok.children:
+            continue
+        for child in tok.children:
+            if child.type == "text":
+                tags.update(
+                    t for t in _HASHTAG.findall(child.content) if not _HEX_COLOUR.fullmatch(t)
+                )
+    return frozenset(tags)
+
+
+def _sections(body: str, line_offset: int, max_chars: int) -> list[_Section]:
+    tokens = _parser().parse(body)
+    lines = body.split("\n")
+    sections = [_Section(())]
+    stack: list[tuple[int, str]] = []
+    i = 0
+    while i < len(tokens):
+        tok = tokens[i]
+        j = i + 1
+        if tok.nesting == 1:  # find the matching close token of this block
+            depth = 1
+            while depth and j < len(tokens):
+                depth += tokens[j].nesting
+                j += 1
+        if tok.level != 0 or tok.map is None:
+            i = j
+            continue
+        start, end = tok.map
+        text = "\n".join(lines[start:end]).rstrip()
+        tags = _inline_tags(tokens, i, j)
+        if tok.type == "heading_open":
+            level = int(tok.tag[1])
+            title = tokens[i + 1].content.strip() if i + 1 < len(tokens) else ""
+            while stack and stack[-1][0] >= level:
+                stack.pop()
+            stack.append((level, title))
+            sections.append(_Section(tuple(t for _, t in stack)))
+            sections[-1].units.append(
+                _Unit(start + 1 + line_offset, end + line_offset, text, "", tags)
+            )
+        elif text.strip():
+            sections[-1].has_body = True
+            sections[-1].units.extend(
+                _split_block(text, start + 1 + line_offset, max_chars, "\n\n", tags)
+            )
+        i = j
+    return [s for s in sections if s.has_body]
+
+
+def _split_block(
+    text: str, first_line: int, max_chars: int, sep: str, tags: frozenset[str]
+) -> list[_Unit]:
+    """A block as one unit if it fits, else line groups, else word windows of a long line."""
+    if len(text) <= max_chars:
+        return [_Unit(first_line, first_line + text.count("\n"), text, sep, tags)]
+    units: list[_Unit] = []
+    for n, line in enumerate(text.split("\n")):
+        line_no = first_line + n
+        piece_sep = sep if not units else "\n"
+        if len(line) <= max_chars:
+            units.append(_Unit(line_no, line_no, line, piece_sep, tags))
+            continue
+        for piece in _word_windows(line, max_chars):
+            units.append(_Unit(line_no, line_no, piece, piece_sep, tags))
+            piece_sep = " "
+    return units
+
+
+def _word_windows(line: str, max_chars: int) -> list[str]:
+    pieces, current = [], ""
+    for word in line.split(" "):
+        while len(word) > max_chars:  # one enormous "word" (base64, minified text)
+            if current:
+                pieces.append(current)
+                current = ""
+            pieces.append(word[:max_chars])
+            word = word[max_chars:]
+        if current and len(current) + 1 + len(word) > max_chars:
+            pieces.append(current)
+            current = word
+        else:
+            current = f"{current} {word}" if current else word
+    if current:
+        pieces.append(current)
+    return pieces
+
+
+def _tail(text: str, n_chars: int) -> str:
+    """The last ~n_chars of text, starting at a word boundary."""
+    if n_chars <= 0:
+        return ""
+    if len(text) <= n_chars:
+        return text
+    cut = text[-n_chars:]
+    space = cut.find(" ")
+    return cut[space + 1 :] if 0 <= space < len(cut) // 2 else cut
+
+
+def _windows(units: list[_Unit], cfg: ChunkerConfig) -> list[tuple[list[_Unit], str]]:
+    """Pack units into windows of max_chars; each later window carries the previous tail."""
+    windows: list[tuple[list[_Unit], str]] = []
+    current: list[_Unit] = []
+    size, overlap = 0, ""
+    for unit in units:
+        added = len(unit.text) + (len(unit.sep) if current else 0)
+        new_block = cfg.split == "paragraph" and unit.sep == "\n\n"
+        only_heading = (
+            len(current) == 1 and current[0].sep == "" and current[0].text.startswith("#")
+        )
+        if current and (size + added > cfg.max_chars or (new_block and not only_heading)):
+            windows.append((current, overlap))
+            overlap = "" if new_block else _tail(_join(current), cfg.overlap_chars)
+            current, size = [], len(overlap) + 1 if overlap else 0
+            added = len(unit.text)
+        current.append(unit)
+        size += added
+    if current:
+        windows.append((current, overlap))
+    return windows
+
+
+def _join(units: list[_Unit]) -> str:
+    return "".join((u.sep if i else "") + u.text for i, u in enumerate(units))
+
+
+def chunk_markdown(
+    text: str,
+    path: str,
+    config: ChunkerConfig | None = None,
+    fallback_date: str | None = None,
+) -> tuple[list[Chunk], list[str]]:
+    """Split one memory file into chunks. Returns the chunks and warnings (never raises)."""
+    cfg = config or ChunkerConfig()
+    meta, fm_lines, fm_error = split_front_matter(text)
+    body = "\n".join(text.split("\n")[fm_lines:])
+    fm_tags = _front_matter_tags(meta)
+    date = file_date(path, meta, fallback_date, body)
+    if is_memory_file(meta):
+        return memory_chunks(parse_memory_file(path, meta, text, fm_lines), path, date), []
+    budget = max(cfg.max_chars - cfg.overlap_chars - 1, cfg.chars_per_token)
+    chunks: list[Chunk] = []
+    for section in _sections(body, fm_lines, budget):
+        for units, overlap in _windows(section.units, cfg):
+            own = _join(units)
+            chunk_text = f"{overlap}\n{own}" if overlap else own
+            heading = " > ".join(section.heading_path)
+            tags = tuple(sorted(set(fm_tags).union(*(u.tags for u in units))))
+            chunks.append(
+                Chunk(
+                    path=path,
+                    index=len(chunks),
+                    heading_path=section.heading_path,
+                    start_line=units[0].start,
+                    end_line=units[-1].end,
+                    text=chunk_text,
+                    content_hash=text_hash(f"{heading}\n{chunk_text}"),
+                    tags=tags,
+                    date=date,
+                    metadata=meta,
+                )
+            )
+    return chunks, [fm_error] if fm_error else []
+
+
+def memory_chunks(parsed: MemoryFile, path: str, date: str | None) -> list[Chunk]:
+    """One chunk per memory of a memory file, carrying its id, scope and fields."""
+    chunks: list[Chunk] = []
+    heading = (f"{parsed.category} memories",)
+    for item in parsed.items:
+        record = {
+            **item.fields(),
+            **parsed.scope.to_dict(),
+            "category": parsed.category,
+        }
+        tags = frozenset(_HASHTAG.findall(item.text))
+        chunks.append(
+            Chunk(
+                path=path,
+                index=len(chunks),
+                heading_path=heading,
+                start_line=item.start_line,
+                end_line=item.end_line,
+                text=item.text,
+                content_hash=text_hash(f"{heading[0]}\n{item.text}"),
+                tags=tuple(sorted(t for t in tags if not _HEX_COLOUR.fullmatch(t))),
+                date=(item.created[:10] or date) if item.created else date,
+                metadata={"memory": record},
+            )
+        )
+    return chunks

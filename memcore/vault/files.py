@@ -1,0 +1,170 @@
+"""Which files in a vault are memory, their vault-relative POSIX paths, reading and hashing."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import stat
+from collections.abc import Iterable, Iterator
+from functools import lru_cache
+from pathlib import Path
+
+from memcore.core.errors import VaultError
+from memcore.core.models import DiskFile
+
+# Folders that never hold memory and are expensive to walk or watch.
+SKIP_DIRS = frozenset({"node_modules", "__pycache__", "venv", "site-packages", "dist", "build"})
+# Editor droppings: swap, backup and temp files (vim's 4913 probe file included).
+_TEMP_RE = re.compile(r"(^\.|~$|\.sw[a-p]$|\.tmp$|\.bak$|\.orig$|^4913$|^#.*#$|\.crdownload$)")
+
+
+@lru_cache(maxsize=64)
+def _glob_regex(pattern: str) -> re.Pattern[str]:
+    """Translate a POSIX glob with ``**`` (any number of folders) into a regex."""
+    out, i = [], 0
+    while i < len(pattern):
+        if pattern.startswith("**/", i):
+            out.append("(?:.*/)?")
+            i += 3
+        elif pattern.startswith("**", i):
+            out.append(".*")
+            i += 2
+        elif pattern[i] == "*":
+            out.append("[^/]*")
+            i += 1
+        elif pattern[i] == "?":
+            out.append("[^/]")
+            i += 1
+        else:
+            out.append(re.escape(pattern[i]))
+            i += 1
+    return re.compile("".join(out) + r"\Z")
+
+
+def matches(path: str, patterns: Iterable[str]) -> bool:
+    return any(_glob_regex(p).match(path) for p in patterns)
+
+
+def is_temp_name(name: str) -> bool:
+    return bool(_TEMP_RE.search(name))
+
+
+def is_memory_path(path: str, include: Iterable[str], exclude: Iterable[str]) -> bool:
+    """True if a vault-relative POSIX path names a memory file (by name only, no I/O)."""
+    parts = path.split("/")
+    if any(p.startswith(".") or p in SKIP_DIRS for p in parts[:-1]):
+        return False
+    if is_temp_name(parts[-1]) or not parts[-1].endswith(".md"):
+        return False
+    return matches(path, include) and not matches(path, exclude)
+
+
+def could_hold_memory(dir_path: str, include: Iterable[str]) -> bool:
+    """True if some include pattern can match a file below this vault-relative folder."""
+    if dir_path in ("", "."):
+        return True
+    parts = dir_path.split("/")
+    if any(p.startswith(".") or p in SKIP_DIRS for p in parts):
+        return False
+    for pattern in include:
+        pparts = pattern.split("/")[:-1]  # the folder part of the pattern
+        for i, d in enumerate(parts):
+            if i >= len(pparts):
+                break
+            if pparts[i] == "**":
+                return True
+            if not _glob_regex(pparts[i]).match(d):
+                break
+        else:
+            if len(parts) <= len(pparts) or "**" in pparts:
+                return True
+    return False
+
+
+def relative_path(root: Path, path: Path) -> str:
+    """Vault-relative POSIX path; raises VaultError for a path outside the vault."""
+    try:
+        return path.absolute().relative_to(root.absolute()).as_posix()
+    except ValueError as exc:
+        raise VaultError(f"{path} is outside the vault {root}") from exc
+
+
+def scan_vault(root: Path, include: Iterable[str], exclude: Iterable[str]) -> list[DiskFile]:
+    """Every memory file in the vault, sorted by path. Never follows links out of the vault."""
+    if not root.is_dir():
+        raise VaultError(f"vault folder {root} does not exist")
+    include, exclude = tuple(include), tuple(exclude)
+    return sorted(_walk(root, include, exclude), key=lambda f: f.path)
+
+
+def _disk_file(root: Path, rel: str) -> DiskFile | None:
+    """Stat one vault file; None if it is gone, not a file, or a link out of the vault."""
+    full = root / rel
+    try:
+        if full.is_symlink() and not full.resolve().is_relative_to(root.resolve()):
+            return None
+        st = full.stat()
+    except OSError:
+        return None  # vanished between listing and stat
+    return DiskFile(rel, st.st_size, st.st_mtime_ns) if stat.S_ISREG(st.st_mode) else None
+
+
+def stat_memory_files(
+    root: Path, paths: Iterable[str], include: Iterable[str], exclude: Iterable[str]
+) -> list[DiskFile]:
+    """The named vault-relative paths that are memory files on disk now (for watch events)."""
+    include, exclude = tuple(include), tuple(exclude)
+    found = (_disk_file(root, p) for p in paths if is_memory_path(p, include, exclude))
+    return [f for f in found if f is not None]
+
+
+def _walk(root: Path, include: tuple[str, ...], exclude: tuple[str, ...]) -> Iterator[DiskFile]:
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+        rel_dir = Path(dirpath).relative_to(root).as_posix()
+        rel_dir = "" if rel_dir == "." else rel_dir
+        dirnames[:] = [
+            d
+            for d in dirnames
+            if could_hold_memory(f"{rel_dir}/{d}".lstrip("/"), include)
+            and not os.path.isfile(os.path.join(dirpath, d, "pyvenv.cfg"))
+        ]
+        for name in filenames:
+            rel = f"{rel_dir}/{name}".lstrip("/")
+            if not is_memory_path(rel, include, exclude):
+                continue
+            found = _disk_file(root, rel)
+            if found is not None:
+                yield found
+
+
+def content_hash(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()[:32]
+
+
+def text_hash(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
+
+
+def read_memory_file(root: Path, path: str, max_bytes: int) -> tuple[str, bytes]:
+    """Read and decode one memory file. Raises VaultError with a one-line reason."""
+    full = root / path
+    try:
+        size = full.stat().st_size
+        if size > max_bytes:
+            raise VaultError(
+                f"file is {size / 1e6:.1f} MB, over index.max_file_bytes ({max_bytes / 1e6:.1f} MB)"
+            )
+        data = full.read_bytes()
+    except FileNotFoundError as exc:
+        raise VaultError("file disappeared before it could be read") from exc
+    except OSError as exc:
+        raise VaultError(f"cannot read: {exc.strerror}") from exc
+    if b"\x00" in data[:8192]:
+        raise VaultError("binary file (contains NUL bytes), not Markdown")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise VaultError(f"invalid UTF-8 at byte {exc.start}") from exc
+    text = text.removeprefix("\ufeff").replace("\r\n", "\n").replace("\r", "\n")
+    return text, data

@@ -1,0 +1,301 @@
+"""Memories as Markdown: the file format the write API uses, parsed and edited line by line. Pure.
+
+A memory file is a Markdown file whose front matter says ``memcore: memories`` and names its
+scope and category. Every top-level list item in it is one memory; its id and fields ride in an
+HTML comment at the end of the item, which renders as nothing::
+
+    ---
+    memcore: memories
+    user_id: alice
+    category: core
+    ---
+    # Memories of alice: core
+
+    - Prefers dark mode in every editor. <!-- memcore {"id": "m-3f9a1c2b7d4e5f60", ...} -->
+    - Allergic to peanuts.
+      Carries an EpiPen. <!-- memcore {"id": "m-0b1c...", "key": "allergy", ...} -->
+
+People edit the text freely: a changed text keeps its id (an update), deleted lines are a
+delete, and an item added by hand without a comment gets a stable id derived from its file and
+text until memcore next writes that file and records it. Lines that are not items are kept
+as they are and never rewritten.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import json
+import re
+import secrets
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from memcore.core.errors import InputError
+
+MARK = "memories"  # front matter `memcore: memories`
+_COMMENT = re.compile(r"<!--\s*memcore\s+(\{.*\})\s*-->\s*$")
+_ITEM = re.compile(r"^[-*+] ")
+_NAME = re.compile(r"^[^\W_][\w.\-@]{0,127}$")  # letters/digits in any script, then . - _ @
+MAX_CONTENT_BYTES = 1_000_000
+CATEGORIES = ("core", "daily", "conversation")
+
+
+@dataclass(frozen=True, slots=True)
+class Scope:
+    """Whose memory it is. All None: shared, like the vault's own notes."""
+
+    user_id: str | None = None
+    agent_id: str | None = None
+    run_id: str | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("user_id", "agent_id", "run_id"):
+            value = getattr(self, name)
+            if value is not None:
+                check_name(value, name)
+
+    @property
+    def empty(self) -> bool:
+        return self.user_id is None and self.agent_id is None and self.run_id is None
+
+    def folder(self) -> str:
+        """Where this scope's files live under memory/: users/alice/agents/bot/runs/r1."""
+        parts = [
+            f"{kind}/{value}"
+            for kind, value in (("users", self.user_id), ("agents", self.agent_id),
+                                ("runs", self.run_id))
+            if value is not None
+        ]  # fmt: skip
+        return "/".join(parts)
+
+    def to_dict(self) -> dict[str, str | None]:
+        return {"user_id": self.user_id, "agent_id": self.agent_id, "run_id": self.run_id}
+
+
+def check_name(value: str, what: str) -> str:
+    """A scope or category name becomes a folder or file name: no paths, no control bytes."""
+    if not isinstance(value, str) or not _NAME.match(value) or ".." in value:
+        shown = value if isinstance(value, str) and len(value) <= 40 else f"{str(value)[:40]}..."
+        raise InputError(
+            f"{what} {shown!r} is not a valid name: use 1-128 letters, digits, '.', '-', '_' "
+            "or '@', starting with a letter or digit"
+        )
+    return value
+
+
+def check_content(text: str) -> str:
+    """A memory's text: not empty, not over 1 MB, no NUL bytes. Returns it stripped."""
+    if not isinstance(text, str):
+        raise InputError("memory content must be text")
+    stripped = text.strip()
+    if not stripped:
+        raise InputError("memory content is empty")
+    if len(stripped.encode("utf-8", "surrogatepass")) > MAX_CONTENT_BYTES:
+        raise InputError(f"memory content is over {MAX_CONTENT_BYTES:,} bytes")
+    if "\x00" in stripped or any(0xD800 <= ord(c) <= 0xDFFF for c in stripped):
+        raise InputError("memory content is not valid text (NUL byte or invalid UTF-8)")
+    return stripped
+
+
+def check_metadata(metadata: object) -> dict[str, object]:
+    """Metadata is a JSON object (string keys, JSON values)."""
+    if metadata is None:
+        return {}
+    if not isinstance(metadata, Mapping) or not all(isinstance(k, str) for k in metadata):
+        raise InputError("metadata must be a JSON object with string keys")
+    try:
+        return dict(json.loads(json.dumps(dict(metadata), ensure_ascii=False, allow_nan=False)))
+    except (TypeError, ValueError) as exc:
+        raise InputError(f"metadata is not JSON: {exc}") from None
+
+
+def new_id() -> str:
+    return "m-" + secrets.token_hex(8)
+
+
+def derived_id(path: str, text: str) -> str:
+    """A hand-written item's id until memcore records one: stable while its text is."""
+    return "h-" + hashlib.sha1(f"{path}\n{text}".encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryItem:
+    """One memory as written in its file. Lines are 1-based and inclusive."""
+
+    id: str
+    text: str
+    key: str | None = None
+    created: str = ""
+    updated: str = ""
+    metadata: Mapping[str, object] = field(default_factory=dict)
+    start_line: int = 0
+    end_line: int = 0
+    recorded: bool = True  # False: no comment in the file yet (a hand-added item)
+
+    def fields(self) -> dict[str, object]:
+        out: dict[str, object] = {"id": self.id}
+        if self.key is not None:
+            out["key"] = self.key
+        out |= {"created": self.created, "updated": self.updated}
+        if self.metadata:
+            out["metadata"] = dict(self.metadata)
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryFile:
+    """A parsed memory file: its scope, category and items, plus its lines for editing."""
+
+    scope: Scope
+    category: str
+    items: tuple[MemoryItem, ...]
+    lines: tuple[str, ...]
+
+    def find(self, memory_id: str) -> MemoryItem | None:
+        return next((i for i in self.items if i.id == memory_id), None)
+
+    def find_key(self, key: str) -> MemoryItem | None:
+        return next((i for i in self.items if i.key == key), None)
+
+
+def is_memory_file(front_matter: Mapping[str, object]) -> bool:
+    return front_matter.get("memcore") == MARK
+
+
+def parse_memory_file(
+    path: str, front_matter: Mapping[str, object], text: str, first_body_line: int
+) -> MemoryFile:
+    """Items of a memory file; never raises (a malformed comment makes a hand-added item)."""
+    scope_values = {}
+    for name in ("user_id", "agent_id", "run_id"):
+        raw = front_matter.get(name)
+        scope_values[name] = str(raw) if raw not in (None, "") else None
+    try:
+        scope = Scope(**scope_values)
+    except InputError:
+        scope = Scope()  # a hand-broken scope name: shared, rather than lost
+    category = str(front_matter.get("category") or "core")
+    lines = tuple(text.split("\n"))
+    items = tuple(
+        _item(path, lines, start, end) for start, end in _item_spans(lines, first_body_line)
+    )
+    return MemoryFile(scope, category, items, lines)
+
+
+def _item_spans(lines: Sequence[str], first: int) -> list[tuple[int, int]]:
+    """0-based inclusive line spans of top-level list items at or after line ``first``."""
+    spans: list[tuple[int, int]] = []
+    start: int | None = None
+    last = 0
+    in_fence = False
+    for n in range(first, len(lines)):
+        line = lines[n]
+        if start is None and line.lstrip().startswith(("```", "~~~")):
+            in_fence = not in_fence
+        if in_fence:
+            continue
+        if _ITEM.match(line):
+            if start is not None:
+                spans.append((start, last))
+            start, last = n, n
+        elif start is not None and line.startswith(("  ", "\t")) and line.strip():
+            last = n
+        elif start is not None and line.strip():
+            spans.append((start, last))
+            start = None
+    if start is not None:
+        spans.append((start, last))
+    return spans
+
+
+def _item(path: str, lines: Sequence[str], start: int, end: int) -> MemoryItem:
+    block = "\n".join(lines[start : end + 1])
+    return dataclasses.replace(_item_of_block(path, block), start_line=start + 1, end_line=end + 1)
+
+
+@functools.lru_cache(maxsize=65_536)
+def _item_of_block(path: str, block: str) -> MemoryItem:
+    """An item's fields from its raw lines. Cached: a write to a file of a thousand memories
+    re-reads it, and all but the changed ones parse to what they did before."""
+    body = block.split("\n")
+    body = [body[0][2:]] + [_dedent(line) for line in body[1:]]
+    fields: dict[str, object] = {}
+    at = body[-1].rfind("<!--")
+    match = _COMMENT.match(body[-1], at) if at >= 0 else None
+    if match:
+        try:
+            loaded = json.loads(match.group(1))
+            fields = loaded if isinstance(loaded, dict) else {}
+        except ValueError:
+            fields = {}
+        if fields.get("id"):
+            body[-1] = body[-1][:at]
+    text = "\n".join(body).strip()
+    meta = fields.get("metadata")
+    key = fields.get("key")
+    return MemoryItem(
+        id=str(fields.get("id") or derived_id(path, text)),
+        text=text,
+        key=str(key) if key is not None else None,
+        created=str(fields.get("created") or ""),
+        updated=str(fields.get("updated") or ""),
+        metadata=meta if isinstance(meta, dict) else {},
+        recorded=bool(fields.get("id")),
+    )
+
+
+def _dedent(line: str) -> str:
+    if line.startswith("\t"):
+        return line[1:]
+    return line[2:] if line.startswith("  ") else line.lstrip(" ")
+
+
+def render_item(item: MemoryItem) -> list[str]:
+    """The item's lines: ``- text`` (continuations indented) with its comment at the end."""
+    fields = json.dumps(item.fields(), ensure_ascii=False).replace("-->", "--\\u003e")
+    text_lines = item.text.split("\n")
+    out = ["- " + text_lines[0]] + [("  " + t) if t.strip() else "" for t in text_lines[1:]]
+    out[-1] = f"{out[-1]} <!-- memcore {fields} -->"
+    return out
+
+
+def new_memory_file(scope: Scope, category: str) -> str:
+    """The text of an empty memory file for a scope and category."""
+    front = ["---", f"memcore: {MARK}"]
+    for name, value in scope.to_dict().items():
+        if value is not None:
+            front.append(f"{name}: {json.dumps(value, ensure_ascii=False)}")
+    front += [f"category: {json.dumps(category, ensure_ascii=False)}", "---"]
+    whose = ", ".join(f"{k.removesuffix('_id')} {v}" for k, v in scope.to_dict().items() if v)
+    title = f"# Memories: {category}" + (f" ({whose})" if whose else "")
+    return "\n".join([*front, title, ""]) + "\n"
+
+
+def edit_lines(
+    lines: Sequence[str],
+    replace: Mapping[str, list[str]],
+    items: Sequence[MemoryItem],
+    append: Sequence[list[str]] = (),
+) -> str:
+    """The file with some items' lines replaced (an empty list deletes the item) and new items
+    appended; every other line stays exactly as it was."""
+    out: list[str] = []
+    spans = {i.start_line - 1: i for i in items}
+    n = 0
+    while n < len(lines):
+        item = spans.get(n)
+        if item is not None and item.id in replace:
+            out += replace[item.id]
+            n = item.end_line
+            continue
+        out.append(lines[n])
+        n += 1
+    while out and not out[-1].strip():
+        out.pop()
+    if append and out and not (_ITEM.match(out[-1]) or out[-1].startswith(("  ", "\t"))):
+        out.append("")  # a blank line between a heading or paragraph and the first item
+    for new in append:
+        out += new
+    return "\n".join(out) + "\n"

@@ -1,0 +1,101 @@
+"""Replacing a file only if nobody changed it since it was read: the one way memcore writes a
+person's Markdown. The new text goes to a temp file that is fsynced and renamed over the old one,
+after checking, under an flock other memcore processes share, that the file still holds what was
+read; where Linux offers renameat2, the swap itself is checked too, so a person's save landing
+between the check and the rename is put back instead of overwritten."""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import fcntl
+import os
+import secrets
+import stat
+from pathlib import Path
+from typing import Any
+
+from memcore.core.errors import VaultError
+
+
+def decode(data: bytes, rel: str) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise VaultError(f"{rel} is not valid UTF-8 (byte {exc.start}); fix it by hand") from None
+
+
+def read_or_none(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        return None
+
+
+def replace_if_unchanged(path: Path, text: str, expected: bytes | None) -> bool:
+    """Write ``text`` to a temp file and rename it over ``path``, unless ``path`` no longer
+    holds ``expected`` (None: must not exist). False when someone changed it meanwhile."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.memcore-{secrets.token_hex(4)}")
+    try:
+        with tmp.open("wb") as fh:
+            fh.write(text.encode("utf-8"))
+            fh.flush()
+            os.fsync(fh.fileno())
+        with contextlib.suppress(FileNotFoundError):  # keep the file's permissions
+            os.chmod(tmp, stat.S_IMODE(os.stat(path).st_mode))
+        if expected is None:
+            try:
+                os.link(tmp, path)  # create only if absent, atomically
+            except FileExistsError:
+                return False
+            return True
+        try:
+            current = path.open("rb")
+        except FileNotFoundError:
+            return False
+        with current:
+            # Another memcore process checks and replaces under the same lock; a person's save
+            # is caught by the check, or, landing between check and rename, by the exchange.
+            fcntl.flock(current, fcntl.LOCK_EX)
+            if read_or_none(path) != expected:
+                return False
+            if not _exchange(tmp, path):
+                os.replace(tmp, path)  # no renameat2 here: the check above is all we have
+                return True
+            if read_or_none(tmp) == expected:
+                return True  # what we replaced is what we read
+            _exchange(tmp, path)  # a save landed in between: put it back, try again
+            return False
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+_RENAME_EXCHANGE = 2
+_AT_FDCWD = -100
+_renameat2: Any
+try:
+    _renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+except (AttributeError, OSError):
+    _renameat2 = None
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two paths atomically (Linux renameat2 RENAME_EXCHANGE); False where unsupported."""
+    if _renameat2 is None:
+        return False
+    res = _renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE)
+    if res == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP):
+        return False  # a file system without exchange
+    raise OSError(err, os.strerror(err), str(b))
+
+
+def append_block(target: Path, rel: str, content: str) -> bool:
+    """Append a block of Markdown after a blank line (False: the file changed meanwhile)."""
+    before = read_or_none(target)
+    text = decode(before, rel).rstrip("\n") + "\n\n" if before else ""
+    return replace_if_unchanged(target, text + content + "\n", before)
