@@ -86,17 +86,17 @@ def check_name(value: str, what: str) -> str:
 
 
 def check_content(text: str) -> str:
-    """A memory's text: not empty, not over 1 MB, no NUL bytes. Returns it stripped."""
+    """A memory's text: not blank, not over 1 MB, no NUL bytes, valid Unicode. Returned as
+    given: the file keeps it exactly (see ``render_item``)."""
     if not isinstance(text, str):
         raise InputError("memory content must be text")
-    stripped = text.strip()
-    if not stripped:
+    if not text.strip():
         raise InputError("memory content is empty")
-    if len(stripped.encode("utf-8", "surrogatepass")) > MAX_CONTENT_BYTES:
+    if len(text.encode("utf-8", "surrogatepass")) > MAX_CONTENT_BYTES:
         raise InputError(f"memory content is over {MAX_CONTENT_BYTES:,} bytes")
-    if "\x00" in stripped or any(0xD800 <= ord(c) <= 0xDFFF for c in stripped):
+    if "\x00" in text or any(0xD800 <= ord(c) <= 0xDFFF for c in text):
         raise InputError("memory content is not valid text (NUL byte or invalid UTF-8)")
-    return stripped
+    return text
 
 
 def check_metadata(metadata: object) -> dict[str, object]:
@@ -141,6 +141,8 @@ class MemoryItem:
         out |= {"created": self.created, "updated": self.updated}
         if self.metadata:
             out["metadata"] = dict(self.metadata)
+        if visible_text(self.text) != self.text:
+            out["text"] = self.text  # what the item's lines cannot say exactly (see render_item)
         return out
 
 
@@ -222,7 +224,7 @@ def _item_of_block(path: str, block: str) -> MemoryItem:
     body = block.split("\n")
     body = [body[0][2:]] + [_dedent(line) for line in body[1:]]
     fields: dict[str, object] = {}
-    at = body[-1].rfind("<!--")
+    at = body[-1].rfind("<!--")  # memcore's comment is last, and its JSON holds no "<"
     match = _COMMENT.match(body[-1], at) if at >= 0 else None
     if match:
         try:
@@ -233,6 +235,9 @@ def _item_of_block(path: str, block: str) -> MemoryItem:
         if fields.get("id"):
             body[-1] = body[-1][:at]
     text = "\n".join(body).strip()
+    exact = fields.get("text")
+    if isinstance(exact, str) and visible_text(exact) == text:
+        text = exact  # unless a person has edited the lines since memcore wrote them
     meta = fields.get("metadata")
     key = fields.get("key")
     return MemoryItem(
@@ -252,12 +257,44 @@ def _dedent(line: str) -> str:
     return line[2:] if line.startswith("  ") else line.lstrip(" ")
 
 
+def _text_lines(text: str) -> list[str]:
+    """The item's text as list-item lines: ``- first``, the rest indented two spaces. Carriage
+    returns end lines on reading, as they would in any editor."""
+    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    return ["- " + lines[0]] + [("  " + t) if t.strip() else "" for t in lines[1:]]
+
+
+@functools.lru_cache(maxsize=65_536)
+def visible_text(text: str) -> str:
+    """What ``text`` reads back as from its item's lines alone: the same text for almost
+    every memory. Where it differs (surrounding white space, carriage returns, blank-looking
+    lines with spaces), the exact text rides in the item's comment as well."""
+    return "\n".join([_text_lines(text)[0][2:], *map(_dedent, _text_lines(text)[1:])]).strip()
+
+
+def _comment_json(fields: Mapping[str, object]) -> str:
+    """The fields as JSON with no ``<`` or ``>`` in it, so that nothing inside can open or
+    close an HTML comment (JSON's own syntax has neither character)."""
+    return (
+        json.dumps(dict(fields), ensure_ascii=False).replace("<", "\\u003c").replace(">", "\\u003e")
+    )
+
+
 def render_item(item: MemoryItem) -> list[str]:
-    """The item's lines: ``- text`` (continuations indented) with its comment at the end."""
-    fields = json.dumps(item.fields(), ensure_ascii=False).replace("-->", "--\\u003e")
-    text_lines = item.text.split("\n")
-    out = ["- " + text_lines[0]] + [("  " + t) if t.strip() else "" for t in text_lines[1:]]
-    out[-1] = f"{out[-1]} <!-- memcore {fields} -->"
+    """The item's lines: ``- text`` (continuations indented) with its comment at the end.
+    Raises InputError if they would not read back as this item (nothing is written then)."""
+    out = _text_lines(item.text)
+    if len(out) > 1 and not out[-1]:
+        out[-1] = "  "  # the comment's line must stay indented, or it leaves the item
+    out[-1] = f"{out[-1]} <!-- memcore {_comment_json(item.fields())} -->"
+    back = _item_of_block("", "\n".join(out))
+    if _item_spans(out, 0) != [(0, len(out) - 1)] or (
+        back.id,
+        back.text,
+        back.key,
+        dict(back.metadata),
+    ) != (item.id, item.text, item.key, dict(item.metadata)):
+        raise InputError(f"memory {item.id} cannot be written so that it reads back the same")
     return out
 
 
