@@ -281,3 +281,33 @@ async def test_serve_beside_a_running_watcher_says_to_use_no_watch(
         daemon = Daemon(settings, service, stop)
         with pytest.raises(DaemonError, match=r"already watching .*--no-watch"):
             await serve(service, "127.0.0.1", free_port(), None, stop, daemon)
+
+
+async def test_an_idempotency_key_makes_a_retried_add_apply_once_on_both_apis(
+    service: MemoryService,
+) -> None:
+    """A client whose connection dropped after the server wrote sends the add again with the
+    same Idempotency-Key header: it gets the first answer and nothing is added twice."""
+    async with server(service) as url, httpx.AsyncClient(base_url=url) as http:
+        native = [
+            await http.post(
+                "/api/memories",
+                json={"content": "Alice prefers dark mode", "user_id": "alice"},
+                headers={"Idempotency-Key": "native-1"},
+            )
+            for _ in range(3)
+        ]
+        mem0 = [
+            await http.post(
+                "/v3/memories/add/",
+                json={"messages": [{"role": "user", "content": "Bob likes tea"}], "user_id": "bob"},
+                headers={"Idempotency-Key": "mem0-1"},
+            )
+            for _ in range(3)
+        ]
+    for answers in (native, mem0):
+        assert all(r.status_code == 200 for r in answers), [r.text for r in answers]
+        ids = [[m["id"] for m in r.json()["results"]] for r in answers]
+        assert ids[0] and ids.count(ids[0]) == 3
+    assert await service.memories.count(user_id="alice") == 1
+    assert await service.memories.count(user_id="bob") == 1

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from memcore.core.errors import InputError, NotFound
-from memcore.core.models import MemoryRecord
+from memcore.core.models import IndexReport, MemoryRecord
 from memcore.core.settings import Settings, load_settings
 from memcore.memory.conversations import as_messages
 from memcore.memory.writer import NewMemory
@@ -290,7 +290,9 @@ async def test_a_memory_another_caller_removes_mid_add_stays_removed(
     index = indexer.index
     async with make_service(settings, embedder) as other:
 
-        async def index_once_the_other_caller_removed_it(*args: object, **kw: object) -> None:
+        async def index_once_the_other_caller_removed_it(
+            *args: object, **kw: object
+        ) -> IndexReport:
             monkeypatch.setattr(indexer, "index", index)
             await other.index()
             (new,) = await other.memories.get_all(user_id="team")
@@ -298,7 +300,7 @@ async def test_a_memory_another_caller_removes_mid_add_stays_removed(
                 await other.memories.archive.archive([new])
             else:
                 await other.memories.delete(new.id)
-            await index(*args, **kw)  # type: ignore[arg-type]
+            return await index(*args, **kw)  # type: ignore[arg-type]
 
         monkeypatch.setattr(indexer, "index", index_once_the_other_caller_removed_it)
         (added,) = await service.memories.add("here for a moment", user_id="team")

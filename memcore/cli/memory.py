@@ -88,6 +88,12 @@ def add(
     infer: Annotated[
         bool, typer.Option("--infer", help="Let the LLM (llm.provider) extract and reconcile facts")
     ] = False,
+    idempotency_key: Annotated[
+        str | None,
+        typer.Option(
+            "--idempotency-key", help="A retry with the same key adds nothing and prints the first"
+        ),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Remember something: written to the vault's Markdown, searchable at once."""
@@ -98,6 +104,7 @@ def add(
         lambda s: s.memories.add(
             text, user_id=user, agent_id=agent, run_id=run_id, metadata=metadata,
             category=category or "core", key=key, infer=infer,
+            idempotency_key=idempotency_key,
         ),
     )  # fmt: skip
     if infer and not as_json:

@@ -13,6 +13,11 @@ class VaultError(MemcoreError):
     """The vault folder is missing or a path points outside it."""
 
 
+class VaultWriteError(VaultError):
+    """A file of the vault could not be written (disk full, read-only, permissions); nothing
+    was changed."""
+
+
 class VaultNotFound(VaultError):
     """No vault where one was asked for: a missing folder, a file, or none above the cwd."""
 

@@ -234,6 +234,7 @@ class FileFailure:
     path: str
     reason: str
     transient: bool = False
+    busy: bool = False  # another process held the index's write lock
 
 
 @dataclass(frozen=True, slots=True)

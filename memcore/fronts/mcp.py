@@ -71,11 +71,14 @@ def build_mcp(service: MemoryService) -> MCPServer:
         category: str = "core",
         key: str | None = None,
         metadata: dict[str, Any] | None = None,
+        idempotency_key: str | None = None,
     ) -> list[dict[str, Any]]:
         """Remember something (written to the workspace's Markdown, searchable at once). A key
-        replaces the memory under that key in the same scope and category."""
+        replaces the memory under that key in the same scope and category. An
+        idempotency_key makes a retried call return the first call's memories."""
         added = await m.add(content, user_id=user_id, agent_id=agent_id, run_id=run_id,
-                            category=category, key=key, metadata=metadata)  # fmt: skip
+                            category=category, key=key, metadata=metadata,
+                            idempotency_key=idempotency_key)  # fmt: skip
         return [r.to_dict() for r in added]
 
     @mcp.tool()

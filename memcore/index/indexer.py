@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequ
 from functools import partial
 from pathlib import Path
 
-from memcore.core.errors import EmbedderError, StorageError
+from memcore.core.errors import EmbedderError, StorageBusy, StorageError
 from memcore.core.models import (
     DiskFile,
     FileFailure,
@@ -320,7 +320,8 @@ class Indexer:
                 await job(tx)
         except StorageError as exc:
             log.warning("could not write %s: %s", ", ".join(paths), exc)
-            tally.failed += [FileFailure(p, str(exc), transient=True) for p in paths]
+            busy = isinstance(exc, StorageBusy)
+            tally.failed += [FileFailure(p, str(exc), transient=True, busy=busy) for p in paths]
             return False
         return True
 

@@ -53,11 +53,13 @@ class MemoryApi:
         category: str = "core",
         key: str | None = None,
         infer: bool = False,
+        idempotency_key: str | None = None,
     ) -> list[MemoryRecord]:
         """Remember ``content`` (a text, or chat messages: one memory per message with text).
         With ``key``, replaces that key's memory in the same scope and category. With
         ``infer``, an LLM extracts facts and adds, updates or deletes memories of the scope;
-        the records say which (``event``)."""
+        the records say which (``event``). With ``idempotency_key``, a retried call (same
+        key) returns what the first one added and writes nothing."""
         scope = Scope(user_id, agent_id, run_id)
         if infer:
             if self.llm is None:
@@ -71,7 +73,7 @@ class MemoryApi:
         if key is not None and len(texts) != 1:
             raise InputError("a key names one memory; give one text")
         items = [NewMemory(t, scope, category, key, metadata) for t in texts]
-        return await self.writer.add_batch(items)
+        return await self.writer.add_batch(items, idempotency_key)
 
     async def _infer(
         self,

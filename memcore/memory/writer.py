@@ -5,11 +5,16 @@ replaces the file atomically (temp file + rename) only if nobody changed the fil
 read; otherwise it reads again and re-applies the change (a person's edit is never overwritten).
 The file is indexed before the call returns, so the memory is searchable at once, and the
 history log gets one event per change.
+
+A write is applied and acknowledged, or refused and not applied: input is checked before any
+file is touched, and when the index cannot take the change (busy, broken, a full disk) the
+Markdown and the history are put back as they were before the error is raised.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import datetime as dt
 import secrets
@@ -17,13 +22,22 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from memcore.core.errors import InputError, NotFound, VaultError, WriteConflict
-from memcore.core.models import MemoryQuery, MemoryRecord
+from memcore.core.errors import (
+    InputError,
+    MemcoreError,
+    NotFound,
+    StorageBusy,
+    StorageError,
+    VaultError,
+    VaultWriteError,
+    WriteConflict,
+)
+from memcore.core.models import FileFailure, MemoryQuery, MemoryRecord
 from memcore.index.indexer import Indexer, PathLocks
 from memcore.storage.base import Store
 from memcore.vault.chunker import split_front_matter
 from memcore.vault.files import is_memory_path
-from memcore.vault.history import HistoryEvent, HistoryLog, now
+from memcore.vault.history import Appended, HistoryEvent, HistoryLog, now
 from memcore.vault.memory_format import (
     MemoryFile,
     MemoryItem,
@@ -38,7 +52,13 @@ from memcore.vault.memory_format import (
     parse_memory_file,
     render_item,
 )
-from memcore.vault.safe_file import append_block, decode, read_or_none, replace_if_unchanged
+from memcore.vault.safe_file import (
+    append_block,
+    decode,
+    read_or_none,
+    replace_if_unchanged,
+    restore_if_unchanged,
+)
 
 WRITE_ATTEMPTS = 20
 
@@ -69,6 +89,20 @@ class FileEdit:
 Change = Callable[[MemoryFile], FileEdit]
 
 
+Queued = tuple[list["NewMemory"], "asyncio.Future[list[MemoryRecord]]", str | None]
+
+
+@dataclass(frozen=True, slots=True)
+class Written:
+    """One write applied to a memory file, with what it takes to undo it."""
+
+    rel: str
+    before: bytes | None  # None: the write created the file
+    after: bytes
+    ids: list[str]
+    logged: Appended | None
+
+
 class MemoryWriter:
     """The write half of the memory API. Safe for many concurrent callers."""
 
@@ -78,9 +112,8 @@ class MemoryWriter:
         self.indexer = indexer
         self.history = HistoryLog(vault)
         self._files = PathLocks()
-        self._queued: dict[
-            str, list[tuple[list[NewMemory], asyncio.Future[list[MemoryRecord]]]]
-        ] = {}
+        self._queued: dict[str, list[Queued]] = {}
+        self._requests = PathLocks()  # one call per idempotency key at a time
         self._draining: set[str] = set()
         self._drains: set[asyncio.Task[None]] = set()
 
@@ -92,12 +125,30 @@ class MemoryWriter:
         (record,) = await self.add_batch([memory])
         return record
 
-    async def add_batch(self, memories: Sequence[NewMemory]) -> list[MemoryRecord]:
+    async def add_batch(
+        self, memories: Sequence[NewMemory], request: str | None = None
+    ) -> list[MemoryRecord]:
         """Add many memories: one write and one index run per file they land in. Adds to one
-        file from concurrent callers are grouped the same way (one write for all waiting)."""
+        file from concurrent callers are grouped the same way (one write for all waiting).
+        ``request``, an idempotency key: a call with a key an earlier call already applied
+        returns that call's memories and writes nothing."""
         if not memories:
             return []
         checked = [self._checked(m) for m in memories]
+        if request is None:
+            return await self._add_checked(checked, None)
+        if not isinstance(request, str) or not request.strip() or len(request) > 256:
+            raise InputError("an idempotency key is 1-256 characters of text")
+        async with self._requests.hold([request]):
+            done = await self.history.added_by_request(request)
+            if done:
+                found = {r.id: r for r in await self._records(done, missing_ok=True)}
+                return [found.get(mid) or _as_done(mid) for mid in done]
+            return await self._add_checked(checked, request)
+
+    async def _add_checked(
+        self, checked: list[NewMemory], request: str | None
+    ) -> list[MemoryRecord]:
         by_file: dict[str, list[NewMemory]] = {}
         for m in checked:
             by_file.setdefault(self.file_for(m.scope, m.category), []).append(m)
@@ -105,7 +156,7 @@ class MemoryWriter:
         waits = []
         for rel, group in by_file.items():
             done: asyncio.Future[list[MemoryRecord]] = loop.create_future()
-            self._queued.setdefault(rel, []).append((group, done))
+            self._queued.setdefault(rel, []).append((group, done, request))
             if rel not in self._draining:
                 self._draining.add(rel)
                 self._drains.add(task := asyncio.create_task(self._drain(rel)))
@@ -122,31 +173,35 @@ class MemoryWriter:
         """Write everything queued for one file, in rounds, until nothing is left."""
         try:
             while batch := self._queued.pop(rel, []):
-                items = [m for group, _ in batch for m in group]
+                items = [m for group, _, _ in batch for m in group]
+                requests = {m.id: req for group, _, req in batch for m in group if req}
                 try:
-                    records = await self._add_to_file(rel, items)
+                    records = await self._add_to_file(rel, items, requests)
                 except Exception as exc:  # every caller in this round gets the error
-                    for _, done in batch:
+                    for _, done, _ in batch:
                         if not done.done():
                             done.set_exception(exc)
                     continue
                 at = 0
-                for group, done in batch:
+                for group, done, _ in batch:
                     if not done.done():
                         done.set_result(records[at : at + len(group)])
                     at += len(group)
         finally:
             self._draining.discard(rel)
 
-    async def _add_to_file(self, rel: str, items: Sequence[NewMemory]) -> list[MemoryRecord]:
+    async def _add_to_file(
+        self, rel: str, items: Sequence[NewMemory], requests: Mapping[str, str]
+    ) -> list[MemoryRecord]:
         ids: list[str] = []
         seen: dict[str, MemoryRecord] = {}
         todo = list(items)
         for _ in range(WRITE_ATTEMPTS):
-            written = await self._write(rel, items[0].scope, items[0].category, _adder(todo, rel))
+            change = _adder(todo, rel, requests)
+            written = await self._write(rel, items[0].scope, items[0].category, change)
             if not ids:
-                ids = written
-            await self.indexer.index([rel], history=False)
+                ids = written.ids
+            await self._commit([written])
             seen |= {r.id: r for r in await self._records(ids, missing_ok=True)}
             # An editor that saved a buffer read before our write drops our lines: add again.
             # A memory another caller archived or deleted since is not lost: it stays gone.
@@ -242,9 +297,9 @@ class MemoryWriter:
                 edit.ids.append(item.id)
             return edit
 
-        ids = await self._write(rel, scope, category, change)
-        await self.indexer.index([rel], history=False)
-        return await self._records(ids)
+        written = await self._write(rel, scope, category, change)
+        await self._commit([written])
+        return await self._records(written.ids)
 
     async def update(
         self,
@@ -294,20 +349,24 @@ class MemoryWriter:
         by_file: dict[str, set[str]] = {}
         for r in records:
             by_file.setdefault(r.path, set()).add(r.id)
-        gone = 0
-        for rel, ids in by_file.items():
+        writes: list[Written] = []
+        try:
+            for rel, ids in by_file.items():
 
-            def change(f: MemoryFile, ids: set[str] = ids, rel: str = rel) -> FileEdit:
-                items = [i for i in f.items if i.id in ids]
-                return FileEdit(
-                    replace={i.id: [] for i in items},
-                    events=[api_event(i.id, "DELETE", i.text, None, rel) for i in items],
-                    ids=[i.id for i in items],
-                )
+                def change(f: MemoryFile, ids: set[str] = ids, rel: str = rel) -> FileEdit:
+                    items = [i for i in f.items if i.id in ids]
+                    return FileEdit(
+                        replace={i.id: [] for i in items},
+                        events=[api_event(i.id, "DELETE", i.text, None, rel) for i in items],
+                        ids=[i.id for i in items],
+                    )
 
-            gone += len(await self._write(rel, None, None, change))
-        await self.indexer.index(list(by_file), history=False)
-        return gone
+                writes.append(await self._write(rel, None, None, change))
+        except MemcoreError:
+            await self._undo(writes)  # all of the files, or none
+            raise
+        await self._commit(writes)
+        return sum(len(w.ids) for w in writes)
 
     async def edit(
         self,
@@ -319,36 +378,103 @@ class MemoryWriter:
     ) -> list[str]:
         """Apply ``change`` to one memory file (created for ``scope`` and ``category`` when
         missing) as every write does, then index it. Returns the ids the change names."""
-        ids = await self._write(rel, scope, category, change)
+        written = await self._write(rel, scope, category, change)
         if index:
-            await self.indexer.index([rel], history=False)
-        return ids
+            await self._commit([written])
+        return written.ids
 
     async def _change(self, record: MemoryRecord, change: Change) -> None:
-        await self._write(record.path, None, None, change)
-        await self.indexer.index([record.path], history=False)
+        await self._commit([await self._write(record.path, None, None, change)])
 
     async def _write(
         self, rel: str, scope: Scope | None, category: str | None, change: Change
-    ) -> list[str]:
+    ) -> Written:
         """Apply ``change`` to a memory file and replace it atomically, re-reading and retrying
-        while someone else changes it. Returns the ids the change names."""
+        while someone else changes it, then log its events. Nothing is changed when it
+        raises (a full disk is a VaultWriteError)."""
         target = self.vault / rel
+        limit = self.indexer.settings.index.max_file_bytes
         async with self._files.hold([rel]):
             for _ in range(WRITE_ATTEMPTS):
-                edit = await asyncio.to_thread(_apply, target, rel, scope, category, change)
-                if edit is not None:
-                    await self.history.append(edit.events)
-                    return edit.ids
-                await asyncio.sleep(0.005 + secrets.randbelow(20) / 1000)  # let the edit land
+                try:
+                    applied = await asyncio.to_thread(
+                        _apply, target, rel, scope, category, change, limit
+                    )
+                except OSError as exc:
+                    raise VaultWriteError(f"cannot write {rel}: {exc.strerror or exc}") from exc
+                if applied is None:
+                    await asyncio.sleep(0.005 + secrets.randbelow(20) / 1000)  # let it land
+                    continue
+                edit, before, after = applied
+                written = Written(rel, before, after, edit.ids, None)
+                try:
+                    logged = await self.history.append(edit.events)
+                except OSError as exc:
+                    await self._undo([written])
+                    raise VaultWriteError(
+                        f"cannot write {self.history.path.name}: {exc.strerror or exc}"
+                    ) from exc
+                return dataclasses.replace(written, logged=logged)
         raise WriteConflict(f"{rel} kept changing while memcore tried to write it; try again")
+
+    async def _commit(self, writes: Sequence[Written]) -> None:
+        """Index what ``writes`` changed. If the index cannot take it, undo the writes (the
+        Markdown and the history as they were) and raise why: nothing was applied."""
+        rels = [w.rel for w in writes]
+        try:
+            report = await self.indexer.index(rels, history=False)
+        except StorageError as exc:  # e.g. the embedding cache's write found the index busy
+            failure = FileFailure(rels[0], str(exc), True, isinstance(exc, StorageBusy))
+            raise _refusal(failure, await self._undo(writes)) from exc
+        failed = [f for f in report.failed if f.path in rels]
+        if failed:
+            raise _refusal(failed[0], await self._undo(writes))
+
+    async def _undo(self, writes: Sequence[Written]) -> list[str]:
+        """Put files back as they were before ``writes`` and take their events back; then
+        index them again, where the index took part of it. Returns the files that a person
+        changed since, which are left as they are."""
+        kept = []
+        for w in reversed(writes):
+            target = self.vault / w.rel
+            try:
+                restored = await asyncio.to_thread(restore_if_unchanged, target, w.before, w.after)
+            except OSError:
+                restored = False
+            if not restored:
+                kept.append(w.rel)
+                continue
+            await self.history.retract(w.logged)
+        with contextlib.suppress(MemcoreError):  # the index follows the files; else the daemon
+            await self.indexer.index([w.rel for w in writes], history=False)
+        return kept
+
+
+def _refusal(failure: FileFailure, kept: Sequence[str]) -> MemcoreError:
+    """The error a write refused by the index raises: busy, broken index, or a file the index
+    will not take; and whether the Markdown could be put back."""
+    after = (
+        f"; {', '.join(kept)} changed meanwhile and keeps its new text" if kept else ""
+    ) or "; nothing was written"
+    message = f"{failure.path} could not be indexed: {failure.reason}{after}"
+    if failure.busy:
+        return StorageBusy(message)
+    if failure.transient:
+        return StorageError(message)
+    return VaultError(message)
+
+
+def _as_done(memory_id: str) -> MemoryRecord:
+    """A memory an earlier call with the same idempotency key added, since removed."""
+    return MemoryRecord(id=memory_id, text="", path="", start_line=0, end_line=0, category="")
 
 
 def _apply(
-    target: Path, rel: str, scope: Scope | None, category: str | None, change: Change
-) -> FileEdit | None:
-    """Read, parse, change and replace a memory file (blocking: run in a worker thread).
-    None when the file changed under us and the write must be tried again."""
+    target: Path, rel: str, scope: Scope | None, category: str | None, change: Change, limit: int
+) -> tuple[FileEdit, bytes | None, bytes] | None:
+    """Read, parse, change and replace a memory file (blocking: run in a worker thread):
+    the edit, and the file's bytes before and after. None when the file changed under us and
+    the write must be tried again."""
     before = read_or_none(target)
     if before is None and scope is None:
         raise NotFound(f"{rel} is gone (deleted by hand?)")
@@ -364,10 +490,16 @@ def _apply(
     edit = change(parsed)
     _record_unrecorded(parsed, edit)
     new_text = edit_lines(parsed.lines, edit.replace, parsed.items, edit.append)
-    return edit if replace_if_unchanged(target, new_text, before) else None
+    after = new_text.encode("utf-8")
+    if len(after) > limit and len(after) > len(before or b""):
+        raise InputError(
+            f"{rel} would grow to {len(after) / 1e6:.1f} MB, over index.max_file_bytes "
+            f"({limit / 1e6:.1f} MB); nothing was written"
+        )
+    return (edit, before, after) if replace_if_unchanged(target, new_text, before) else None
 
 
-def _adder(group: Sequence[NewMemory], rel: str) -> Change:
+def _adder(group: Sequence[NewMemory], rel: str, requests: Mapping[str, str]) -> Change:
     def change(f: MemoryFile) -> FileEdit:
         edit = FileEdit()
         stamp = now()
@@ -378,8 +510,10 @@ def _adder(group: Sequence[NewMemory], rel: str) -> Change:
                 new = dataclasses.replace(
                     old, text=m.content, metadata=m.metadata or old.metadata, updated=stamp
                 )
-                if new.text != old.text:
-                    edit.events.append(api_event(old.id, "UPDATE", old.text, new.text, rel))
+                if new.text != old.text or m.id in requests:
+                    edit.events.append(
+                        api_event(old.id, "UPDATE", old.text, new.text, rel, requests.get(m.id))
+                    )
                 edit.replace[old.id] = render_item(new)
                 edit.ids.append(old.id)
                 continue
@@ -390,14 +524,16 @@ def _adder(group: Sequence[NewMemory], rel: str) -> Change:
                 at, first = pending[m.key]
                 item = MemoryItem(first, m.content, m.key, stamp, stamp, m.metadata or {})
                 edit.append[at] = render_item(item)
-                edit.events.append(api_event(first, "UPDATE", None, item.text, rel))
+                edit.events.append(
+                    api_event(first, "UPDATE", None, item.text, rel, requests.get(m.id))
+                )
                 edit.ids.append(first)
                 continue
             item = MemoryItem(m.id, m.content, m.key, stamp, stamp, m.metadata or {})
             if m.key is not None:
                 pending[m.key] = (len(edit.append), m.id)
             edit.append.append(render_item(item))
-            edit.events.append(api_event(item.id, "ADD", None, item.text, rel))
+            edit.events.append(api_event(item.id, "ADD", None, item.text, rel, requests.get(m.id)))
             edit.ids.append(item.id)
         return edit
 
@@ -424,9 +560,11 @@ def _record_unrecorded(parsed: MemoryFile, edit: FileEdit) -> None:
             )
 
 
-def api_event(mid: str, kind: str, old: str | None, new: str | None, path: str) -> HistoryEvent:
+def api_event(
+    mid: str, kind: str, old: str | None, new: str | None, path: str, request: str | None = None
+) -> HistoryEvent:
     """A history event made through the API now (ADD, UPDATE, DELETE, ARCHIVE, RESTORE)."""
-    return HistoryEvent(mid, kind, old, new, "api", now(), path)  # type: ignore[arg-type]
+    return HistoryEvent(mid, kind, old, new, "api", now(), path, request)  # type: ignore[arg-type]
 
 
 def _must_find(f: MemoryFile, memory_id: str) -> MemoryItem:

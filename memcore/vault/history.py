@@ -8,7 +8,10 @@ a person made by editing a memory file, noticed when the file is indexed, say ``
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime as dt
+import errno
+import fcntl
 import json
 import os
 from collections.abc import Iterable, Mapping, Sequence
@@ -32,9 +35,11 @@ class HistoryEvent:
     actor: Actor
     at: str
     path: str
+    request: str | None = None  # the idempotency key of the API call that made it
+    undo: bool = False  # taking back an earlier event of a write that failed
 
     def to_dict(self) -> dict[str, object]:
-        return {
+        out: dict[str, object] = {
             "memory_id": self.memory_id,
             "event": self.event,
             "old_memory": self.old,
@@ -43,6 +48,30 @@ class HistoryEvent:
             "created_at": self.at,
             "path": self.path,
         }
+        if self.request is not None:
+            out["request"] = self.request
+        if self.undo:
+            out["undo"] = True
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class Appended:
+    """Where one append landed in the log, so that a write undone can take it back."""
+
+    start: int
+    data: bytes
+    events: tuple[HistoryEvent, ...]
+
+
+_INVERSE: dict[str, Event] = {
+    "ADD": "DELETE",
+    "DELETE": "ADD",
+    "UPDATE": "UPDATE",
+    "ARCHIVE": "RESTORE",
+    "RESTORE": "ARCHIVE",
+}
+REQUEST_WINDOW = 8 * 1024 * 1024  # how far back a retried request is recognised
 
 
 def now() -> str:
@@ -78,20 +107,91 @@ class HistoryLog:
         self.path = vault / HISTORY_PATH
         self._lock = asyncio.Lock()
 
-    async def append(self, events: Sequence[HistoryEvent]) -> None:
+    async def append(self, events: Sequence[HistoryEvent]) -> Appended | None:
+        """Log the events (one write, O_APPEND); the result lets ``retract`` take them back."""
         if not events:
-            return
+            return None
         data = "".join(json.dumps(e.to_dict(), ensure_ascii=False) + "\n" for e in events)
         async with self._lock:
-            await asyncio.to_thread(self._append, data.encode("utf-8"))
+            start = await asyncio.to_thread(self._append, data.encode("utf-8"))
+        return Appended(start, data.encode("utf-8"), tuple(events))
 
-    def _append(self, data: bytes) -> None:
+    def _append(self, data: bytes) -> int:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
-            os.write(fd, data)
+            fcntl.flock(fd, fcntl.LOCK_EX)  # other processes append whole lines too
+            start = os.lseek(fd, 0, os.SEEK_END)
+            written = os.write(fd, data)
+            if written != len(data):  # a full disk: leave no half line behind
+                os.ftruncate(fd, start)
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self.path))
+            return start
         finally:
             os.close(fd)
+
+    async def retract(self, appended: Appended | None) -> None:
+        """Take back events of a write that was undone: cut them off the log if they are still
+        its last lines, else log the inverse events (other writers have appended since)."""
+        if appended is None:
+            return
+        async with self._lock:
+            cut = await asyncio.to_thread(self._cut, appended)
+        if not cut:
+            await self.append(
+                [
+                    dataclasses.replace(
+                        e, event=_INVERSE[e.event], old=e.new, new=e.old, at=now(), undo=True
+                    )
+                    for e in reversed(appended.events)
+                ]
+            )
+
+    def _cut(self, appended: Appended) -> bool:
+        end = appended.start + len(appended.data)
+        try:
+            fd = os.open(self.path, os.O_RDWR)
+        except FileNotFoundError:
+            return True
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            if os.lseek(fd, 0, os.SEEK_END) != end:
+                return False
+            if os.pread(fd, len(appended.data), appended.start) != appended.data:
+                return False
+            os.ftruncate(fd, appended.start)
+            return True
+        finally:
+            os.close(fd)
+
+    async def added_by_request(self, request: str) -> list[str]:
+        """The memory ids an earlier API call with this idempotency key added or upserted
+        (calls recent enough to be in the log's last REQUEST_WINDOW bytes)."""
+        return await asyncio.to_thread(self._by_request, request)
+
+    def _by_request(self, request: str) -> list[str]:
+        needle = json.dumps(request, ensure_ascii=False)
+        try:
+            with self.path.open("rb") as fh:
+                start = max(0, fh.seek(0, os.SEEK_END) - REQUEST_WINDOW)
+                fh.seek(start)
+                lines = fh.read().decode("utf-8", "replace").split("\n")
+        except FileNotFoundError:
+            return []
+        found: dict[str, None] = {}
+        for line in lines:
+            if needle not in line:
+                continue
+            try:
+                e = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(e, dict) and e.get("request") == request and e.get("actor") == "api":
+                if e.get("undo"):
+                    found.pop(str(e.get("memory_id")), None)
+                else:
+                    found[str(e.get("memory_id"))] = None
+        return list(found)
 
     async def append_new(self, events: Sequence[HistoryEvent]) -> None:
         """Append events not already at the end of the log: an API write in another process

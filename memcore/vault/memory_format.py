@@ -37,7 +37,7 @@ from memcore.core.errors import InputError
 MARK = "memories"  # front matter `memcore: memories`
 _COMMENT = re.compile(r"<!--\s*memcore\s+(\{.*\})\s*-->\s*$")
 _ITEM = re.compile(r"^[-*+] ")
-_NAME = re.compile(r"^[^\W_][\w.\-@]{0,127}$")  # letters/digits in any script, then . - _ @
+_NAME = re.compile(r"[^\W_][\w.\-@]{0,127}")  # letters/digits in any script, then . - _ @
 MAX_CONTENT_BYTES = 1_000_000
 CATEGORIES = ("core", "daily", "conversation")
 
@@ -76,7 +76,7 @@ class Scope:
 
 def check_name(value: str, what: str) -> str:
     """A scope or category name becomes a folder or file name: no paths, no control bytes."""
-    if not isinstance(value, str) or not _NAME.match(value) or ".." in value:
+    if not isinstance(value, str) or not _NAME.fullmatch(value) or ".." in value:
         shown = value if isinstance(value, str) and len(value) <= 40 else f"{str(value)[:40]}..."
         raise InputError(
             f"{what} {shown!r} is not a valid name: use 1-128 letters, digits, '.', '-', '_' "

@@ -94,6 +94,22 @@ def _exchange(a: Path, b: Path) -> bool:
     raise OSError(err, os.strerror(err), str(b))
 
 
+def restore_if_unchanged(path: Path, before: bytes | None, after: bytes) -> bool:
+    """Undo a write: put ``before`` back (None: remove the file) if ``path`` still holds
+    ``after``, what the write left. False when someone changed it since."""
+    if before is not None:
+        return replace_if_unchanged(path, before.decode("utf-8"), after)
+    try:
+        with path.open("rb") as current:
+            fcntl.flock(current, fcntl.LOCK_EX)
+            if current.read() != after:
+                return False
+            path.unlink()
+            return True
+    except FileNotFoundError:
+        return True
+
+
 def append_block(target: Path, rel: str, content: str) -> bool:
     """Append a block of Markdown after a blank line (False: the file changed meanwhile)."""
     before = read_or_none(target)

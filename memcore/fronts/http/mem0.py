@@ -80,6 +80,7 @@ def mem0_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a route 
         records = await m.add(
             messages, metadata=typed(data, "metadata", dict), infer=infer,
             **within(request, {k: typed(data, k, str) for k in SCOPE_KEYS}),
+            idempotency_key=request.headers.get("idempotency-key"),
         )  # fmt: skip
         out = [{**record(r), "event": r.event or "ADD"} for r in records]
         return JSONResponse({"results": out})

@@ -96,6 +96,7 @@ def native_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a rout
             content, metadata=typed(data, "metadata", dict), key=typed(data, "key", str),
             category=typed(data, "category", str, "core"),
             infer=bool(typed(data, "infer", bool, False)), **scope_of(request, data),
+            idempotency_key=request.headers.get("idempotency-key"),
         )  # fmt: skip
         return JSONResponse({"results": [r.to_dict() for r in records]})
 

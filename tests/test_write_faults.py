@@ -1,0 +1,178 @@
+"""A write is applied and acknowledged, or refused and not applied. Faults are real where they
+can be: another process holding the index's write lock, an index whose inserts fail (a real
+SQLite or PostgreSQL trigger), a file that would grow past the size limit; a full disk is a
+patched fsync. After every refusal the vault is byte for byte what it was (the Markdown and
+the history), and a retry with the same idempotency key applies once."""
+
+from __future__ import annotations
+
+import errno
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from memcore.core.errors import InputError, StorageBusy, StorageError, VaultWriteError
+from memcore.core.settings import Settings, load_settings
+from memcore.storage.postgres.store import lock_key
+from memcore.vault import safe_file
+from tests.conftest import make_service
+from tests.support import FakeEmbedder
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def backend(request: pytest.FixtureRequest, vault: Path) -> Settings:
+    quick = {"storage.busy_timeout_s": 0.3, "index.max_file_bytes": 20_000}
+    if request.param == "postgres":
+        url = request.getfixturevalue("postgres_url")
+        namespace = request.getfixturevalue("namespace")
+        return load_settings(vault, {"storage.url": url, "storage.namespace": namespace, **quick})
+    return load_settings(vault, quick)
+
+
+def files_of(vault: Path) -> dict[str, bytes]:
+    """Every file of the vault but the index: the Markdown, the history, any temp file."""
+    return {
+        p.relative_to(vault).as_posix(): p.read_bytes()
+        for p in sorted(vault.rglob("*"))
+        if p.is_file() and ".memcore" not in p.relative_to(vault).parts
+    }
+
+
+@contextmanager
+def write_lock_held(settings: Settings) -> Iterator[None]:
+    """Another process's write transaction, holding the index's write lock."""
+    if settings.database_url:
+        with psycopg.connect(settings.database_url, autocommit=True) as conn:
+            conn.execute("SELECT pg_advisory_lock(%s)", (lock_key(settings.namespace),))
+            yield
+        return
+    conn = sqlite3.connect(settings.db_path, isolation_level=None)
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        yield
+    finally:
+        conn.close()
+
+
+@contextmanager
+def inserts_failing(settings: Settings) -> Iterator[None]:
+    """An index that takes no new chunk, as a broken one would: a trigger aborts the insert."""
+    message = "database disk image is malformed"
+    if settings.database_url:
+        with psycopg.connect(settings.database_url, autocommit=True) as conn:
+            conn.execute(
+                "CREATE OR REPLACE FUNCTION memcore_test_boom() RETURNS trigger "
+                f"LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION '{message}'; END $$"
+            )
+            conn.execute(
+                "CREATE TRIGGER memcore_test_boom BEFORE INSERT ON memory_chunks FOR EACH ROW "
+                f"WHEN (NEW.ns = '{settings.namespace}') EXECUTE FUNCTION memcore_test_boom()"
+            )
+            try:
+                yield
+            finally:
+                conn.execute("DROP TRIGGER memcore_test_boom ON memory_chunks")
+        return
+    conn = sqlite3.connect(settings.db_path, isolation_level=None)
+    try:
+        conn.execute(
+            "CREATE TRIGGER memcore_test_boom BEFORE INSERT ON memory_chunks "
+            f"BEGIN SELECT RAISE(ABORT, '{message}'); END"
+        )
+        yield
+    finally:
+        conn.execute("DROP TRIGGER memcore_test_boom")
+        conn.close()
+
+
+async def test_a_busy_index_refuses_an_add_and_an_update_and_leaves_no_trace(
+    backend: Settings, vault: Path
+) -> None:
+    async with make_service(backend, FakeEmbedder()) as svc:
+        (first,) = await svc.memories.add("the build runs on Jenkins", user_id="alice")
+        before = files_of(vault)
+        with write_lock_held(backend):
+            with pytest.raises(StorageBusy) as added:
+                await svc.memories.add("lunch is at noon", user_id="alice", idempotency_key="r1")
+            with pytest.raises(StorageBusy):
+                await svc.memories.update(first.id, "the build runs on GitHub")
+            with pytest.raises(StorageBusy):
+                await svc.memories.delete(first.id)
+        assert "nothing was written" in str(added.value) and "\n" not in str(added.value)
+        assert files_of(vault) == before
+        # the client retries with the same key: applied once
+        again = await svc.memories.add("lunch is at noon", user_id="alice", idempotency_key="r1")
+        once_more = await svc.memories.add(
+            "lunch is at noon", user_id="alice", idempotency_key="r1"
+        )
+        assert [r.id for r in again] == [r.id for r in once_more]
+        texts = [r.text for r in await svc.memories.get_all(user_id="alice")]
+        assert texts == ["the build runs on Jenkins", "lunch is at noon"]
+        assert [e["event"] for e in await svc.memories.history(again[0].id)] == ["ADD"]
+
+
+async def test_an_index_that_fails_its_inserts_refuses_the_add_and_the_markdown_is_put_back(
+    backend: Settings, vault: Path
+) -> None:
+    async with make_service(backend, FakeEmbedder()) as svc:
+        await svc.memories.add("kept", user_id="alice")
+        before = files_of(vault)
+        with inserts_failing(backend), pytest.raises(StorageError) as err:
+            await svc.memories.add("refused", user_id="alice")
+        assert not isinstance(err.value, StorageBusy) and "\n" not in str(err.value)
+        assert files_of(vault) == before
+        assert [r.text for r in await svc.memories.get_all(user_id="alice")] == ["kept"]
+
+
+async def test_a_full_disk_is_a_one_line_error_and_nothing_is_half_written(
+    backend: Settings, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with make_service(backend, FakeEmbedder()) as svc:
+        await svc.memories.add("kept", user_id="alice")
+        before = files_of(vault)
+
+        def full(fd: int) -> None:
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        monkeypatch.setattr(safe_file.os, "fsync", full)
+        with pytest.raises(VaultWriteError) as err:
+            await svc.memories.add("refused", user_id="alice")
+        monkeypatch.undo()
+        assert "No space left on device" in str(err.value) and "\n" not in str(err.value)
+        assert files_of(vault) == before  # no temp file left either
+
+
+@pytest.mark.parametrize(
+    ("scope", "what"),
+    [
+        ({"user_id": "alice\n"}, "user_id"),
+        ({"user_id": "../bob"}, "user_id"),
+        ({"agent_id": ""}, "agent_id"),
+        ({"run_id": "a/b"}, "run_id"),
+        ({"user_id": "x" * 200}, "user_id"),
+    ],
+)
+async def test_bad_scope_names_are_refused_before_any_file_is_touched(
+    vault: Path, settings: Settings, scope: dict[str, str], what: str
+) -> None:
+    async with make_service(settings, FakeEmbedder()) as svc:
+        await svc.memories.add("kept")
+        before = files_of(vault)
+        with pytest.raises(InputError, match=what):
+            await svc.memories.add("refused", **scope)  # type: ignore[arg-type]
+        assert files_of(vault) == before
+
+
+async def test_a_memory_that_would_push_its_file_past_the_size_limit_is_refused(
+    backend: Settings, vault: Path
+) -> None:
+    async with make_service(backend, FakeEmbedder()) as svc:
+        await svc.memories.add("kept", user_id="alice")
+        before = files_of(vault)
+        with pytest.raises(InputError, match="max_file_bytes"):
+            await svc.memories.add("x" * 25_000, user_id="alice")
+        assert files_of(vault) == before
