@@ -85,3 +85,81 @@ def test_a_failing_hook_run_logs_and_never_fails(repo: Path) -> None:
     memcore(repo, "hook", "run")  # exits 0
     log = (repo / ".memcore" / "hook.log").read_text()
     assert "not valid UTF-8" in log
+
+
+def entries(repo: Path) -> list[str]:
+    return [
+        line for line in (repo / "MEMORY.md").read_text().splitlines() if line.startswith("## [")
+    ]
+
+
+def test_twenty_marked_commits_back_to_back_are_each_recorded_once(repo: Path) -> None:
+    """Each commit's hook is handed its own sha at once; the runs race in the background and
+    every entry lands exactly once (the old hook read HEAD late: 3 of 20, one of them x6)."""
+    memcore(repo, "hook", "install")
+    shas = []
+    for n in range(20):
+        write(repo, f"src/f{n}.txt", f"{n}\n")
+        sh(repo, "git", "add", "-A")
+        sh(repo, "git", "commit", "-q", "-m", f"[Memory] Decision number {n}")
+        shas.append(sh(repo, "git", "rev-parse", "--short", "HEAD").strip())
+    assert wait_until(lambda: len(entries(repo)) >= 20, timeout=120), entries(repo)
+    time.sleep(1)  # a late duplicate would land now
+    found = entries(repo)
+    assert len(found) == 20, found
+    for n, short in enumerate(shas):
+        assert sum(f"Decision number {n} ({short})" in e for e in found) == 1, (n, found)
+
+
+def test_running_the_hook_again_for_a_commit_adds_nothing(repo: Path) -> None:
+    sh(repo, "git", "commit", "-q", "--allow-empty", "-m", "[Memory] Chose Vulkan")
+    sha = sh(repo, "git", "rev-parse", "HEAD").strip()
+    for _ in range(3):
+        memcore(repo, "hook", "run", sha)
+    sh(repo, "git", "commit", "-q", "--allow-empty", "-m", "[Memory] Next one")
+    memcore(repo, "hook", "run", sha)  # the older commit again, after a newer one
+    memcore(repo, "hook", "run")
+    assert [e.split("] ")[1] for e in entries(repo)] == [
+        f"Chose Vulkan ({sha[:7]})",
+        f"Next one ({sh(repo, 'git', 'rev-parse', '--short', 'HEAD').strip()})",
+    ]
+
+
+def test_amend_and_rebase_replace_the_rewritten_commits_entries(repo: Path) -> None:
+    memcore(repo, "hook", "install")
+    sh(repo, "git", "commit", "-q", "--allow-empty", "-m", "[Memory] Use DX11")
+    assert wait_until(lambda: len(entries(repo)) == 1, timeout=60)
+    sh(repo, "git", "commit", "-q", "--amend", "--allow-empty", "-m", "[Memory] Use DX12")
+    amended = sh(repo, "git", "rev-parse", "--short", "HEAD").strip()
+    assert wait_until(lambda: entries(repo) == [e for e in entries(repo) if "DX12" in e], 60)
+    assert wait_until(lambda: len(entries(repo)) == 1, timeout=60)
+    assert f"Use DX12 ({amended})" in entries(repo)[0]
+    # an amend that drops the marker drops the entry
+    sh(repo, "git", "commit", "-q", "--amend", "--allow-empty", "-m", "Use DX12, no memory")
+    assert wait_until(lambda: entries(repo) == [], timeout=60)
+    # a rebase rewrites every commit after the base: each keeps one entry, with its new hash
+    sh(repo, "git", "commit", "-q", "--allow-empty", "-m", "[Memory] First call")
+    sh(repo, "git", "commit", "-q", "--allow-empty", "-m", "[Memory] Second call")
+    assert wait_until(lambda: len(entries(repo)) == 2, timeout=60)
+    sh(repo, "git", "commit", "-q", "-am", "memory")  # the entries are committed, as people do
+    olds = sh(repo, "git", "log", "--format=%h", "-3").split()[1:]
+    later = "GIT_COMMITTER_DATE=2030-01-01T00:00:00"  # so that every rebased commit is new
+    sh(repo, "env", later, "git", "rebase", "-q", "--force-rebase", "HEAD~3")
+    news = sh(repo, "git", "log", "--format=%h", "-3").split()[1:]
+    assert not set(olds) & set(news)
+    want = {f"Second call ({news[0]})", f"First call ({news[1]})"}
+    assert wait_until(lambda: {e.split("] ")[1] for e in entries(repo)} == want, timeout=60), (
+        entries(repo)
+    )
+    time.sleep(1)
+    assert len(entries(repo)) == 2
+
+
+def test_the_installed_hook_costs_a_commit_only_milliseconds(repo: Path) -> None:
+    """The post-commit block only reads HEAD and starts the run in the background."""
+    memcore(repo, "hook", "install")
+    hook = (repo / ".git" / "hooks" / "post-commit").read_text()
+    assert "git rev-parse HEAD --git-path rebase-merge" in hook
+    assert "(nice " in hook and '"$sha" >/dev/null 2>&1 &)' in hook
+    rewrite = (repo / ".git" / "hooks" / "post-rewrite").read_text()
+    assert "pairs=$(cat)" in rewrite and "hook rewritten" in rewrite

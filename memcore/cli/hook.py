@@ -1,7 +1,8 @@
-"""`memcore hook install|run`: commits tagged [Memory] become entries in MEMORY.md."""
+"""`memcore hook install|run|rewritten`: commits tagged [Memory] become entries in MEMORY.md."""
 
 from __future__ import annotations
 
+import sys
 from typing import Annotated
 
 import typer
@@ -25,16 +26,18 @@ def install(
     async def job() -> str:
         settings = settings_of(ctx)
         if remove:
-            hook, changed = githook.uninstall(settings.vault)
-            return f"removed memcore from {hook}" if changed else "no memcore hook to remove"
+            hooks, changed = githook.uninstall(settings.vault)
+            where = " and ".join(str(h) for h in hooks)
+            return f"removed memcore from {where}" if changed else "no memcore hook to remove"
         extra = []
         for key, flag in (("storage.db", "--db"), ("embedder.provider", "--embedder")):
             if ctx.obj.overrides.get(key):
                 extra += [flag, str(ctx.obj.overrides[key])]
-        hook, changed = githook.install(settings.vault, settings.vault, extra)
+        hooks, changed = githook.install(settings.vault, settings.vault, extra)
         markers = ", ".join(settings.hook.markers)
         state = "installed" if changed else "already installed"
-        return f"{state}: {hook} (commits marked {markers} go to {settings.hook.file})"
+        where = " and ".join(str(h) for h in hooks)
+        return f"{state}: {where} (commits marked {markers} go to {settings.hook.file})"
 
     typer.echo(run(ctx, job))
 
@@ -42,9 +45,12 @@ def install(
 @hook_app.command("run")
 def run_hook(
     ctx: typer.Context,
-    rev: Annotated[str, typer.Argument(help="The commit (default: HEAD)")] = "HEAD",
+    rev: Annotated[str, typer.Argument(help="The commit (the installed hook passes its sha)")] = (
+        "HEAD"
+    ),
 ) -> None:
-    """What the hook runs after a commit. Never fails: problems go to .memcore/hook.log."""
+    """What the post-commit hook runs: the commit's entry, once however often it runs. Never
+    fails: problems go to .memcore/hook.log."""
 
     async def job() -> None:
         settings = settings_of(ctx)
@@ -52,11 +58,44 @@ def run_hook(
             commit = githook.read_commit(settings.vault, rev)
             if not githook.marked(commit, settings.hook.markers):
                 return
-            text = githook.summary(commit, settings.hook.markers)
+            entry = githook.summary(commit, settings.hook.markers)
             async with open_service(settings) as service:
-                await service.memories.write_memory(text, settings.hook.file)
-            githook.log_line(settings.state_dir, f"{commit.short}: added to {settings.hook.file}")
+                added = await service.memories.writer.rewrite_note(
+                    settings.hook.file, lambda text: githook.with_entry(text, commit.sha, entry)
+                )
+            done = "added to" if added else "already in"
+            githook.log_line(settings.state_dir, f"{commit.short}: {done} {settings.hook.file}")
         except Exception as exc:  # the commit is done; the log is the only place to say why
             githook.log_line(settings.state_dir, f"{rev}: {type(exc).__name__}: {exc}")
+
+    run(ctx, job)
+
+
+@hook_app.command("rewritten")
+def rewritten(
+    ctx: typer.Context,
+    kind: Annotated[str, typer.Argument(help="amend or rebase, as git says")] = "amend",
+) -> None:
+    """What the post-rewrite hook runs: reads "old-sha new-sha" lines on stdin and replaces
+    the old commits' entries with the new commits'. Never fails: see .memcore/hook.log."""
+    pairs = [line.split()[:2] for line in sys.stdin.read().splitlines() if len(line.split()) >= 2]
+
+    async def job() -> None:
+        settings = settings_of(ctx)
+        try:
+            rewrites = []
+            for old, new in pairs:
+                commit = githook.read_commit(settings.vault, new)
+                marked = githook.marked(commit, settings.hook.markers)
+                entry = githook.summary(commit, settings.hook.markers) if marked else None
+                rewrites.append((old, commit.sha, entry))
+            async with open_service(settings) as service:
+                changed = await service.memories.writer.rewrite_note(
+                    settings.hook.file, lambda text: githook.with_rewrites(text, rewrites)
+                )
+            if changed:
+                githook.log_line(settings.state_dir, f"{kind}: entries of rewritten commits")
+        except Exception as exc:
+            githook.log_line(settings.state_dir, f"{kind}: {type(exc).__name__}: {exc}")
 
     run(ctx, job)

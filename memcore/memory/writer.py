@@ -21,6 +21,7 @@ import secrets
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from memcore.core.errors import (
     InputError,
@@ -53,7 +54,6 @@ from memcore.vault.memory_format import (
     render_item,
 )
 from memcore.vault.safe_file import (
-    append_block,
     decode,
     read_or_none,
     replace_if_unchanged,
@@ -235,19 +235,34 @@ class MemoryWriter:
         """Seed 003's write_memory(content, file): append a block of Markdown to a memory file
         of the vault (created if missing) and index it. Returns the vault-relative path."""
         content = check_content(text)
+        await self.rewrite_note(rel, lambda old: append_text(old, content))
+        return rel
+
+    async def rewrite_note(self, rel: str, transform: Callable[[str], str | None]) -> bool:
+        """Change a memory file of the vault (created if missing) by ``transform`` (its text
+        -> the new text, or None for no change), as every write does: the transform is applied
+        again to whatever a concurrent writer left, the file replaced only if unchanged since
+        it was read, then indexed (or put back). False when there was nothing to change."""
         ix = self.indexer.settings.index
         if not is_memory_path(rel, ix.include, ix.exclude) or ".." in rel.split("/"):
             raise InputError(f"{rel} is not a memory file of this vault (see index.include)")
         target = self.vault / rel
-        for _ in range(WRITE_ATTEMPTS):
-            done = await asyncio.to_thread(append_block, target, rel, content)
-            if done:
-                break
-            await asyncio.sleep(0.005 + secrets.randbelow(20) / 1000)
-        else:
-            raise WriteConflict(f"{rel} kept changing while memcore tried to write it")
-        await self.indexer.index([rel])
-        return rel
+        async with self._files.hold([rel]):
+            for _ in range(WRITE_ATTEMPTS):
+                try:
+                    done = await asyncio.to_thread(_transform, target, rel, transform)
+                except OSError as exc:
+                    raise VaultWriteError(f"cannot write {rel}: {exc.strerror or exc}") from exc
+                if done is False:
+                    return False
+                if done is not None:
+                    break
+                await asyncio.sleep(0.005 + secrets.randbelow(20) / 1000)
+            else:
+                raise WriteConflict(f"{rel} kept changing while memcore tried to write it")
+        before, after = done
+        await self._commit([Written(rel, before, after, [], None)])
+        return True
 
     # --- reading ------------------------------------------------------------------------
 
@@ -497,6 +512,24 @@ def _apply(
             f"({limit / 1e6:.1f} MB); nothing was written"
         )
     return (edit, before, after) if replace_if_unchanged(target, new_text, before) else None
+
+
+def append_text(text: str, block: str) -> str:
+    """``block`` after the file's text and a blank line."""
+    return (text.rstrip("\n") + "\n\n" if text else "") + block + "\n"
+
+
+def _transform(
+    target: Path, rel: str, transform: Callable[[str], str | None]
+) -> tuple[bytes | None, bytes] | Literal[False] | None:
+    """Read, transform and replace a file (blocking). False: nothing to change; None: it
+    changed under us, try again; else its bytes before and after."""
+    before = read_or_none(target)
+    text = decode(before, rel) if before is not None else ""
+    new = transform(text)
+    if new is None or new == text:
+        return False
+    return (before, new.encode("utf-8")) if replace_if_unchanged(target, new, before) else None
 
 
 def _adder(group: Sequence[NewMemory], rel: str, requests: Mapping[str, str]) -> Change:

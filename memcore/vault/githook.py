@@ -1,14 +1,20 @@
-"""The git post-commit hook: commits whose message carries a marker ("[Memory]") become dated
-entries in MEMORY.md, written through the service like any other write.
+"""The git hooks: commits whose message carries a marker ("[Memory]") become dated entries in
+MEMORY.md, written through the service like any other write.
 
-``install`` adds a marked block to ``.git/hooks/post-commit`` (keeping whatever else the hook
-does); the block starts ``memcore hook run`` in the background, so a commit never waits for
-it and never fails because of it: its errors go to ``.memcore/hook.log``.
+``install`` adds a marked block to ``.git/hooks/post-commit`` and ``post-rewrite`` (keeping
+whatever else they do). The post-commit block reads the new commit's sha at once (a few ms)
+and starts ``memcore hook run <sha>`` in the background, so a commit never waits for the write
+and never fails because of it: errors go to ``.memcore/hook.log``. An entry is known by its
+commit's hash (the ``(abc1234)`` ending its heading), so running the hook twice for a commit
+writes one entry, and post-rewrite (``commit --amend``, rebase) replaces the rewritten
+commits' entries with their new commits'. The transforms here are pure; the caller applies
+them with the writer's compare-and-swap, so hooks running at once never lose an entry.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import re
 import shlex
 import subprocess
 import sys
@@ -19,6 +25,8 @@ from memcore.core.errors import VaultError
 
 BEGIN = "# >>> memcore >>> (managed by `memcore hook install`; --uninstall removes this block)"
 END = "# <<< memcore <<<"
+HOOKS = ("post-commit", "post-rewrite")
+_ENTRY = re.compile(r"^## \[[^\]\n]*\] .*\(([0-9a-f]{4,40})\)\s*$", re.M)
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,35 +91,99 @@ def summary(commit: Commit, markers: tuple[str, ...]) -> str:
     return "\n".join(lines).strip()
 
 
-def hook_block(vault: Path, extra_args: list[str]) -> str:
-    cmd = [sys.executable, "-m", "memcore", "--vault", str(vault), *extra_args, "hook", "run"]
-    return "\n".join([BEGIN, f"({shlex.join(cmd)} >/dev/null 2>&1 &) || true", END])
-
-
-def install(repo: Path, vault: Path, extra_args: list[str]) -> tuple[Path, bool]:
-    """Add (or refresh) the memcore block; returns the hook's path and whether it changed."""
-    hook = hooks_dir(repo) / "post-commit"
-    old = hook.read_text(encoding="utf-8") if hook.exists() else ""
-    kept = _without_block(old) or "#!/bin/sh\n"
-    new = kept.rstrip("\n") + "\n" + hook_block(vault, extra_args) + "\n"
-    if new == old:
-        return hook, False
-    hook.parent.mkdir(parents=True, exist_ok=True)
-    hook.write_text(new, encoding="utf-8")
-    hook.chmod(hook.stat().st_mode | 0o111)
-    return hook, True
-
-
-def uninstall(repo: Path) -> tuple[Path, bool]:
-    hook = hooks_dir(repo) / "post-commit"
-    if not hook.exists() or BEGIN not in (old := hook.read_text(encoding="utf-8")):
-        return hook, False
-    rest = _without_block(old)
-    if rest.strip() in ("", "#!/bin/sh"):
-        hook.unlink()
+def hook_block(vault: Path, extra_args: list[str], hook: str) -> str:
+    """The shell lines memcore adds to a hook: the commit (or the rewritten pairs on stdin)
+    read at once, the rest in the background at low priority. During a rebase post-commit
+    leaves the work tree alone (git is still rewriting it); post-rewrite records the result."""
+    base = [sys.executable, "-m", "memcore", "--vault", str(vault), *extra_args, "hook"]
+    if hook == "post-commit":
+        run = shlex.join([*base, "run"])
+        lines = [
+            "{ read -r sha; read -r merge; read -r apply; } <<GIT_ANSWER",
+            "$(git rev-parse HEAD --git-path rebase-merge --git-path rebase-apply)",
+            "GIT_ANSWER",
+            f'[ -n "$sha" ] && [ ! -d "$merge" ] && [ ! -d "$apply" ] && '
+            f'(nice {run} "$sha" >/dev/null 2>&1 &) || true',
+        ]
     else:
-        hook.write_text(rest, encoding="utf-8")
-    return hook, True
+        run = shlex.join([*base, "rewritten"])
+        lines = [
+            f'pairs=$(cat) && (printf "%s\\n" "$pairs" | nice {run} >/dev/null 2>&1 &) || true'
+        ]
+    return "\n".join([BEGIN, *lines, END])
+
+
+def install(repo: Path, vault: Path, extra_args: list[str]) -> tuple[list[Path], bool]:
+    """Add (or refresh) the memcore blocks; returns the hooks' paths and whether any changed."""
+    paths, changed = [], False
+    for name in HOOKS:
+        hook = hooks_dir(repo) / name
+        old = hook.read_text(encoding="utf-8") if hook.exists() else ""
+        kept = _without_block(old) or "#!/bin/sh\n"
+        new = kept.rstrip("\n") + "\n" + hook_block(vault, extra_args, name) + "\n"
+        paths.append(hook)
+        if new == old:
+            continue
+        hook.parent.mkdir(parents=True, exist_ok=True)
+        hook.write_text(new, encoding="utf-8")
+        hook.chmod(hook.stat().st_mode | 0o111)
+        changed = True
+    return paths, changed
+
+
+def uninstall(repo: Path) -> tuple[list[Path], bool]:
+    paths, changed = [], False
+    for name in HOOKS:
+        hook = hooks_dir(repo) / name
+        paths.append(hook)
+        if not hook.exists() or BEGIN not in (old := hook.read_text(encoding="utf-8")):
+            continue
+        rest = _without_block(old)
+        if rest.strip() in ("", "#!/bin/sh"):
+            hook.unlink()
+        else:
+            hook.write_text(rest, encoding="utf-8")
+        changed = True
+    return paths, changed
+
+
+def entry_span(text: str, sha: str) -> tuple[int, int] | None:
+    """Where the entry of commit ``sha`` stands in ``text`` (character offsets from its
+    heading to the next heading of level 1 or 2, or the end), or None."""
+    for m in _ENTRY.finditer(text):
+        if sha.startswith(m.group(1)):
+            nxt = re.compile(r"^#{1,2} ", re.M).search(text, m.end())
+            return m.start(), nxt.start() if nxt else len(text)
+    return None
+
+
+def with_entry(text: str, sha: str, entry: str) -> str | None:
+    """``text`` with the commit's entry appended, or None when it already has one."""
+    if entry_span(text, sha) is not None:
+        return None
+    return (text.rstrip("\n") + "\n\n" if text else "") + entry + "\n"
+
+
+def with_rewrites(text: str, rewrites: list[tuple[str, str, str | None]]) -> str | None:
+    """``text`` after commits were rewritten: each (old sha, new sha, new entry or None when
+    the new commit is not marked). An old commit's entry gives way to the new commit's, in
+    place, or goes when the new commit has no entry or already has one; a new marked commit
+    whose old one had no entry (a reword) gets its entry. None: no change."""
+    out = text
+    for old, new, entry in rewrites:
+        if old == new:  # rebased onto the same parent within the same second: nothing changed
+            continue
+        span = entry_span(out, old)
+        has_new = entry_span(out, new) is not None
+        if span is None:
+            if entry is not None and not has_new:
+                out = out.rstrip("\n") + "\n\n" + entry + "\n"
+            continue
+        start, end = span
+        block = entry + "\n\n" if entry is not None and not has_new else ""
+        out = out[:start] + block + out[end:].lstrip("\n")
+    out = out.rstrip("\n") + "\n"
+    return None if out == text else out
 
 
 def _without_block(text: str) -> str:

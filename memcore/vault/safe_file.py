@@ -108,10 +108,3 @@ def restore_if_unchanged(path: Path, before: bytes | None, after: bytes) -> bool
             return True
     except FileNotFoundError:
         return True
-
-
-def append_block(target: Path, rel: str, content: str) -> bool:
-    """Append a block of Markdown after a blank line (False: the file changed meanwhile)."""
-    before = read_or_none(target)
-    text = decode(before, rel).rstrip("\n") + "\n\n" if before else ""
-    return replace_if_unchanged(target, text + content + "\n", before)
