@@ -126,6 +126,7 @@ class MemoryService:
         async with self.store.snapshot() as reader:
             st = await reader.stats(self.model_id)
             skipped = await reader.skipped_files()
+            copies = await reader.memory_copies()
         return IndexStatus(
             files=st.files,
             chunks=st.chunks,
@@ -135,6 +136,7 @@ class MemoryService:
             db_path=self.store.location,
             db_bytes=st.db_bytes,
             engine=self.store.engine,
+            duplicate_memories=copies,
             last_indexed=st.last_indexed,
             skipped={p: f.reason for p, f in sorted(skipped.items())},
         )

@@ -392,3 +392,50 @@ async def test_a_write_keeps_the_files_permissions(vault: Path, service: MemoryS
     path.chmod(0o600)
     await service.memories.add("still private", user_id="p")
     assert path.stat().st_mode & 0o777 == 0o600
+
+
+@pytest.mark.parametrize("to", ["memory/archive-2024/alice.md", "memory/zz/alice.md"])
+async def test_moving_a_memory_file_keeps_every_id_and_its_history(
+    vault: Path, settings: Settings, embedder: FakeEmbedder, to: str
+) -> None:
+    """Moved by hand to a path before or after its old one (indexed in either order): every
+    id still resolves, to the new file, and a full reindex keeps them."""
+    async with make_service(settings, embedder) as svc:
+        a, b = await svc.memories.add_batch(
+            [NewMemory("likes tea", Scope("alice")), NewMemory("works nights", Scope("alice"))]
+        )
+        await svc.memories.update(a.id, "likes green tea")
+        (vault / to).parent.mkdir(parents=True, exist_ok=True)
+        (vault / a.path).rename(vault / to)
+        await svc.index()
+        for full in (False, True):
+            await svc.index(full=full)
+            got = {r.id: r for r in await svc.memories.get_all(user_id="alice")}
+            assert set(got) == {a.id, b.id} and {r.path for r in got.values()} == {to}
+            assert got[a.id].text == "likes green tea"
+        assert [e["event"] for e in await svc.memories.history(a.id)] == ["ADD", "UPDATE"]
+        assert (await svc.status()).duplicate_memories == {}
+
+
+async def test_a_copied_memory_file_lives_in_the_smallest_path_and_is_reported(
+    vault: Path, settings: Settings, embedder: FakeEmbedder
+) -> None:
+    async with make_service(settings, embedder) as svc:
+        (m,) = await svc.memories.add("likes tea", user_id="alice")
+        original = m.path
+        for copy in ("memory/zz-copy.md", "memory/aa-copy.md"):
+            shutil.copyfile(vault / original, vault / copy)
+        await svc.index()
+        assert (await svc.memories.get(m.id)).path == "memory/aa-copy.md"
+        assert (await svc.status()).duplicate_memories == {m.id: ["memory/users/alice/core.md",
+                                                               "memory/zz-copy.md"]}  # fmt: skip
+        assert len(await svc.memories.get_all(user_id="alice")) == 1
+        (vault / "memory/aa-copy.md").unlink()
+        await svc.index()
+        assert (await svc.memories.get(m.id)).path == original  # the next smallest takes over
+        (vault / original).unlink()
+        (vault / "memory/zz-copy.md").unlink()
+        await svc.index()
+        with pytest.raises(NotFound):  # no id the Markdown does not hold
+            await svc.memories.get(m.id)
+        assert (await svc.status()).duplicate_memories == {}

@@ -233,6 +233,13 @@ def _print_status(info: dict[str, Any]) -> None:
             f"{info['chunks']}" + (f" ({pending} waiting for vectors)" if pending else ""),
         )
         table.add_row("model", info["model_id"])
+        if copies := info.get("duplicate_memories"):
+            first = next(iter(copies))
+            table.add_row(
+                "copies",
+                f"{plural(len(copies), 'memory id')} in more than one file (e.g. {first} also in "
+                f"{', '.join(copies[first])}); each lives in the smallest path",
+            )
         for model, count in info["other_models"].items():
             table.add_row("", f"{plural(count, 'chunk')} still embedded with {model}")
     table.add_row("watcher", _watcher_line(info["daemon"]))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -306,6 +306,8 @@ class IndexStatus:
     db_bytes: int
     last_indexed: str | None
     engine: str = ""  # "SQLite 3.45.1", "PostgreSQL 16.2, pgvector 0.6.2"
+    # memory ids in more than one file: id -> the copies' paths (the home is the smallest path)
+    duplicate_memories: Mapping[str, Sequence[str]] = field(default_factory=dict)
     skipped: Mapping[str, str] = field(default_factory=dict)  # path -> why it is not indexed
 
     def to_dict(self) -> dict[str, object]:
@@ -318,6 +320,7 @@ class IndexStatus:
             "db_path": self.db_path,
             "db_bytes": self.db_bytes,
             "engine": self.engine,
+            "duplicate_memories": {k: list(v) for k, v in self.duplicate_memories.items()},
             "last_indexed": self.last_indexed,
             "skipped": dict(self.skipped),
         }

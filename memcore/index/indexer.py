@@ -41,7 +41,7 @@ from memcore.index.prepare import (
 from memcore.storage.base import IndexWriter, Store
 from memcore.vault.chunker import ChunkerConfig
 from memcore.vault.files import scan_vault, stat_memory_files
-from memcore.vault.history import HistoryLog, changes
+from memcore.vault.history import HistoryEvent, HistoryLog, changes
 
 log = logging.getLogger(__name__)
 
@@ -311,7 +311,7 @@ class Indexer:
                 }
                 events += changes(path, before.get(path, []), after, "person")
         if events and self.history is not None:
-            await self.history.append_new(events)
+            await self.history.append_new(await self._still_lost(events))
 
     async def _write(self, tally: Tally, paths: list[str], job: WriteJob) -> bool:
         """Run one transaction; a storage failure becomes a transient failure of ``paths``."""
@@ -345,9 +345,20 @@ class Indexer:
             if gone and await self._write(tally, gone, job):
                 if before and self.history is not None:
                     events = [e for p, rs in before.items() for e in changes(p, rs, {}, "person")]
-                    await self.history.append_new(events)
+                    await self.history.append_new(await self._still_lost(events))
                 return tuple(gone)
         return ()
+
+    async def _still_lost(self, events: list[HistoryEvent]) -> list[HistoryEvent]:
+        """The events without deletes of memories that are still in the index: their item
+        left one file for another (a file moved, or an item cut and pasted), not the vault."""
+        deleted = [e.memory_id for e in events if e.event == "DELETE"]
+        if not deleted:
+            return events
+        async with self.store.snapshot() as reader:
+            found = await reader.memories(MemoryQuery(ids=tuple(deleted), limit=len(deleted)))
+        moved = {r.id for r in found}
+        return [e for e in events if not (e.event == "DELETE" and e.memory_id in moved)]
 
     async def _memories_of(self, paths: Sequence[str]) -> dict[str, list[MemoryRecord]]:
         """The indexed memories of these files (before a change is written)."""

@@ -119,6 +119,11 @@ class IndexReader(Protocol):
         """Files that could not be indexed, by path."""
         ...
 
+    async def memory_copies(self) -> dict[str, list[str]]:
+        """Memory ids found in more than one file: id -> the paths of the copies (the home,
+        the smallest path, is the memory's ``path``)."""
+        ...
+
     async def embedded_hashes(self, paths: Sequence[str], model_id: str) -> set[tuple[str, str]]:
         """(path, content hash) of chunks of these files that hold a vector of ``model_id``:
         replace_file keeps those rows and their vectors, so nobody needs to look them up."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from memcore.core.models import Chunk, FileState, MemoryRecord
@@ -132,18 +133,73 @@ def fresh_chunk_fields(c: Chunk) -> tuple[Any, ...]:
     )
 
 
+def memory_row(m: Mapping[str, Any], chunk_id: int, path: str, stamp: str) -> tuple[Any, ...]:
+    """(memory_id, chunk_id, path, user_id, agent_id, run_id, category, key, created, updated,
+    metadata JSON) of one memory record, as a chunk's metadata carries it."""
+    return (
+        m["id"], chunk_id, path, m.get("user_id"), m.get("agent_id"), m.get("run_id"),
+        m.get("category") or "core", m.get("key"), m.get("created") or stamp,
+        m.get("updated") or m.get("created") or stamp,
+        json.dumps(m.get("metadata") or {}, ensure_ascii=False),
+    )  # fmt: skip
+
+
 def memory_rows(
     path: str, chunks: Sequence[Chunk], ids: Sequence[int], stamp: str
 ) -> list[tuple[Any, ...]]:
-    """(memory_id, chunk_id, path, user_id, agent_id, run_id, category, key, created, updated,
-    metadata JSON) of the chunks that hold a memory."""
+    """memory_row of each chunk that holds a memory."""
     return [
-        (
-            m["id"], i, path, m.get("user_id"), m.get("agent_id"), m.get("run_id"),
-            m.get("category") or "core", m.get("key"), m.get("created") or stamp,
-            m.get("updated") or m.get("created") or stamp,
-            json.dumps(m.get("metadata") or {}, ensure_ascii=False),
-        )
+        memory_row(m, i, path, stamp)
         for c, i in zip(chunks, ids, strict=True)
         if isinstance(m := c.metadata.get("memory"), dict)
-    ]  # fmt: skip
+    ]
+
+
+@dataclass(frozen=True, slots=True)
+class Homes:
+    """Where each memory id of a write lives: rows to make (or keep) its home, rows that are
+    copies of a home elsewhere, and former homes that become copies."""
+
+    homes: list[tuple[Any, ...]]
+    copies: list[tuple[str, int, str]]  # (memory_id, chunk_id, path)
+    demoted: list[tuple[str, int, str]]
+
+
+def choose_homes(rows: Sequence[tuple[Any, ...]], current: Mapping[str, tuple[int, str]]) -> Homes:
+    """A memory's home is the smallest path that holds its id, whatever order files come in.
+    ``rows``: memory_rows of one file; ``current``: memory_id -> (chunk_id, path) of homes
+    already in the index."""
+    out = Homes([], [], [])
+    for row in rows:
+        memory_id, chunk_id, path = row[0], row[1], row[2]
+        home = current.get(memory_id)
+        if home is None or home[1] == path:
+            out.homes.append(row)
+        elif path < home[1]:
+            out.homes.append(row)
+            out.demoted.append((memory_id, home[0], home[1]))
+        else:
+            out.copies.append((memory_id, chunk_id, path))
+    return out
+
+
+def next_homes(copies: Sequence[tuple[Any, ...]], stamp: str) -> list[tuple[Any, ...]]:
+    """The memory rows that take over for homeless ids: from (memory_id, chunk_id, path,
+    chunk metadata JSON) of their copies, the smallest path of each id."""
+    first: dict[str, tuple[Any, ...]] = {}
+    for copy in sorted(copies, key=lambda c: (c[0], c[2], c[1])):
+        first.setdefault(copy[0], copy)
+    out = []
+    for _, chunk_id, path, metadata in first.values():
+        record = json.loads(metadata or "{}").get("memory")
+        if isinstance(record, dict):
+            out.append(memory_row(record, chunk_id, path, stamp))
+    return out
+
+
+def copies_by_id(rows: Sequence[tuple[Any, ...]]) -> dict[str, list[str]]:
+    """(memory_id, path) rows, ordered, as id -> paths."""
+    out: dict[str, list[str]] = {}
+    for memory_id, path in rows:
+        out.setdefault(str(memory_id), []).append(str(path))
+    return out

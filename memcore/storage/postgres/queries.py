@@ -37,13 +37,16 @@ from memcore.storage.rows import (
     MEMORY_SELECT,
     OLD_CHUNK_COLUMNS,
     STORED_CHUNK_COLUMNS,
+    choose_homes,
     chunk_row,
+    copies_by_id,
     file_states,
     fresh_chunk_fields,
     kept_changes,
     match_kept,
     memory_record,
     memory_rows,
+    next_homes,
     now,
     stored_files,
 )
@@ -332,6 +335,12 @@ class PostgresReader(_Queries):
         )
         return {r[0]: SkippedFile(r[0], r[1], int(r[2]), int(r[3])) for r in rows}
 
+    async def memory_copies(self) -> dict[str, list[str]]:
+        rows = await self._all(
+            "SELECT memory_id, path FROM memory_copies WHERE ns = %s ORDER BY 1, 2", (self.ns,)
+        )
+        return copies_by_id(rows)
+
     async def embedded_hashes(self, paths: Sequence[str], model_id: str) -> set[tuple[str, str]]:
         if not paths:
             return set()
@@ -476,9 +485,11 @@ class PostgresWriter(_Queries):
         if not ids:
             return
         self.chunks_changed = True
+        homeless = await self._homes_of(ids)
         await self.conn.execute(
             "DELETE FROM memory_chunks WHERE ns = %s AND id = ANY(%s)", (self.ns, list(ids))
         )
+        await self._rehome(homeless)
 
     async def _move_kept(
         self, chunks: Sequence[Chunk], kept: Mapping[int, Any], stamp: str
@@ -525,24 +536,81 @@ class PostgresWriter(_Queries):
     async def _put_memories(
         self, path: str, chunks: Sequence[Chunk], ids: Sequence[int], stamp: str
     ) -> None:
+        """Memory rows of new or changed chunks (rows of deleted chunks went with them). An id
+        that is already at home in a file with a smaller path becomes a copy."""
         if not ids:
             return
-        await self.conn.execute(
-            "DELETE FROM memories WHERE ns = %s AND chunk_id = ANY(%s)", (self.ns, list(ids))
-        )
-        memories = memory_rows(path, chunks, ids, stamp)
-        if memories:
-            async with self.conn.cursor() as cur:
+        for table in ("memories", "memory_copies"):
+            await self.conn.execute(
+                f"DELETE FROM {table} WHERE ns = %s AND chunk_id = ANY(%s)", (self.ns, list(ids))
+            )
+        rows = memory_rows(path, chunks, ids, stamp)
+        if not rows:
+            return
+        current = {
+            r[0]: (int(r[1]), r[2])
+            for r in await self._all(
+                "SELECT memory_id, chunk_id, path FROM memories "
+                "WHERE ns = %s AND memory_id = ANY(%s)",
+                (self.ns, list({r[0] for r in rows})),
+            )
+        }
+        homes = choose_homes(rows, current)
+        async with self.conn.cursor() as cur:
+            if homes.copies or homes.demoted:
+                await cur.executemany(
+                    "INSERT INTO memory_copies (ns, memory_id, chunk_id, path) "
+                    "VALUES (%s, %s, %s, %s) ON CONFLICT (chunk_id) DO NOTHING",
+                    [(self.ns, *c) for c in (*homes.copies, *homes.demoted)],
+                )
+            if homes.homes:
                 await cur.executemany(
                     "INSERT INTO memories (ns, memory_id, chunk_id, path, user_id, agent_id, "
                     "run_id, category, key, created, updated, metadata) VALUES "
                     "(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) "
                     "ON CONFLICT (ns, memory_id) DO UPDATE SET chunk_id = excluded.chunk_id, "
+                    "path = excluded.path, user_id = excluded.user_id, "
+                    "agent_id = excluded.agent_id, run_id = excluded.run_id, "
                     "category = excluded.category, key = excluded.key, "
                     "created = excluded.created, updated = excluded.updated, "
-                    "metadata = excluded.metadata WHERE memories.path = excluded.path",
-                    [(self.ns, *m) for m in memories],
+                    "metadata = excluded.metadata",
+                    [(self.ns, *m) for m in homes.homes],
                 )
+
+    async def _homes_of(self, chunk_ids: Sequence[int]) -> list[str]:
+        """The memory ids whose home is one of these chunks."""
+        rows = await self._all(
+            "SELECT memory_id FROM memories WHERE ns = %s AND chunk_id = ANY(%s)",
+            (self.ns, list(chunk_ids)),
+        )
+        return [r[0] for r in rows]
+
+    async def _rehome(self, memory_ids: Sequence[str]) -> None:
+        """Memories whose home went (its file deleted, or the item gone from it) move to their
+        next copy, the smallest path, if there is one."""
+        if not memory_ids:
+            return
+        copies = await self._all(
+            "SELECT c.memory_id, c.chunk_id, c.path, k.metadata FROM memory_copies c "
+            "JOIN memory_chunks k ON k.id = c.chunk_id WHERE c.ns = %s "
+            "AND c.memory_id = ANY(%s) AND NOT EXISTS (SELECT 1 FROM memories m "
+            "WHERE m.ns = c.ns AND m.memory_id = c.memory_id)",
+            (self.ns, list(memory_ids)),
+        )
+        homes = next_homes(copies, now())
+        if not homes:
+            return
+        async with self.conn.cursor() as cur:
+            await cur.executemany(
+                "INSERT INTO memories (ns, memory_id, chunk_id, path, user_id, agent_id, "
+                "run_id, category, key, created, updated, metadata) VALUES "
+                "(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                [(self.ns, *m) for m in homes],
+            )
+        await self.conn.execute(
+            "DELETE FROM memory_copies WHERE ns = %s AND chunk_id = ANY(%s)",
+            (self.ns, [h[1] for h in homes]),
+        )
 
     async def touch_file(self, state: FileState) -> None:
         await self._unskip([state.path])
@@ -573,9 +641,11 @@ class PostgresWriter(_Queries):
         await self._unskip(paths)
         self.chunks_changed = True
         ids = await self._ids_of(paths)
+        homeless = await self._homes_of(ids)
         await self.conn.execute(
             "DELETE FROM files WHERE ns = %s AND path = ANY(%s)", (self.ns, list(paths))
         )
+        await self._rehome(homeless)
         return len(ids)
 
     async def set_vectors(self, vectors: Sequence[tuple[int, str, Vector]], model_id: str) -> int:

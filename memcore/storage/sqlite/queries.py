@@ -43,13 +43,16 @@ from memcore.storage.rows import (
     MEMORY_SELECT,
     OLD_CHUNK_COLUMNS,
     STORED_CHUNK_COLUMNS,
+    choose_homes,
     chunk_row,
+    copies_by_id,
     file_states,
     fresh_chunk_fields,
     kept_changes,
     match_kept,
     memory_record,
     memory_rows,
+    next_homes,
     now,
     stored_files,
 )
@@ -433,6 +436,10 @@ class SqliteReader(_Queries):
         rows = await self._all("SELECT path, reason, size, mtime_ns FROM skipped_files")
         return {r[0]: SkippedFile(*r) for r in rows}
 
+    async def memory_copies(self) -> dict[str, list[str]]:
+        rows = await self._all("SELECT memory_id, path FROM memory_copies ORDER BY 1, 2")
+        return copies_by_id(rows)
+
 
 class SqliteWriter(_Queries):
     """The write transaction in progress. Records which vectors it added and removed, so the
@@ -520,11 +527,13 @@ class SqliteWriter(_Queries):
             return
         self.chunks_changed = True
         self.removed += ids
+        homeless = await self._homes_of(ids)
         for i in range(0, len(ids), _BATCH):
             part = list(ids[i : i + _BATCH])
             await self.conn.execute(
                 f"DELETE FROM memory_chunks WHERE id IN ({_marks(len(part))})", part
             )
+        await self._rehome(homeless)
 
     async def _move_kept(
         self, chunks: Sequence[Chunk], kept: Mapping[int, Any], stamp: str
@@ -574,25 +583,74 @@ class SqliteWriter(_Queries):
     async def _put_memories(
         self, path: str, chunks: Sequence[Chunk], ids: Sequence[int], stamp: str
     ) -> None:
-        """Memory rows of new or changed chunks (rows of deleted chunks went with them)."""
+        """Memory rows of new or changed chunks (rows of deleted chunks went with them). An id
+        that is already at home in a file with a smaller path becomes a copy."""
         if not ids:
             return
         for i in range(0, len(ids), _BATCH):
             part = list(ids[i : i + _BATCH])
-            await self.conn.execute(
-                f"DELETE FROM memories WHERE chunk_id IN ({_marks(len(part))})", part
+            for table in ("memories", "memory_copies"):
+                await self.conn.execute(
+                    f"DELETE FROM {table} WHERE chunk_id IN ({_marks(len(part))})", part
+                )
+        rows = memory_rows(path, chunks, ids, stamp)
+        if not rows:
+            return
+        current: dict[str, tuple[int, str]] = {}
+        wanted = list({r[0] for r in rows})
+        for i in range(0, len(wanted), _BATCH):
+            part = wanted[i : i + _BATCH]
+            sql = (
+                "SELECT memory_id, chunk_id, path FROM memories "
+                f"WHERE memory_id IN ({_marks(len(part))})"
             )
-        memories = memory_rows(path, chunks, ids, stamp)
-        if memories:
-            # a memory pasted with its comment into a second file keeps its first home
+            current.update((r[0], (r[1], r[2])) for r in await self._all(sql, part))
+        homes = choose_homes(rows, current)
+        await self.conn.executemany(
+            "INSERT INTO memory_copies (memory_id, chunk_id, path) VALUES (?,?,?) "
+            "ON CONFLICT(chunk_id) DO NOTHING",
+            [*homes.copies, *homes.demoted],
+        )
+        await self.conn.executemany(
+            "INSERT INTO memories (memory_id, chunk_id, path, user_id, agent_id, run_id, "
+            "category, key, created, updated, metadata) VALUES (?,?,?,?,?,?,?,?,?,?,?) "
+            "ON CONFLICT(memory_id) DO UPDATE SET chunk_id = excluded.chunk_id, "
+            "path = excluded.path, user_id = excluded.user_id, agent_id = excluded.agent_id, "
+            "run_id = excluded.run_id, category = excluded.category, key = excluded.key, "
+            "created = excluded.created, updated = excluded.updated, "
+            "metadata = excluded.metadata",
+            homes.homes,
+        )
+
+    async def _homes_of(self, chunk_ids: Sequence[int]) -> list[str]:
+        """The memory ids whose home is one of these chunks."""
+        found: list[str] = []
+        for i in range(0, len(chunk_ids), _BATCH):
+            part = list(chunk_ids[i : i + _BATCH])
+            sql = f"SELECT memory_id FROM memories WHERE chunk_id IN ({_marks(len(part))})"
+            found += [r[0] for r in await self._all(sql, part)]
+        return found
+
+    async def _rehome(self, memory_ids: Sequence[str]) -> None:
+        """Memories whose home went (its file deleted, or the item gone from it) move to their
+        next copy, the smallest path, if there is one."""
+        for i in range(0, len(memory_ids), _BATCH):
+            part = list(memory_ids[i : i + _BATCH])
+            rows = await self._all(
+                "SELECT c.memory_id, c.chunk_id, c.path, k.metadata FROM memory_copies c "
+                "JOIN memory_chunks k ON k.id = c.chunk_id "
+                f"WHERE c.memory_id IN ({_marks(len(part))}) "
+                "AND c.memory_id NOT IN (SELECT memory_id FROM memories)",
+                part,
+            )
+            homes = next_homes(rows, now())
             await self.conn.executemany(
                 "INSERT INTO memories (memory_id, chunk_id, path, user_id, agent_id, run_id, "
-                "category, key, created, updated, metadata) VALUES (?,?,?,?,?,?,?,?,?,?,?) "
-                "ON CONFLICT(memory_id) DO UPDATE SET chunk_id = excluded.chunk_id, "
-                "category = excluded.category, key = excluded.key, "
-                "created = excluded.created, updated = excluded.updated, "
-                "metadata = excluded.metadata WHERE memories.path = excluded.path",
-                memories,
+                "category, key, created, updated, metadata) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                homes,
+            )
+            await self.conn.executemany(
+                "DELETE FROM memory_copies WHERE chunk_id = ?", [(h[1],) for h in homes]
             )
 
     async def touch_file(self, state: FileState) -> None:
@@ -622,7 +680,9 @@ class SqliteWriter(_Queries):
         self.chunks_changed = True
         ids = await self._ids_of(paths)
         self.removed += ids
+        homeless = await self._homes_of(ids)
         await self.conn.executemany("DELETE FROM files WHERE path = ?", [(p,) for p in paths])
+        await self._rehome(homeless)
         return len(ids)
 
     async def set_vectors(self, vectors: Sequence[tuple[int, str, Vector]], model_id: str) -> int:

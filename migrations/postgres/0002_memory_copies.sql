@@ -1,0 +1,11 @@
+-- A memory id found in more than one place (a memory file copied or moved by hand: the new copy
+-- is indexed before the old file's deletion). One place is its home, in `memories`: the smallest
+-- path, so the choice does not depend on the order files are indexed in. The others wait here,
+-- and the next one takes over when the home goes, so a moved file keeps every memory's id.
+CREATE TABLE memory_copies (
+    ns        text NOT NULL,
+    memory_id text NOT NULL,
+    chunk_id  bigint NOT NULL PRIMARY KEY REFERENCES memory_chunks (id) ON DELETE CASCADE,
+    path      text NOT NULL
+);
+CREATE INDEX memory_copies_id ON memory_copies (ns, memory_id, path);
