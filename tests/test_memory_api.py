@@ -439,3 +439,52 @@ async def test_a_copied_memory_file_lives_in_the_smallest_path_and_is_reported(
         with pytest.raises(NotFound):  # no id the Markdown does not hold
             await svc.memories.get(m.id)
         assert (await svc.status()).duplicate_memories == {}
+
+
+async def test_a_stale_buffer_saved_over_a_write_is_logged_and_restorable(
+    vault: Path, settings: Settings, embedder: FakeEmbedder
+) -> None:
+    """An editor opened the file before memcore added to it and saves its old buffer after:
+    the dropped memories are in the history as a person's DELETE, with their fields, and
+    `restore` brings each back with its id."""
+    async with make_service(settings, embedder) as svc:
+        (kept,) = await svc.memories.add("kept", user_id="alice")
+        path = vault / kept.path
+        stale = path.read_bytes()  # the editor's buffer
+        added = [
+            (await svc.memories.add(f"note {n}", user_id="alice", metadata={"n": n}))[0]
+            for n in range(3)
+        ]
+        path.write_bytes(stale)  # the editor saves
+        await svc.index()  # as the watcher does
+        for m in added:
+            with pytest.raises(NotFound):
+                await svc.memories.get(m.id)
+            last = (await svc.memories.history(m.id))[-1]
+            assert (last["event"], last["actor"], last["old_memory"]) == (
+                "DELETE",
+                "person",
+                m.text,
+            )
+        for m in added:
+            back = await svc.memories.restore(m.id)
+            assert (back.id, back.text, dict(back.metadata)) == (m.id, m.text, dict(m.metadata))
+        assert len(await svc.memories.get_all(user_id="alice")) == 4
+        assert (await svc.memories.history(added[0].id))[-1]["event"] == "RESTORE"
+
+
+async def test_a_hand_edit_carried_along_by_an_api_write_is_logged_as_the_persons(
+    vault: Path, settings: Settings, embedder: FakeEmbedder
+) -> None:
+    """A person edits a memory and, before any watcher has indexed the file, an API write to
+    the same file indexes it: the edit is in the history as theirs, once."""
+    async with make_service(settings, embedder) as svc:
+        (m,) = await svc.memories.add("the build runs on Jenkins", user_id="alice")
+        path = vault / m.path
+        path.write_text(path.read_text().replace("on Jenkins", "on GitHub"))
+        await svc.memories.add("lunch is at noon", user_id="alice")
+        events = await svc.memories.history(m.id)
+        assert [(e["event"], e["actor"]) for e in events] == [("ADD", "api"), ("UPDATE", "person")]
+        assert events[-1]["new_memory"] == "the build runs on GitHub"
+        await svc.index()  # a watcher indexing the file later logs nothing twice
+        assert len(await svc.memories.history(m.id)) == 2

@@ -142,7 +142,7 @@ def test_cli_lists_strength_and_forgets_below_with_dry_run_and_restore(vault: Pa
     code, out, _ = cli("--vault", str(vault), "restore", "m-00000000000000a1")
     assert code == 0 and "The 2020 offsite was in Porto" in out
     code, _, err = cli("--vault", str(vault), "restore", "m-00000000000000a1")
-    assert code == 1 and "no archived memory" in err and err.count("\n") == 1
+    assert code == 1 and "no archived or deleted memory" in err and err.count("\n") == 1
     code, _, err = cli("--vault", str(vault), "forget", "m-1", "--below", "0.5")
     assert code == 2 and "not both" in err
 

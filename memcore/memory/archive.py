@@ -12,11 +12,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from memcore.core.errors import NotFound
 from memcore.core.models import MemoryRecord
 from memcore.memory.writer import Change, FileEdit, MemoryWriter, api_event
 from memcore.vault.chunker import split_front_matter
+from memcore.vault.history import now
 from memcore.vault.memory_format import (
     MemoryFile,
     MemoryItem,
@@ -63,13 +65,35 @@ class Archive:
         return moved
 
     async def restore(self, memory_id: str) -> str:
-        """Put an archived memory back in the file it came from; returns that path."""
-        archived, parsed, item = await self._located(memory_id)
+        """Put an archived memory back in the file it came from, or a deleted one (by the API
+        or by a person's edit, as the history recorded it) back in its file, with its id and
+        fields; returns that path."""
+        try:
+            archived, parsed, item = await self._located(memory_id)
+        except NotFound:
+            return await self._undelete(memory_id)
         rel = original_path(archived)
         await self.writer.edit(rel, parsed.scope, parsed.category, _appender([item], rel, True))
         await self.writer.edit(
             archived, None, None, _remover({memory_id}, archived, None), index=False
         )
+        return rel
+
+    async def _undelete(self, memory_id: str) -> str:
+        event = await self.writer.history.last_delete(memory_id)
+        if event is None or not isinstance(event.get("old_memory"), str):
+            raise NotFound(f"no archived or deleted memory with id {memory_id!r}")
+        rel, text = str(event["path"]), str(event["old_memory"])
+        raw = event.get("memory")
+        fields: dict[str, Any] = raw if isinstance(raw, dict) else {}
+        scope = Scope(fields.get("user_id"), fields.get("agent_id"), fields.get("run_id"))
+        meta = fields.get("metadata")
+        item = MemoryItem(
+            memory_id, text, fields.get("key"), str(fields.get("created") or now()), now(),
+            meta if isinstance(meta, dict) else {},
+        )  # fmt: skip
+        category = str(fields.get("category") or "core")
+        await self.writer.edit(rel, scope, category, _appender([item], rel, True))
         return rel
 
     async def peek(self, memory_id: str) -> MemoryRecord:

@@ -38,7 +38,7 @@ from memcore.index.indexer import Indexer, PathLocks
 from memcore.storage.base import Store
 from memcore.vault.chunker import split_front_matter
 from memcore.vault.files import is_memory_path
-from memcore.vault.history import Appended, HistoryEvent, HistoryLog, now
+from memcore.vault.history import Appended, HistoryEvent, HistoryLog, fields_of, now
 from memcore.vault.memory_format import (
     MemoryFile,
     MemoryItem,
@@ -110,7 +110,7 @@ class MemoryWriter:
         self.vault = vault
         self.store = store
         self.indexer = indexer
-        self.history = HistoryLog(vault)
+        self.history = indexer.history or HistoryLog(vault)  # one log: it knows what it wrote
         self._files = PathLocks()
         self._queued: dict[str, list[Queued]] = {}
         self._requests = PathLocks()  # one call per idempotency key at a time
@@ -350,9 +350,10 @@ class MemoryWriter:
 
         def change(f: MemoryFile) -> FileEdit:
             item = _must_find(f, memory_id)
+            event = api_event(item.id, "DELETE", item.text, None, record.path)
             return FileEdit(
                 replace={item.id: []},
-                events=[api_event(item.id, "DELETE", item.text, None, record.path)],
+                events=[dataclasses.replace(event, record=fields_of(record))],
             )
 
         await self._change(record, change)
@@ -436,8 +437,8 @@ class MemoryWriter:
         """Index what ``writes`` changed. If the index cannot take it, undo the writes (the
         Markdown and the history as they were) and raise why: nothing was applied."""
         rels = [w.rel for w in writes]
-        try:
-            report = await self.indexer.index(rels, history=False)
+        try:  # with history: a person's edit the write carried along is logged as theirs
+            report = await self.indexer.index(rels)
         except StorageError as exc:  # e.g. the embedding cache's write found the index busy
             failure = FileFailure(rels[0], str(exc), True, isinstance(exc, StorageBusy))
             raise _refusal(failure, await self._undo(writes)) from exc

@@ -37,6 +37,7 @@ class HistoryEvent:
     path: str
     request: str | None = None  # the idempotency key of the API call that made it
     undo: bool = False  # taking back an earlier event of a write that failed
+    record: Mapping[str, object] | None = None  # a deleted memory's fields, for `restore`
 
     def to_dict(self) -> dict[str, object]:
         out: dict[str, object] = {
@@ -52,6 +53,8 @@ class HistoryEvent:
             out["request"] = self.request
         if self.undo:
             out["undo"] = True
+        if self.record is not None:
+            out["memory"] = dict(self.record)
         return out
 
 
@@ -72,6 +75,12 @@ _INVERSE: dict[str, Event] = {
     "RESTORE": "ARCHIVE",
 }
 REQUEST_WINDOW = 8 * 1024 * 1024  # how far back a retried request is recognised
+# What an event looks like to the indexer, which sees only items leaving and entering files
+_AS_SEEN = {"ARCHIVE": "DELETE", "RESTORE": "ADD"}
+
+
+def _seen_as(e: HistoryEvent) -> tuple[object, object, object]:
+    return (e.memory_id, _AS_SEEN.get(e.event, e.event), e.new)
 
 
 def now() -> str:
@@ -86,9 +95,10 @@ def changes(
 ) -> list[HistoryEvent]:
     """Events turning ``before`` (records of one file) into ``after`` (id -> text)."""
     at = now()
+    records = {r.id: r for r in before}
     old = {r.id: r.text for r in before}
     out = [
-        HistoryEvent(mid, "DELETE", text, None, actor, at, path)
+        HistoryEvent(mid, "DELETE", text, None, actor, at, path, record=fields_of(records[mid]))
         for mid, text in old.items()
         if mid not in after
     ]
@@ -100,12 +110,22 @@ def changes(
     return out
 
 
+def fields_of(r: MemoryRecord) -> dict[str, object]:
+    """What a DELETE event keeps of a memory so that ``restore`` can bring it back whole."""
+    return {
+        "user_id": r.user_id, "agent_id": r.agent_id, "run_id": r.run_id,
+        "category": r.category, "key": r.key, "created": r.created, "updated": r.updated,
+        "metadata": dict(r.metadata),
+    }  # fmt: skip
+
+
 class HistoryLog:
     """Appends events (one line each, O_APPEND) and reads them back by memory id."""
 
     def __init__(self, vault: Path) -> None:
         self.path = vault / HISTORY_PATH
         self._lock = asyncio.Lock()
+        self._written: dict[tuple[object, object, object], None] = {}  # recent, in order
 
     async def append(self, events: Sequence[HistoryEvent]) -> Appended | None:
         """Log the events (one write, O_APPEND); the result lets ``retract`` take them back."""
@@ -114,6 +134,9 @@ class HistoryLog:
         data = "".join(json.dumps(e.to_dict(), ensure_ascii=False) + "\n" for e in events)
         async with self._lock:
             start = await asyncio.to_thread(self._append, data.encode("utf-8"))
+        self._written.update(dict.fromkeys(map(_seen_as, events)))
+        while len(self._written) > 4096:
+            del self._written[next(iter(self._written))]
         return Appended(start, data.encode("utf-8"), tuple(events))
 
     def _append(self, data: bytes) -> int:
@@ -137,6 +160,8 @@ class HistoryLog:
             return
         async with self._lock:
             cut = await asyncio.to_thread(self._cut, appended)
+        for e in appended.events:
+            self._written.pop(_seen_as(e), None)
         if not cut:
             await self.append(
                 [
@@ -196,13 +221,21 @@ class HistoryLog:
     async def append_new(self, events: Sequence[HistoryEvent]) -> None:
         """Append events not already at the end of the log: an API write in another process
         logs its own events, and the daemon indexing that file must not log them again."""
-        if not events:
+        events = [e for e in events if _seen_as(e) not in self._written]
+        if not events:  # all of them written by this process: no need to read the log
             return
         seen = await asyncio.to_thread(self._recent)
-        await self.append([e for e in events if (e.memory_id, e.event, e.new) not in seen])
+        await self.append([e for e in events if _seen_as(e) not in seen])
 
     def _recent(self) -> set[tuple[object, object, object]]:
-        return {(e.get("memory_id"), e.get("event"), e.get("new_memory")) for e in self._tail()}
+        return {
+            (
+                e.get("memory_id"),
+                _AS_SEEN.get(str(e.get("event")), e.get("event")),
+                e.get("new_memory"),
+            )
+            for e in self._tail()
+        }
 
     async def removed_by_api(self, memory_ids: Iterable[str]) -> set[str]:
         """Those of ``memory_ids`` whose latest event is an API delete or archive: removed on
@@ -238,6 +271,12 @@ class HistoryLog:
             if isinstance(e, dict):
                 out.append(e)
         return out
+
+    async def last_delete(self, memory_id: str) -> dict[str, object] | None:
+        """The memory's last event when it is a DELETE (by the API or by a person's edit)."""
+        events = await self.of(memory_id)
+        last = next((e for e in reversed(events) if not e.get("undo")), None)
+        return last if last is not None and last.get("event") == "DELETE" else None
 
     async def of(self, memory_id: str) -> list[dict[str, object]]:
         return await asyncio.to_thread(self._read, memory_id)
