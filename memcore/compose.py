@@ -151,14 +151,25 @@ def index_exists(settings: Settings) -> bool:
 
 @asynccontextmanager
 async def open_service(
-    settings: Settings, embedder: Embedder | None = None, *, create: bool = True
+    settings: Settings,
+    embedder: Embedder | None = None,
+    *,
+    create: bool = True,
+    catch_up: bool = True,
 ) -> AsyncIterator[MemoryService]:
-    """Open the vault's service. ``create=False`` (read-only callers: search, status) refuses
-    to create an index that is not there yet instead of leaving an empty one behind."""
-    if not create and not index_exists(settings):
+    """Open the vault's service. ``create=False`` (read-only callers: search, status, list)
+    refuses to create an index that is not there yet instead of leaving an empty one behind.
+    An index created here is caught up with the whole vault before the service is handed out
+    (``catch_up=False``: the caller indexes next anyway), so a first write never leaves an
+    index that holds one file."""
+    new = not index_exists(settings)
+    if not create and new:
         raise VaultError(
-            f"no index yet at {settings.db_path}; run `memcore index` or `memcore watch` first"
+            f"no index yet at {settings.index_location}; run `memcore index` or "
+            "`memcore watch` first"
         )
     ensure_state_dir(settings)
     async with build_service(settings, embedder) as service:
+        if new and catch_up:
+            await service.index()
         yield service

@@ -426,3 +426,23 @@ def test_serve_refuses_to_bind_off_loopback_without_a_token(static_vault: Path) 
     assert code == 2 and "--scoped-token takes TOKEN=user_id:NAME" in err
     code, _, err = cli("--vault", str(static_vault), "serve", "--scoped-token", "t=user_id:../x")
     assert code == 2 and "not a valid name" in err
+
+
+def test_reads_never_create_an_index_and_a_first_write_indexes_the_whole_vault(
+    vault: Path,
+) -> None:
+    write(vault, "MEMORY.md", "# Memory\n\nWe ship on Fridays.\n")
+    write(vault, "memory/cats.md", "# Cats\n\nThe cat is called Miso.\n")
+    v = ("--vault", str(vault), "--embedder", "static")
+    reads = [["list"], ["count"], ["get", "m-0123456789abcdef"], ["history", "m-1"],
+             ["search", "cat"], ["context", "cat"], ["conversation", "load", "s1"]]  # fmt: skip
+    for read in reads:
+        code, _, err = cli(*v, *read)
+        assert code == 1 and "no index yet" in err and err.count("\n") == 1, (read, err)
+        assert not (vault / ".memcore").exists(), read
+    code, _, err = cli(*v, "add", "Alice likes tea", "--user", "alice")
+    assert code == 0, err
+    code, out, _ = cli(*v, "status", "--json")
+    assert json.loads(out)["files"] == 3  # MEMORY.md, memory/cats.md and the new memory file
+    code, out, _ = cli(*v, "search", "what is the cat called", "--json")
+    assert json.loads(out)["results"][0]["path"] == "memory/cats.md"

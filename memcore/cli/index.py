@@ -101,7 +101,7 @@ def _index(ctx: typer.Context, full: bool, as_json: bool) -> None:
             if bar is not None:
                 bar.add_task(f"Building the vector graph of {vectors:,} chunks", total=None)
 
-        async with open_service(settings) as service:
+        async with open_service(settings, catch_up=False) as service:
             if bar is not None:
                 bar.start()
             try:

@@ -20,7 +20,7 @@ def mcp_command(ctx: typer.Context) -> None:
     from memcore.fronts.mcp import build_mcp  # the MCP SDK takes 0.5 s to import: only here
 
     async def job() -> None:
-        async with open_service(settings_of(ctx)) as service:
+        async with open_service(settings_of(ctx), catch_up=False) as service:
             catch_up = asyncio.create_task(service.index())
             try:
                 await build_mcp(service).run_stdio_async()

@@ -43,10 +43,16 @@ def _metadata(pairs: list[str] | None) -> dict[str, object] | None:
 
 
 def _with_service(
-    ctx: typer.Context, use: Callable[[MemoryService], Coroutine[Any, Any, Any]]
+    ctx: typer.Context,
+    use: Callable[[MemoryService], Coroutine[Any, Any, Any]],
+    *,
+    writes: bool = True,
 ) -> Any:
+    """Run ``use`` on the vault's service. A command that only reads never creates an index;
+    one that writes to a vault never indexed indexes all of it first."""
+
     async def job() -> Any:
-        async with open_service(settings_of(ctx)) as service:
+        async with open_service(settings_of(ctx), create=writes) as service:
             return await use(service)
 
     return run(ctx, job)
@@ -123,7 +129,7 @@ def get(
     as_json: JsonOpt = False,
 ) -> None:
     """Show one memory."""
-    _show([_with_service(ctx, lambda s: s.memories.get(memory_id))], as_json)
+    _show([_with_service(ctx, lambda s: s.memories.get(memory_id), writes=False)], as_json)
 
 
 @app.command(name="list")
@@ -145,6 +151,7 @@ def list_memories(
             user_id=user, agent_id=agent, run_id=run_id, category=category, tag=tag,
             limit=limit, offset=offset,
         ),
+        writes=False,
     )  # fmt: skip
     _show(records, as_json)
 
@@ -242,7 +249,7 @@ def history(
     as_json: JsonOpt = False,
 ) -> None:
     """What happened to a memory: ADD / UPDATE / DELETE / ARCHIVE / RESTORE, when, by whom."""
-    events = _with_service(ctx, lambda s: s.memories.history(memory_id))
+    events = _with_service(ctx, lambda s: s.memories.history(memory_id), writes=False)
     if as_json:
         typer.echo(json.dumps(events, ensure_ascii=False, indent=2))
         return
@@ -265,6 +272,7 @@ def count(
     n = _with_service(
         ctx,
         lambda s: s.memories.count(user_id=user, agent_id=agent, run_id=run_id, category=category),
+        writes=False,
     )
     typer.echo(str(n))
 
@@ -298,7 +306,7 @@ def conversation_load(
     limit: Annotated[int | None, typer.Option("--limit", "-n", min=1, help="Last N")] = None,
 ) -> None:
     """Print a session's transcript as JSON chat messages, oldest first."""
-    messages = _with_service(ctx, lambda s: s.conversations.load(session, limit))
+    messages = _with_service(ctx, lambda s: s.conversations.load(session, limit), writes=False)
     typer.echo(json.dumps(messages, ensure_ascii=False, indent=2))
 
 

@@ -46,7 +46,7 @@ def serve_command(
         check_binding(host, token, scoped)
         settings = settings_of(ctx)
         stop = asyncio.Event()
-        async with open_service(settings) as service:
+        async with open_service(settings, catch_up=False) as service:
             install_signal_handlers(stop)
             daemon = Daemon(settings, service, stop) if watch else None
             await serve(service, host, port, token, stop, daemon, scoped=scoped)

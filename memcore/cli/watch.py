@@ -72,7 +72,7 @@ def watch(
 
     async def job() -> None:
         settings = settings_of(ctx)
-        async with open_service(settings) as service:
+        async with open_service(settings, catch_up=False) as service:
             daemon = Daemon(settings, service, asyncio.Event(), force_polling=poll)
             install_signal_handlers(daemon.stop)
             from memcore.fronts.serve import serve_socket  # answers one-shot CLI searches
