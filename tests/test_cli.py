@@ -446,3 +446,37 @@ def test_reads_never_create_an_index_and_a_first_write_indexes_the_whole_vault(
     assert json.loads(out)["files"] == 3  # MEMORY.md, memory/cats.md and the new memory file
     code, out, _ = cli(*v, "search", "what is the cat called", "--json")
     assert json.loads(out)["results"][0]["path"] == "memory/cats.md"
+
+
+def test_add_from_json_lines_names_and_skips_bad_lines_and_adds_the_rest(vault: Path) -> None:
+    v = ("--vault", str(vault), "--embedder", "static")
+    lines = [
+        json.dumps({"memory": "Alice likes tea", "user_id": "alice", "metadata": {"src": "x"}}),
+        "not json",
+        json.dumps({"content": "Bob likes coffee", "user_id": "bob", "key": "drink"}),
+        json.dumps({"memory": "escapes", "user_id": "../etc"}),
+        "",
+        json.dumps({"text": "a shared fact", "id": "m-00000000000000aa"}),
+        json.dumps({"memory": 5}),
+        json.dumps({"memory": "x", "colour": "red"}),
+    ]
+    (vault / "batch.jsonl").write_text("\n".join(lines) + "\n")
+    code, out, err = cli(*v, "add", "--file", str(vault / "batch.jsonl"), "--json")
+    assert code == 0, err
+    report = json.loads(out)
+    assert [b["number"] for b in report["skipped"]] == [2, 4, 7, 8]
+    assert [f"batch.jsonl:{n}: skipped:" in err for n in (2, 4, 7, 8)] == [True] * 4
+    assert "../etc" in err and "colour" in err
+    code, out, _ = cli(*v, "list", "--json")
+    got = {r["memory"]: r for r in json.loads(out)}
+    assert set(got) == {"Alice likes tea", "Bob likes coffee", "a shared fact"}
+    assert got["Alice likes tea"]["metadata"] == {"src": "x"}
+    assert got["Bob likes coffee"]["key"] == "drink"
+    assert got["a shared fact"]["id"] == "m-00000000000000aa"
+    # the same file again: the line with an id is there already, the keyed one is an upsert,
+    # and only the plain line adds a memory
+    code, _, err = cli(*v, "add", "--file", str(vault / "batch.jsonl"))
+    assert code == 0, err
+    assert cli(*v, "count")[1].strip() == "4"
+    code, _, err = cli(*v, "add", "text", "--file", "x.jsonl")
+    assert code == 2 and "not both" in err

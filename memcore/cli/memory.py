@@ -82,7 +82,17 @@ def _strength(r: MemoryRecord) -> str:
 @app.command()
 def add(
     ctx: typer.Context,
-    content: Annotated[str, typer.Argument(help="What to remember ('-' reads stdin)")],
+    content: Annotated[
+        str | None, typer.Argument(help="What to remember ('-' reads stdin)")
+    ] = None,
+    from_file: Annotated[
+        str | None,
+        typer.Option(
+            "--file",
+            help='Add many: JSON lines, one memory each ({"memory": ..., "user_id": ...}); '
+            "'-' reads stdin. Bad lines are named and skipped",
+        ),
+    ] = None,
     user: UserOpt = None,
     agent: AgentOpt = None,
     run_id: RunOpt = None,
@@ -103,7 +113,12 @@ def add(
     as_json: JsonOpt = False,
 ) -> None:
     """Remember something: written to the vault's Markdown, searchable at once."""
-    text = typer.get_text_stream("stdin").read() if content == "-" else content
+    if (content is None) == (from_file is None):
+        raise fail("give the text to remember, or --file with JSON lines (not both)", 2)
+    if from_file is not None:
+        _add_file(ctx, from_file, (user, agent, run_id), category, as_json)
+        return
+    text = typer.get_text_stream("stdin").read() if content == "-" else str(content)
     metadata = _metadata(meta)
     records = _with_service(
         ctx,
@@ -120,6 +135,58 @@ def add(
             typer.echo("nothing new to remember")
         return
     _show(records, as_json)
+
+
+BATCH = 1000  # memories a write takes at a time from --file (each applied or refused whole)
+
+
+def _add_file(
+    ctx: typer.Context,
+    source: str,
+    scope: tuple[str | None, str | None, str | None],
+    category: str | None,
+    as_json: bool,
+) -> None:
+    import dataclasses
+    from pathlib import Path
+
+    from rich.progress import Progress  # rich and the write path load only when used
+
+    from memcore.core.errors import InputError
+    from memcore.memory.batch import parse_lines
+    from memcore.vault.memory_format import Scope
+
+    try:
+        lines = (
+            typer.get_text_stream("stdin").read() if source == "-" else Path(source).read_text()
+        ).splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise fail(f"cannot read {source}: {exc}", 2) from None
+    try:
+        memories, bad = parse_lines(lines, Scope(*scope), category)
+    except InputError as exc:
+        raise fail(str(exc), 2) from None
+    for b in bad:
+        typer.echo(f"{source}:{b.number}: skipped: {b.reason}", err=True)
+
+    async def job(service: MemoryService) -> list[MemoryRecord]:
+        added: list[MemoryRecord] = []
+        with Progress(transient=True, disable=as_json) as bar:
+            task = bar.add_task("adding", total=len(memories))
+            for start in range(0, len(memories), BATCH):
+                added += await service.memories.add_batch(memories[start : start + BATCH])
+                bar.update(task, completed=len(added))
+        return added
+
+    added = _with_service(ctx, job)
+    if as_json:
+        typer.echo(json.dumps({"added": [r.to_dict() for r in added],
+                               "skipped": [dataclasses.asdict(b) for b in bad]},
+                              ensure_ascii=False, indent=2))  # fmt: skip
+    else:
+        typer.echo(f"added {len(added)} memories from {source}, skipped {len(bad)} lines")
+    if bad and not added:
+        raise typer.Exit(1)
 
 
 @app.command()
