@@ -488,3 +488,47 @@ async def test_a_hand_edit_carried_along_by_an_api_write_is_logged_as_the_person
         assert events[-1]["new_memory"] == "the build runs on GitHub"
         await svc.index()  # a watcher indexing the file later logs nothing twice
         assert len(await svc.memories.history(m.id)) == 2
+
+
+async def test_a_transcript_in_openais_full_message_shape_loads_back_exactly(
+    vault: Path, settings: Settings, embedder: FakeEmbedder
+) -> None:
+    """Tool calls with no content, content as parts, tool results, names, unknown keys: load
+    returns exactly what was saved, on every backend and after a full reindex; the stored
+    text has no role prefix and reads like the conversation."""
+    call = {"id": "call_1", "type": "function",
+            "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}  # fmt: skip
+    messages = [
+        {"role": "system", "content": "You are terse."},
+        {"role": "user", "content": [{"type": "text", "text": "Weather in Paris?"},
+                                     {"type": "image_url", "image_url": {"url": "data:,"}}]},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "call_1", "name": "get_weather", "content": "18C, rain"},
+        {"role": "assistant", "content": "18C and rain.", "refusal": None},
+        {"role": "user", "name": "alice", "content": "assistant: not a prefix <!-- x -->"},
+    ]  # fmt: skip
+    async with make_service(settings, embedder) as svc:
+        await svc.conversations.save("s-full", messages)
+        assert await svc.conversations.load("s-full") == messages
+        texts = [r.text for r in await svc.conversations.retrieve("s-full")]
+        assert texts[2] == 'called get_weather({"city": "Paris"})'
+        assert texts[1] == "Weather in Paris?" and texts[3] == "18C, rain"
+        await svc.index(full=True)
+        assert await svc.conversations.load("s-full") == messages
+        found = await svc.memories.search("weather Paris", run_id="s-full", scope_only=True)
+        assert found
+        # Mem0-style add of the same messages: one memory per message with text, as written
+        added = await svc.memories.add(messages, user_id="alice")
+        assert [r.text for r in added] == [
+            "You are terse.", "Weather in Paris?", "18C and rain.",
+            "assistant: not a prefix <!-- x -->",
+        ]  # fmt: skip
+    for bad, why in [
+        ({"role": "assistant", "content": None}, "no text and no tool calls"),
+        ({"role": "assistant", "content": None, "tool_calls": [{"id": "x"}]}, "function.name"),
+        ({"role": "user", "content": 5}, "content must be"),
+        ({"role": "robot", "content": "hi"}, "role must be"),
+    ]:
+        async with make_service(settings, embedder) as svc:
+            with pytest.raises(InputError, match=why):
+                await svc.conversations.save("s-bad", [bad])

@@ -1,14 +1,18 @@
 """Conversations: a session's chat messages and tool-call results as memory items.
 
 A session's transcript is the memory file ``memory/runs/<session>/conversation.md`` (scope
-``run_id = session``, category ``conversation``): one list item per turn, in order, its role,
-tool-call id and name in the item's fields. Turns are searchable like any memory, and
-``as_messages`` turns items back into OpenAI-style chat messages. Reached as
-``service.conversations``.
+``run_id = session``, category ``conversation``): one list item per turn, in order. Messages
+have OpenAI's chat shape: ``system``, ``user``, ``assistant`` and ``tool`` roles, ``name``,
+``tool_call_id``, an assistant's ``tool_calls``, and ``content`` as text, as a list of parts, or
+null. A turn's text is what a person reads and search finds (the content's text, or the tool
+calls an assistant made); its role, name and tool-call id ride in the item's fields, and a
+message that text cannot say exactly (parts, tool calls, other keys) is kept whole there too,
+so ``load`` returns exactly what was saved. Reached as ``service.conversations``.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -75,27 +79,80 @@ def _turn(message: Mapping[str, Any], n: int, session_id: str | None = None) -> 
     role = message.get("role")
     if role not in ROLES:
         raise InputError(f"message {n}: role must be one of {', '.join(ROLES)}, got {role!r}")
-    content = message.get("content")
-    if not isinstance(content, str):
-        raise InputError(f"message {n}: content must be text")
+    text = message_text(message, n)
     fields: dict[str, object] = {"role": role}
     for name in ("name", "tool_call_id"):
-        if message.get(name) is not None:
-            fields[name] = str(message[name])
+        value = message.get(name)
+        if value is not None:
+            if not isinstance(value, str):
+                raise InputError(f"message {n}: {name} must be text")
+            fields[name] = value
     if role == "tool" and "tool_call_id" not in fields:
         raise InputError(f"message {n}: a tool result needs its tool_call_id")
     fields["kind"] = "tool_result" if role == "tool" else "message"
+    if not _plain(message):
+        try:
+            fields["message"] = json.loads(json.dumps(dict(message), allow_nan=False))
+        except (TypeError, ValueError) as exc:
+            raise InputError(f"message {n} is not JSON: {exc}") from None
     scope = Scope(run_id=session_id) if session_id is not None else Scope()
-    return NewMemory(content, scope, CATEGORY, None, fields)
+    return NewMemory(text, scope, CATEGORY, None, fields)
+
+
+def message_text(message: Mapping[str, Any], n: int = 0) -> str:
+    """A message's text for people and search: its content (the text parts of a list), or
+    the tool calls an assistant made. Raises InputError for a message with neither."""
+    content = message.get("content")
+    if isinstance(content, str):
+        text = content
+    elif isinstance(content, list):
+        text = "\n".join(
+            str(p.get("text"))
+            for p in content
+            if isinstance(p, Mapping) and p.get("type") == "text"
+        )
+    elif content is None:
+        text = ""
+    else:
+        raise InputError(f"message {n}: content must be text, a list of parts or null")
+    calls = message.get("tool_calls")
+    if calls is not None:
+        if not isinstance(calls, list):
+            raise InputError(f"message {n}: tool_calls must be a list")
+        said = [_call_text(c, n) for c in calls]
+        text = "\n".join([t for t in [text.strip() and text, *said] if t])
+    if not text.strip():
+        raise InputError(f"message {n} has no text and no tool calls")
+    return text
+
+
+def _call_text(call: object, n: int) -> str:
+    function = call.get("function") if isinstance(call, Mapping) else None
+    if not isinstance(function, Mapping) or not isinstance(function.get("name"), str):
+        raise InputError(f"message {n}: a tool call needs function.name")
+    return f"called {function['name']}({function.get('arguments') or ''})"
+
+
+def _plain(message: Mapping[str, Any]) -> bool:
+    """A message the item's text and fields say exactly: text content, no tool calls, no
+    other keys."""
+    return isinstance(message.get("content"), str) and set(message) <= {
+        "role", "content", "name", "tool_call_id",
+    }  # fmt: skip
 
 
 def as_messages(items: Sequence[MemoryRecord]) -> list[dict[str, Any]]:
-    """OpenAI-style chat messages (role, content, and tool_call_id / name when set)."""
+    """The chat messages the items were saved from, exactly (role, content, and name,
+    tool_call_id, tool_calls and the rest when the message had them)."""
     out = []
     for item in items:
         meta = item.metadata
+        whole = meta.get("message")
+        if isinstance(whole, dict):
+            out.append(dict(whole))
+            continue
         message: dict[str, Any] = {"role": meta.get("role", "user"), "content": item.text}
-        for name in ("tool_call_id", "name"):
+        for name in ("name", "tool_call_id"):
             if meta.get(name) is not None:
                 message[name] = meta[name]
         out.append(message)

@@ -16,6 +16,7 @@ from memcore.core.models import Hit, MemoryQuery, MemoryRecord, SearchFilters
 from memcore.llm.base import LLM
 from memcore.memory import infer
 from memcore.memory.archive import Archive
+from memcore.memory.conversations import message_text
 from memcore.memory.writer import MemoryWriter, NewMemory
 from memcore.search.recall import Recall, note_key
 from memcore.search.searcher import Searcher
@@ -388,14 +389,18 @@ def _scored(record: MemoryRecord, score: float) -> MemoryRecord:
 
 
 def _message_texts(messages: Sequence[Message]) -> list[str]:
+    """One memory per chat message that says something: its content's text as written (no
+    role prefix). Tool calls and tool results are how an agent worked, not what it learnt:
+    they are left out here (a session's transcript keeps them: ``conversations.save``)."""
     texts = []
-    for m in messages:
-        if not isinstance(m, Mapping) or not isinstance(m.get("content"), str):
-            raise InputError("each message must be an object with a text 'content'")
-        text = str(m["content"]).strip()
-        if text:
-            role = str(m.get("role") or "user")
-            texts.append(text if role == "user" else f"{role}: {text}")
+    for n, m in enumerate(messages):
+        if not isinstance(m, Mapping):
+            raise InputError(f"message {n} is not an object")
+        if m.get("role") == "tool":
+            continue
+        text = message_text({"content": m.get("content")}, n) if m.get("content") else ""
+        if text.strip():
+            texts.append(text)
     if not texts:
         raise InputError("the messages hold no text to remember")
     return texts

@@ -92,10 +92,14 @@ def check_content(text: str) -> str:
         raise InputError("memory content must be text")
     if not text.strip():
         raise InputError("memory content is empty")
-    if len(text.encode("utf-8", "surrogatepass")) > MAX_CONTENT_BYTES:
+    try:
+        size = len(text.encode("utf-8"))  # a lone surrogate cannot be encoded
+    except UnicodeEncodeError:
+        raise InputError("memory content is not valid text (invalid UTF-8)") from None
+    if size > MAX_CONTENT_BYTES:
         raise InputError(f"memory content is over {MAX_CONTENT_BYTES:,} bytes")
-    if "\x00" in text or any(0xD800 <= ord(c) <= 0xDFFF for c in text):
-        raise InputError("memory content is not valid text (NUL byte or invalid UTF-8)")
+    if "\x00" in text:
+        raise InputError("memory content is not valid text (NUL byte)")
     return text
 
 
