@@ -35,6 +35,9 @@ class IndexSettings:
     overlap_tokens: int = 25
     chars_per_token: int = 4
     split: str = "window"
+    # Read notes through symbolic links that lead out of the vault (memcore never writes
+    # through one, whatever this says).
+    follow_links: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -155,9 +155,14 @@ class Indexer:
         started = time.perf_counter()
         s = self.settings
         disk = await asyncio.to_thread(
-            scan_vault, s.vault, s.index.include, s.index.exclude
+            scan_vault, s.vault, s.index.include, s.index.exclude, s.index.follow_links
         ) if paths is None else await asyncio.to_thread(
-            stat_memory_files, s.vault, list(paths), s.index.include, s.index.exclude
+            stat_memory_files,
+            s.vault,
+            list(paths),
+            s.index.include,
+            s.index.exclude,
+            s.index.follow_links,
         )  # fmt: skip
         async with self.store.snapshot() as reader:
             states = await reader.file_states()
@@ -278,7 +283,12 @@ class Indexer:
             await self._replace_all(prepared, states, tally, log_edits, stale)
         if stale and retries:
             again = await asyncio.to_thread(
-                stat_memory_files, s.vault, stale, s.index.include, s.index.exclude
+                stat_memory_files,
+                s.vault,
+                stale,
+                s.index.include,
+                s.index.exclude,
+                s.index.follow_links,
             )
             await self._index_batch(again, {}, tally, log_edits, retries - 1)
 
@@ -334,7 +344,12 @@ class Indexer:
         s = self.settings
         async with self._paths.hold(paths):
             back = await asyncio.to_thread(
-                stat_memory_files, s.vault, list(paths), s.index.include, s.index.exclude
+                stat_memory_files,
+                s.vault,
+                list(paths),
+                s.index.include,
+                s.index.exclude,
+                s.index.follow_links,
             )
             gone = [p for p in paths if p not in {f.path for f in back}]
             before = await self._memories_of(gone if log_edits else [])

@@ -37,7 +37,7 @@ from memcore.core.models import FileFailure, MemoryQuery, MemoryRecord
 from memcore.index.indexer import Indexer, PathLocks
 from memcore.storage.base import Store
 from memcore.vault.chunker import split_front_matter
-from memcore.vault.files import is_memory_path
+from memcore.vault.files import check_writable, is_memory_path
 from memcore.vault.history import Appended, HistoryEvent, HistoryLog, fields_of, now
 from memcore.vault.memory_format import (
     MemoryFile,
@@ -246,7 +246,7 @@ class MemoryWriter:
         ix = self.indexer.settings.index
         if not is_memory_path(rel, ix.include, ix.exclude) or ".." in rel.split("/"):
             raise InputError(f"{rel} is not a memory file of this vault (see index.include)")
-        target = self.vault / rel
+        target = check_writable(self.vault, rel)
         async with self._files.hold([rel]):
             for _ in range(WRITE_ATTEMPTS):
                 try:
@@ -408,7 +408,7 @@ class MemoryWriter:
         """Apply ``change`` to a memory file and replace it atomically, re-reading and retrying
         while someone else changes it, then log its events. Nothing is changed when it
         raises (a full disk is a VaultWriteError)."""
-        target = self.vault / rel
+        target = check_writable(self.vault, rel)
         limit = self.indexer.settings.index.max_file_bytes
         async with self._files.hold([rel]):
             for _ in range(WRITE_ATTEMPTS):

@@ -19,9 +19,11 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from memcore.core.errors import VaultError
 from memcore.core.models import MemoryRecord, Strength
 from memcore.search.strength import parse_time, strength_of, tier_of
 from memcore.storage.base import ChunkRow
+from memcore.vault.files import check_writable
 
 REVIEWS_PATH = "memory/reviews.jsonl"
 log = logging.getLogger(__name__)
@@ -54,12 +56,14 @@ class ReviewLog:
 
     def _append(self, data: bytes) -> None:
         try:
+            check_writable(self.path.parent.parent, REVIEWS_PATH)
             self.path.parent.mkdir(parents=True, exist_ok=True)
             fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        except OSError as exc:
+        except (OSError, VaultError) as exc:
             # A read-only vault still answers searches; its memories just do not strengthen.
             if not self._warned:
-                log.warning("cannot record reviews in %s: %s", self.path, exc.strerror)
+                why = exc.strerror if isinstance(exc, OSError) else str(exc)
+                log.warning("cannot record reviews in %s: %s", self.path, why)
                 self._warned = True
             return
         try:

@@ -90,19 +90,43 @@ def relative_path(root: Path, path: Path) -> str:
         raise VaultError(f"{path} is outside the vault {root}") from exc
 
 
-def scan_vault(root: Path, include: Iterable[str], exclude: Iterable[str]) -> list[DiskFile]:
-    """Every memory file in the vault, sorted by path. Never follows links out of the vault."""
+def scan_vault(
+    root: Path, include: Iterable[str], exclude: Iterable[str], follow_links: bool = False
+) -> list[DiskFile]:
+    """Every memory file in the vault, sorted by path. Links that lead out of the vault (a
+    file's, or a folder's on its way) are followed only with ``follow_links``."""
     if not root.is_dir():
         raise VaultError(f"vault folder {root} does not exist")
     include, exclude = tuple(include), tuple(exclude)
-    return sorted(_walk(root, include, exclude), key=lambda f: f.path)
+    return sorted(_walk(root, include, exclude, follow_links), key=lambda f: f.path)
 
 
-def _disk_file(root: Path, rel: str) -> DiskFile | None:
-    """Stat one vault file; None if it is gone, not a file, or a link out of the vault."""
+def leads_out(root: Path, rel: str) -> bool:
+    """Whether ``root / rel`` ends up outside the vault once links are resolved (for a path
+    that does not exist yet: its nearest existing folder)."""
+    full = root / rel
+    while not full.exists() and full != root and full.parent != full:
+        full = full.parent
+    return not full.resolve().is_relative_to(root.resolve())
+
+
+def check_writable(root: Path, rel: str) -> Path:
+    """The full path of a vault file memcore is about to write; VaultError if a symbolic link
+    would take the write out of the vault."""
+    if leads_out(root, rel):
+        raise VaultError(
+            f"{rel} leads out of the vault through a symbolic link; memcore writes only "
+            "inside the vault"
+        )
+    return root / rel
+
+
+def _disk_file(root: Path, rel: str, follow_links: bool = False) -> DiskFile | None:
+    """Stat one vault file; None if it is gone, not a file, or (unless ``follow_links``) a
+    link out of the vault."""
     full = root / rel
     try:
-        if full.is_symlink() and not full.resolve().is_relative_to(root.resolve()):
+        if not follow_links and leads_out(root, rel):
             return None
         st = full.stat()
     except OSError:
@@ -111,16 +135,30 @@ def _disk_file(root: Path, rel: str) -> DiskFile | None:
 
 
 def stat_memory_files(
-    root: Path, paths: Iterable[str], include: Iterable[str], exclude: Iterable[str]
+    root: Path,
+    paths: Iterable[str],
+    include: Iterable[str],
+    exclude: Iterable[str],
+    follow_links: bool = False,
 ) -> list[DiskFile]:
     """The named vault-relative paths that are memory files on disk now (for watch events)."""
     include, exclude = tuple(include), tuple(exclude)
-    found = (_disk_file(root, p) for p in paths if is_memory_path(p, include, exclude))
+    found = (
+        _disk_file(root, p, follow_links) for p in paths if is_memory_path(p, include, exclude)
+    )
     return [f for f in found if f is not None]
 
 
-def _walk(root: Path, include: tuple[str, ...], exclude: tuple[str, ...]) -> Iterator[DiskFile]:
-    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+def _walk(
+    root: Path, include: tuple[str, ...], exclude: tuple[str, ...], follow_links: bool
+) -> Iterator[DiskFile]:
+    seen: set[str] = set()  # real folders walked: links in a circle are walked once
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=follow_links):
+        real = os.path.realpath(dirpath)
+        if real in seen:
+            dirnames[:] = []
+            continue
+        seen.add(real)
         rel_dir = Path(dirpath).relative_to(root).as_posix()
         rel_dir = "" if rel_dir == "." else rel_dir
         dirnames[:] = [
@@ -133,7 +171,7 @@ def _walk(root: Path, include: tuple[str, ...], exclude: tuple[str, ...]) -> Ite
             rel = f"{rel_dir}/{name}".lstrip("/")
             if not is_memory_path(rel, include, exclude):
                 continue
-            found = _disk_file(root, rel)
+            found = _disk_file(root, rel, follow_links)
             if found is not None:
                 yield found
 

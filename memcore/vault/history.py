@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Literal
 
 from memcore.core.models import MemoryRecord
+from memcore.vault.files import check_writable
 
 HISTORY_PATH = "memory/history.jsonl"
 Event = Literal["ADD", "UPDATE", "DELETE", "ARCHIVE", "RESTORE"]
@@ -140,6 +141,7 @@ class HistoryLog:
         return Appended(start, data.encode("utf-8"), tuple(events))
 
     def _append(self, data: bytes) -> int:
+        check_writable(self.path.parent.parent, HISTORY_PATH)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
