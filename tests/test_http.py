@@ -88,17 +88,21 @@ async def test_native_search_context_status_and_memories(
         assert (await http.get(f"/api/memories/{mid}")).status_code == 404
 
 
+JSON = {"Content-Type": "application/json"}
+
+
 @pytest.mark.parametrize(
     ("method", "path", "kwargs", "status", "message"),
     [
-        ("POST", "/api/memory/search", {"content": b"{not json"}, 400, "not JSON"),
+        ("POST", "/api/memory/search", {"content": b"{not json", "headers": JSON}, 400, "not JSON"),
         ("POST", "/api/memory/search", {"json": {"query": "x", "bogus": 1}}, 400, "unknown field"),
         ("POST", "/api/memory/search", {"json": {"limit": 3}}, 400, "missing field(s): query"),
         ("POST", "/api/memory/search", {"json": {"query": "x", "limit": "3"}}, 400, "wrong type"),
         ("POST", "/api/memories", {"json": {"content": "x", "user_id": "../etc"}}, 400,
          "not a valid name"),
         ("POST", "/api/memories", {"json": {"content": ""}}, 400, "empty"),
-        ("POST", "/api/memories", {"content": b"{" + b" " * 2_100_000 + b"}"}, 413, "over"),
+        ("POST", "/api/memories", {"content": b"{" + b" " * 2_100_000 + b"}", "headers": JSON},
+         413, "over"),
         ("GET", "/api/memories/..%2F..%2Fetc", {}, 404, "no route"),
         ("GET", "/api/memories/m-..", {}, 404, "no memory"),
         ("GET", "/nowhere", {}, 404, "no route"),
@@ -311,3 +315,32 @@ async def test_an_idempotency_key_makes_a_retried_add_apply_once_on_both_apis(
         assert ids[0] and ids.count(ids[0]) == 3
     assert await service.memories.count(user_id="alice") == 1
     assert await service.memories.count(user_id="bob") == 1
+
+
+@pytest.mark.parametrize(
+    ("headers", "status", "message"),
+    [
+        ({"Host": "evil.example"}, 421, "does not answer for host 'evil.example'"),
+        ({"Host": "evil.example:8765"}, 421, "does not answer for host"),
+        ({"Origin": "http://evil.example", **JSON}, 403, "cross-site request"),
+        ({"Origin": "null", **JSON}, 403, "cross-site request"),
+        ({"Content-Type": "text/plain"}, 415, "must be JSON"),
+        ({"Content-Type": "application/x-www-form-urlencoded"}, 415, "must be JSON"),
+    ],
+)  # fmt: skip
+async def test_loopback_is_not_trust_rebinding_and_cross_site_writes_are_refused(
+    service: MemoryService, headers: dict[str, str], status: int, message: str
+) -> None:
+    """A web page the user visits can reach 127.0.0.1: by rebinding its own name to it (the
+    Host header gives it away), or by a cross-site form or text/plain POST (a browser sends
+    Origin, and cannot send JSON without asking first). Refused, and nothing is written."""
+    body = b'{"content": "planted by a web page"}'
+    async with server(service) as url, httpx.AsyncClient(base_url=url) as http:
+        resp = await http.post("/api/memories", content=body, headers=headers)
+        assert resp.status_code == status, resp.text
+        assert message in resp.json()["error"] and "\n" not in resp.json()["error"]
+        same_origin = {"Origin": url, **JSON}
+        ok = await http.post("/api/memories", content=body, headers=same_origin)
+        assert ok.status_code == 200, ok.text  # the server's own page may write
+        assert (await http.get("/health", headers={"Host": "localhost:1"})).status_code == 200
+    assert [r.text for r in await service.memories.get_all()] == ["planted by a web page"]

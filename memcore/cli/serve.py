@@ -27,6 +27,14 @@ def serve_command(
     watch: Annotated[
         bool, typer.Option("--watch/--no-watch", help="Also keep the index current")
     ] = True,
+    allowed_hosts: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--allow-host",
+            help="A name clients reach this server by, besides 127.0.0.1, localhost and [::1] "
+            "(repeatable; requests naming another host are refused)",
+        ),
+    ] = None,
     scoped_tokens: Annotated[
         list[str] | None,
         typer.Option(
@@ -49,7 +57,10 @@ def serve_command(
         async with open_service(settings, catch_up=False) as service:
             install_signal_handlers(stop)
             daemon = Daemon(settings, service, stop) if watch else None
-            await serve(service, host, port, token, stop, daemon, scoped=scoped)
+            await serve(
+                service, host, port, token, stop, daemon, scoped=scoped,
+                allowed_hosts=allowed_hosts or (),
+            )  # fmt: skip
 
     run(ctx, job)
 

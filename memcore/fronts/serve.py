@@ -9,7 +9,7 @@ import logging
 import os
 import socket
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from pathlib import Path
 
 import uvicorn
@@ -17,7 +17,7 @@ import uvicorn
 from memcore.core.errors import ConfigError, DaemonError, MemcoreError
 from memcore.core.settings import Settings
 from memcore.fronts.daemon import Daemon
-from memcore.fronts.http.app import build_app
+from memcore.fronts.http.app import LOOPBACK_NAMES, build_app
 from memcore.fronts.mcp import build_mcp
 from memcore.service import MemoryService
 
@@ -129,14 +129,21 @@ async def serve(
     daemon: Daemon | None = None,
     started: asyncio.Event | None = None,
     scoped: Mapping[str, Mapping[str, str]] | None = None,
+    allowed_hosts: Collection[str] = (),
 ) -> None:
     """Answer HTTP on host:port (and keep the index current with ``daemon``) until ``stop``.
-    ``scoped`` maps extra tokens to the scope (user_id/agent_id/run_id) their holder is held to."""
+    ``scoped`` maps extra tokens to the scope (user_id/agent_id/run_id) their holder is held to.
+    Requests must name this server in their Host header: a loopback name, the bound address,
+    or one of ``allowed_hosts``."""
     check_binding(host, token, scoped)
+    hosts = {*LOOPBACK_NAMES, *allowed_hosts}
+    if host not in ("0.0.0.0", "::", ""):
+        hosts.add(f"[{host}]" if ":" in host else host)
     mcp = build_mcp(service)
     mcp_routes = mcp.streamable_http_app(streamable_http_path="/mcp", host=host).routes
     config = uvicorn.Config(
-        build_app(service, token, mcp_routes, scoped), host=host, port=port, log_level="warning",
+        build_app(service, token, mcp_routes, scoped, hosts), host=host, port=port,
+        log_level="warning",
         lifespan="off", access_log=False, timeout_graceful_shutdown=5,
     )  # fmt: skip
     server = _Server(config)

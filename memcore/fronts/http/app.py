@@ -9,7 +9,7 @@ bearer token when one is set (always, off loopback: `memcore serve` refuses to s
 from __future__ import annotations
 
 import hmac
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from starlette.applications import Starlette
@@ -25,24 +25,64 @@ from memcore.fronts.http.mem0 import mem0_routes
 from memcore.fronts.http.native import native_routes
 from memcore.service import MemoryService
 
+LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]", "::1")
+WRITES = ("POST", "PUT", "PATCH", "DELETE")
+
+
+def host_name(host_header: str) -> str:
+    """The name in a Host header, without its port ("[::1]:8765" -> "[::1]")."""
+    if host_header.startswith("["):
+        return host_header.split("]")[0] + "]"
+    return host_header.rsplit(":", 1)[0] if host_header.count(":") == 1 else host_header
+
 
 class Guard:
-    """ASGI middleware: bearer token (when set; a scoped token binds the request to its scope)
-    and a cap on body size."""
+    """ASGI middleware, in order: the Host header must name this server (a web page that
+    rebinds its own name to 127.0.0.1 is refused, 421); a write from a browser must come from
+    this server's own origin (no cross-site request, 403) with a JSON body (415); the bearer
+    token (when set; a scoped token binds the request to its scope); a cap on body size.
+    ``hosts`` None: no Host or Origin check (the daemon's private Unix socket)."""
 
     def __init__(
-        self, app: ASGIApp, token: str | None, scoped: Mapping[str, Mapping[str, str]]
+        self,
+        app: ASGIApp,
+        token: str | None,
+        scoped: Mapping[str, Mapping[str, str]],
+        hosts: Collection[str] | None = None,
     ) -> None:
         self.app = app
         self.tokens: dict[str, Mapping[str, str]] = dict(scoped)
         if token is not None:
             self.tokens[token] = {}
+        self.hosts = None if hosts is None else {h.lower() for h in hosts}
+
+    def _refusal(self, method: str, headers: Mapping[str, str]) -> JSONResponse | None:
+        if self.hosts is None:
+            return None
+        host = headers.get("host", "").lower()
+        if host_name(host) not in self.hosts:
+            return error(
+                421, f"this server does not answer for host {host!r} (serve --allow-host NAME)"
+            )
+        if method not in WRITES:
+            return None
+        origin = headers.get("origin")
+        if origin is not None and origin.lower() not in (f"http://{host}", f"https://{host}"):
+            return error(403, f"cross-site request from {origin} refused")
+        kind = headers.get("content-type", "").split(";")[0].strip().lower()
+        if headers.get("content-length", "0") != "0" and kind != "application/json":
+            return error(415, "a request body must be JSON (Content-Type: application/json)")
+        return None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        refused = self._refusal(scope["method"], headers)
+        if refused is not None:
+            await refused(scope, receive, send)
+            return
         if self.tokens and scope["path"] != "/health":
             scheme, _, value = headers.get("authorization", "").partition(" ")
             binding = next(
@@ -85,8 +125,10 @@ def build_app(
     token: str | None,
     extra: Sequence[BaseRoute] = (),
     scoped: Mapping[str, Mapping[str, str]] | None = None,
+    hosts: Collection[str] | None = None,
 ) -> Starlette:
-    """The whole HTTP app: health, memcore's routes, Mem0's, and ``extra`` (the MCP endpoint)."""
+    """The whole HTTP app: health, memcore's routes, Mem0's, and ``extra`` (the MCP endpoint).
+    ``hosts``: the names the Host header may carry (see Guard)."""
 
     async def health(request: Request) -> Response:
         return JSONResponse({"ok": True})
@@ -110,7 +152,7 @@ def build_app(
 
     return Starlette(
         routes=routes,
-        middleware=[Middleware(Guard, token=token, scoped=scoped or {})],
+        middleware=[Middleware(Guard, token=token, scoped=scoped or {}, hosts=hosts)],
         exception_handlers={404: not_found, 405: not_found, BadRequest: bad, Exception: crash},
     )
 
