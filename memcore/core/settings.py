@@ -180,10 +180,21 @@ class Settings:
         return str(self.db_path)
 
     @property
+    def in_memory(self) -> bool:
+        """``storage.db = ":memory:"``: an index that lives as long as the process, for tests
+        and short-lived agents; nothing is written outside the vault's own Markdown."""
+        return self.storage.db == MEMORY_DB
+
+    @property
     def db_path(self) -> Path:
+        if self.in_memory:
+            return Path(MEMORY_DB)
         if self.storage.db:
             return Path(self.storage.db).expanduser().resolve()
         return self.state_dir / "index.db"
+
+
+MEMORY_DB = ":memory:"
 
 
 def redact_url(url: str) -> str:

@@ -13,7 +13,10 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import os
+import shutil
 import sqlite3
+import tempfile
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager, suppress
@@ -62,6 +65,13 @@ def _fts_text(heading: str, text: str) -> str:
     return segment(f"{heading}\n{text}")
 
 
+def _scratch_folder() -> Path:
+    """A private folder for a ":memory:" index: in memory-backed /dev/shm where there is one."""
+    shm = "/dev/shm"
+    where = shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else None
+    return Path(tempfile.mkdtemp(prefix="memcore-", dir=where))
+
+
 class SqliteStore:
     """Index database in one SQLite file. Open with ``async with SqliteStore(path) as store``."""
 
@@ -76,6 +86,11 @@ class SqliteStore:
         ann_min_vectors: int = ANN_MIN_VECTORS,
         reader_cache_mb: int = READER_CACHE_MB,
     ) -> None:
+        # ":memory:": a database in a private folder of its own, in memory-backed /dev/shm
+        # where there is one, removed when the store closes. (SQLite's own :memory: is one
+        # connection's, and its shared cache has no WAL: readers would block the writer.)
+        self._in_memory = str(path) == ":memory:"
+        self._scratch: Path | None = None
         self.path = path
         self.reader_cache_mb = reader_cache_mb
         self.ann_min_vectors = ann_min_vectors
@@ -97,7 +112,7 @@ class SqliteStore:
 
     @property
     def location(self) -> str:
-        return str(self.path)
+        return ":memory:" if self._in_memory else str(self.path)
 
     @property
     def engine(self) -> str:
@@ -118,6 +133,9 @@ class SqliteStore:
     async def open(self) -> None:
         """Open the writer connection and bring the schema up to date. Raises StorageError."""
         try:
+            if self._in_memory and self._scratch is None:
+                self._scratch = await asyncio.to_thread(_scratch_folder)
+                self.path = self._scratch / "index.db"
             if not self.path.parent.is_dir():
                 raise StorageError(f"cannot open index {self.path}: folder does not exist")
             self._writer = await self._connect()
@@ -169,6 +187,9 @@ class SqliteStore:
             for conn in conns:
                 with suppress(sqlite3.Error, ValueError):
                     await conn.close()
+        if self._scratch is not None:
+            shutil.rmtree(self._scratch, ignore_errors=True)
+            self._scratch, self.path = None, Path(":memory:")
 
     async def _migrate(self, db: aiosqlite.Connection) -> None:
         await db.execute(
