@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 import stat
 import subprocess
 import sys
@@ -171,3 +172,30 @@ def test_a_detached_daemon_indexes_into_postgresql(
         memcore("stop", vault=vault)
     assert "caught up with the vault" in (vault / ".memcore" / "daemon.log").read_text()
     assert not (vault / ".memcore" / "index.db").exists()
+
+
+def test_deleting_the_index_folder_under_a_running_daemon_rebuilds_and_keeps_watching(
+    vault: Path,
+) -> None:
+    """`rm -rf .memcore` while `memcore watch` runs: the same process notices, opens a new
+    index, catches up with the vault and goes on indexing saves (it used to die)."""
+    write(vault, "MEMORY.md", "# M\n\nDiveAdstra uses DX12 by default.\n")
+    started = memcore("watch", "--detach", vault=vault)
+    assert started.returncode == 0, started.stderr
+    pid = daemon_status(load_settings(vault))["pid"]  # type: ignore[index]
+    try:
+        shutil.rmtree(vault / ".memcore")
+        write(vault, "memory/zebra.md", "# Z\n\nThe zebra migration starts in July.\n")
+
+        def found(query: str, path: str) -> bool:
+            out = memcore("search", query, "--json", vault=vault)
+            return out.returncode == 0 and any(
+                r["path"] == path for r in json.loads(out.stdout)["results"]
+            )
+
+        assert wait_until(lambda: found("zebra migration", "memory/zebra.md"), timeout=30)
+        assert found("DiveAdstra DX12", "MEMORY.md")  # the rest of the vault, caught up
+        status = daemon_status(load_settings(vault))
+        assert status is not None and status["pid"] == pid
+    finally:
+        memcore("stop", vault=vault)

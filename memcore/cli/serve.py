@@ -54,13 +54,16 @@ def serve_command(
         check_binding(host, token, scoped)
         settings = settings_of(ctx)
         stop = asyncio.Event()
-        async with open_service(settings, catch_up=False) as service:
-            install_signal_handlers(stop)
-            daemon = Daemon(settings, service, stop) if watch else None
-            await serve(
-                service, host, port, token, stop, daemon, scoped=scoped,
-                allowed_hosts=allowed_hosts or (),
-            )  # fmt: skip
+        install_signal_handlers(stop)
+        while not stop.is_set():  # again after .memcore/ was deleted under it: a new index
+            async with open_service(settings, catch_up=False) as service:
+                daemon = Daemon(settings, service, stop) if watch else None
+                await serve(
+                    service, host, port, token, stop, daemon, scoped=scoped,
+                    allowed_hosts=allowed_hosts or (),
+                )  # fmt: skip
+            if daemon is None or not daemon.lost:
+                break
 
     run(ctx, job)
 

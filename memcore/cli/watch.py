@@ -71,18 +71,22 @@ def watch(
     _configure_logging(ctx.obj.verbose, json_logs)
 
     async def job() -> None:
-        settings = settings_of(ctx)
-        async with open_service(settings, catch_up=False) as service:
-            daemon = Daemon(settings, service, asyncio.Event(), force_polling=poll)
-            install_signal_handlers(daemon.stop)
-            from memcore.fronts.serve import serve_socket  # answers one-shot CLI searches
+        from memcore.fronts.serve import serve_socket  # answers one-shot CLI searches
 
-            answering = asyncio.create_task(serve_socket(service, daemon))
-            try:
-                await daemon.run()
-            finally:
-                daemon.stop.set()
-                await answering
+        settings = settings_of(ctx)
+        stop = asyncio.Event()
+        install_signal_handlers(stop)
+        while not stop.is_set():  # again after .memcore/ was deleted under it: a new index
+            async with open_service(settings, catch_up=False) as service:
+                daemon = Daemon(settings, service, stop, force_polling=poll)
+                answering = asyncio.create_task(serve_socket(service, daemon))
+                try:
+                    await daemon.run()
+                finally:
+                    daemon.ended.set()
+                    await answering
+            if not daemon.lost:
+                break
 
     run(ctx, job)
 

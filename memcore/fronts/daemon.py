@@ -128,6 +128,10 @@ class Daemon:
     warmed: bool = False
     failing: dict[str, Retry] = field(default_factory=dict)  # path ("" = the vault) -> retry
     locked: asyncio.Event = field(default_factory=asyncio.Event)  # set once the vault is ours
+    ended: asyncio.Event = field(default_factory=asyncio.Event)  # set when run() returns
+    # the index folder (.memcore/) vanished under it: run() returned so that the caller opens
+    # a fresh index and runs again (see restarting)
+    lost: bool = False
     socket: str | None = None  # where a front-end answers searches for the CLI (see server.py)
     _wake: asyncio.Event = field(default_factory=asyncio.Event)
     _watcher: VaultWatcher | None = None
@@ -164,7 +168,33 @@ class Daemon:
             await self._run_locked()
         finally:
             sys.setswitchinterval(switch)
-        log.info("stopped")
+            self.ended.set()
+        log.info("stopped to rebuild the index" if self.lost else "stopped")
+
+    @property
+    def ending(self) -> bool:
+        return self.stop.is_set() or self.lost
+
+    def _lose(self, why: str) -> None:
+        """The index folder is gone (deleted by hand): end this run; the caller rebuilds."""
+        if not self.lost:
+            log.warning("%s: opening a new index and catching up with the vault", why)
+        self.lost = True
+        self._wake.set()
+
+    def _state_gone(self) -> bool:
+        s = self.settings
+        needed = [s.state_dir / LOCK_NAME]
+        if not s.storage.db and not s.database_url:
+            needed.append(s.db_path)
+        return not all(p.exists() for p in needed)
+
+    async def _state_loop(self) -> None:
+        """Notice .memcore/ (the lock, the index) deleted under the running daemon."""
+        while not self.ending:
+            await asyncio.sleep(min(self.settings.watch.poll_interval_s, 2.0))
+            if await asyncio.to_thread(self._state_gone):
+                self._lose(f"{self.settings.state_dir} was deleted")
 
     async def _run_locked(self) -> None:
         with vault_lock(self.settings):
@@ -189,22 +219,29 @@ class Daemon:
                 self._note_failures(report, None)
                 mode = "polling" if watcher.polling else "native events"
                 log.info("watching %s (%d folders, %s)", s.vault, watcher.watch_count, mode)
-                if not self.stop.is_set():
+                if not self.ending:
                     async with asyncio.TaskGroup() as tg:
                         flusher = tg.create_task(self._flush_loop())
                         retry = tg.create_task(self._retry_pending_loop())
                         forget = tg.create_task(self._forget_loop())
-                        await self.stop.wait()
-                        retry.cancel()
-                        forget.cancel()
-                        self._wake.set()
-                        await flusher
+                        state = tg.create_task(self._state_loop())
+                        await flusher  # until stopped, or the index folder is gone
+                        for task in (retry, forget, state):
+                            task.cancel()
             finally:
                 await self._settle_inflight()
                 await asyncio.to_thread(watcher.stop)
 
     async def _flush_loop(self) -> None:
-        while not self.stop.is_set():
+        waiting = asyncio.ensure_future(self.stop.wait())
+        waiting.add_done_callback(lambda _: self._wake.set())
+        try:
+            await self._flush_until_ending()
+        finally:
+            waiting.cancel()
+
+    async def _flush_until_ending(self) -> None:
+        while not self.ending:
             deadline = self.debouncer.next_deadline()
             timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
             self._wake.clear()
@@ -333,6 +370,12 @@ class Daemon:
                 self.publish()
 
     def publish(self) -> None:
+        try:
+            self._publish()
+        except OSError as exc:
+            self._lose(f"cannot write {self.settings.state_dir}: {exc.strerror or exc}")
+
+    def _publish(self) -> None:
         _write_status(
             self.settings,
             {

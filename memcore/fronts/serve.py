@@ -88,11 +88,11 @@ async def serve_socket(service: MemoryService, daemon: Daemon) -> None:
     this user can open the socket). Starts once the daemon holds the vault lock."""
     path = socket_path(daemon.settings)
     locked = asyncio.ensure_future(daemon.locked.wait())
-    stopped = asyncio.ensure_future(daemon.stop.wait())
+    stopped = asyncio.ensure_future(daemon.ended.wait())
     await asyncio.wait({locked, stopped}, return_when=asyncio.FIRST_COMPLETED)
     locked.cancel()
     stopped.cancel()
-    if path is None or daemon.stop.is_set():
+    if path is None or daemon.ended.is_set():
         return
     try:
         sock = _private_socket(path)
@@ -110,7 +110,7 @@ async def serve_socket(service: MemoryService, daemon: Daemon) -> None:
             await asyncio.sleep(0.01)
         daemon.socket = str(path)
         daemon.publish()
-        await daemon.stop.wait()
+        await daemon.ended.wait()
     finally:
         with contextlib.suppress(FileNotFoundError):
             path.unlink()  # first: no new command connects to a daemon that is leaving
@@ -118,6 +118,39 @@ async def serve_socket(service: MemoryService, daemon: Daemon) -> None:
         server.should_exit = True
         await asyncio.gather(task, return_exceptions=True)
         sock.close()
+
+
+async def _until_stopped(
+    server: _Server,
+    stop: asyncio.Event,
+    daemon: Daemon | None,
+    started: asyncio.Event | None,
+    where: str,
+) -> None:
+    """Tell ``started`` once uvicorn listens; end it when ``stop`` is set, or when the daemon
+    ends by itself (.memcore/ was deleted: the caller serves again on a new index)."""
+    while not server.started and not server.should_exit:  # noqa: ASYNC110 - no event
+        await asyncio.sleep(0.02)  # uvicorn sets a flag, not an event
+    if server.started:
+        log.info("serving http://%s", where)
+        if started is not None:
+            started.set()
+    ending = [asyncio.ensure_future(stop.wait())]
+    if daemon is not None:
+        ending.append(asyncio.ensure_future(daemon.ended.wait()))
+    await asyncio.wait(ending, return_when=asyncio.FIRST_COMPLETED)
+    for waiting in ending:
+        waiting.cancel()
+    server.should_exit = True
+
+
+def _one_error(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    first: BaseException = group
+    while isinstance(first, BaseExceptionGroup):
+        first = first.exceptions[0]
+    if isinstance(first, DaemonError):
+        return DaemonError(f"{first}; run `memcore serve --no-watch` beside it")
+    return first if isinstance(first, MemcoreError) else group
 
 
 async def serve(
@@ -147,32 +180,14 @@ async def serve(
         lifespan="off", access_log=False, timeout_graceful_shutdown=5,
     )  # fmt: skip
     server = _Server(config)
-
-    async def until_stopped() -> None:
-        while not server.started and not server.should_exit:  # noqa: ASYNC110 - no event
-            await asyncio.sleep(0.02)  # uvicorn sets a flag, not an event
-        if server.started:
-            log.info("serving http://%s:%d", host, port)
-            if started is not None:
-                started.set()
-        await stop.wait()
-        server.should_exit = True
-
     try:
         async with mcp.session_manager.run(), asyncio.TaskGroup() as tg:
             tg.create_task(server.serve())
-            tg.create_task(until_stopped())
+            tg.create_task(_until_stopped(server, stop, daemon, started, f"{host}:{port}"))
             if daemon is not None:
                 tg.create_task(daemon.run())
                 tg.create_task(serve_socket(service, daemon))
     except BaseExceptionGroup as group:  # one line for the person: the watcher's own error
-        first: BaseException = group
-        while isinstance(first, BaseExceptionGroup):
-            first = first.exceptions[0]
-        if isinstance(first, DaemonError):
-            raise DaemonError(f"{first}; run `memcore serve --no-watch` beside it") from None
-        if isinstance(first, MemcoreError):
-            raise first from None
-        raise
+        raise _one_error(group) from None
     if not server.started:
         raise ConfigError(f"could not listen on {host}:{port} (in use?)")
