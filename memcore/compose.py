@@ -131,7 +131,7 @@ def ensure_state_dir(settings: Settings, *, daemon: bool = False) -> None:
     if settings.storage.db and not settings.state_dir.exists() and not daemon:
         return  # the index lives elsewhere; leave a read-only vault untouched
     try:
-        settings.state_dir.mkdir(exist_ok=True)
+        settings.state_dir.mkdir(parents=True, exist_ok=True)
         ignore = settings.state_dir / ".gitignore"
         if not ignore.exists():
             ignore.write_text(

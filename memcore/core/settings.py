@@ -155,7 +155,15 @@ class Settings:
 
     @property
     def state_dir(self) -> Path:
-        return self.vault / ".memcore"
+        """``<vault>/.memcore`` (the index, the daemon's lock, socket and log). A vault memcore
+        cannot write to (a read-only checkout or mount) keeps them in the user's cache folder
+        instead, so it can still be indexed and searched."""
+        local = self.vault / ".memcore"
+        if os.access(local if local.is_dir() else self.vault, os.W_OK):
+            return local
+        cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+        digest = hashlib.sha256(str(self.vault.resolve()).encode()).hexdigest()[:16]
+        return cache / "memcore" / f"{self.vault.name[:40]}-{digest}"
 
     @property
     def database_url(self) -> str:

@@ -42,7 +42,7 @@ def _now() -> str:
 @contextlib.contextmanager
 def vault_lock(settings: Settings) -> Iterator[IO[str]]:
     """Hold the vault's daemon lock; raises DaemonError naming the process that has it."""
-    settings.state_dir.mkdir(exist_ok=True)
+    settings.state_dir.mkdir(parents=True, exist_ok=True)
     path = settings.state_dir / LOCK_NAME
     fh = path.open("a+", encoding="utf-8")
     try:

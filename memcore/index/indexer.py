@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequ
 from functools import partial
 from pathlib import Path
 
-from memcore.core.errors import EmbedderError, StorageBusy, StorageError
+from memcore.core.errors import EmbedderError, StorageBusy, StorageError, VaultError
 from memcore.core.models import (
     DiskFile,
     FileFailure,
@@ -126,6 +126,7 @@ class Indexer:
         self.store = store
         self.embedder = embedder
         self.history = history  # memory edits made by hand are logged here
+        self._history_warned = False
         ix = settings.index
         self.chunker = ChunkerConfig(
             ix.chunk_tokens, ix.overlap_tokens, ix.chars_per_token, ix.split
@@ -321,7 +322,7 @@ class Indexer:
                 }
                 events += changes(path, before.get(path, []), after, "person")
         if events and self.history is not None:
-            await self.history.append_new(await self._still_lost(events))
+            await self._log(await self._still_lost(events))
 
     async def _write(self, tally: Tally, paths: list[str], job: WriteJob) -> bool:
         """Run one transaction; a storage failure becomes a transient failure of ``paths``."""
@@ -360,9 +361,20 @@ class Indexer:
             if gone and await self._write(tally, gone, job):
                 if before and self.history is not None:
                     events = [e for p, rs in before.items() for e in changes(p, rs, {}, "person")]
-                    await self.history.append_new(await self._still_lost(events))
+                    await self._log(await self._still_lost(events))
                 return tuple(gone)
         return ()
+
+    async def _log(self, events: list[HistoryEvent]) -> None:
+        """Log a person's edits; a vault that cannot take the history (read-only) is still
+        indexed, and says once why its history stops."""
+        assert self.history is not None
+        try:
+            await self.history.append_new(events)
+        except (OSError, VaultError) as exc:
+            if not self._history_warned:
+                log.warning("cannot write the memory history: %s", exc)
+                self._history_warned = True
 
     async def _still_lost(self, events: list[HistoryEvent]) -> list[HistoryEvent]:
         """The events without deletes of memories that are still in the index: their item

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Iterator
 from functools import lru_cache
 from pathlib import Path
 
-from memcore.core.errors import VaultError
+from memcore.core.errors import VaultError, VaultWriteError
 from memcore.core.models import DiskFile
 
 # Folders that never hold memory and are expensive to walk or watch.
@@ -112,13 +112,19 @@ def leads_out(root: Path, rel: str) -> bool:
 
 def check_writable(root: Path, rel: str) -> Path:
     """The full path of a vault file memcore is about to write; VaultError if a symbolic link
-    would take the write out of the vault."""
+    would take the write out of the vault, VaultWriteError if the vault is read-only there."""
     if leads_out(root, rel):
         raise VaultError(
             f"{rel} leads out of the vault through a symbolic link; memcore writes only "
             "inside the vault"
         )
-    return root / rel
+    full = root / rel
+    folder = full.parent
+    while not folder.exists() and folder != root and folder.parent != folder:
+        folder = folder.parent
+    if not os.access(folder, os.W_OK) or (full.exists() and not os.access(full, os.W_OK)):
+        raise VaultWriteError(f"the vault is read-only: cannot write {rel}; nothing was written")
+    return full
 
 
 def _disk_file(root: Path, rel: str, follow_links: bool = False) -> DiskFile | None:

@@ -197,7 +197,7 @@ def _without_block(text: str) -> str:
 
 def log_line(state_dir: Path, message: str) -> None:
     """One line to .memcore/hook.log (the hook's only output)."""
-    state_dir.mkdir(exist_ok=True)
+    state_dir.mkdir(parents=True, exist_ok=True)
     stamp = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     with (state_dir / "hook.log").open("a", encoding="utf-8") as fh:
         fh.write(f"{stamp} {message}\n")
