@@ -157,14 +157,7 @@ class Indexer:
         s = self.settings
         disk = await asyncio.to_thread(
             scan_vault, s.vault, s.index.include, s.index.exclude, s.index.follow_links
-        ) if paths is None else await asyncio.to_thread(
-            stat_memory_files,
-            s.vault,
-            list(paths),
-            s.index.include,
-            s.index.exclude,
-            s.index.follow_links,
-        )  # fmt: skip
+        ) if paths is None else await self._on_disk(paths)  # fmt: skip
         async with self.store.snapshot() as reader:
             states = await reader.file_states()
             skipped = await reader.skipped_files()
@@ -283,14 +276,7 @@ class Indexer:
                 self._embedder_failed(tally, error)
             await self._replace_all(prepared, states, tally, log_edits, stale)
         if stale and retries:
-            again = await asyncio.to_thread(
-                stat_memory_files,
-                s.vault,
-                stale,
-                s.index.include,
-                s.index.exclude,
-                s.index.follow_links,
-            )
+            again = await self._on_disk(stale)
             await self._index_batch(again, {}, tally, log_edits, retries - 1)
 
     async def _replace_all(
@@ -342,16 +328,8 @@ class Indexer:
         """Drop files gone from disk; a file that came back meanwhile is left alone."""
         if not paths:
             return ()
-        s = self.settings
         async with self._paths.hold(paths):
-            back = await asyncio.to_thread(
-                stat_memory_files,
-                s.vault,
-                list(paths),
-                s.index.include,
-                s.index.exclude,
-                s.index.follow_links,
-            )
+            back = await self._on_disk(paths)
             gone = [p for p in paths if p not in {f.path for f in back}]
             before = await self._memories_of(gone if log_edits else [])
 
@@ -364,6 +342,14 @@ class Indexer:
                     await self._log(await self._still_lost(events))
                 return tuple(gone)
         return ()
+
+    async def _on_disk(self, paths: Collection[str]) -> list[DiskFile]:
+        """Those of ``paths`` that are memory files on disk now."""
+        ix = self.settings.index
+        return await asyncio.to_thread(
+            stat_memory_files, self.settings.vault, list(paths), ix.include, ix.exclude,
+            ix.follow_links,
+        )  # fmt: skip
 
     async def _log(self, events: list[HistoryEvent]) -> None:
         """Log a person's edits; a vault that cannot take the history (read-only) is still

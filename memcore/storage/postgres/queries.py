@@ -65,6 +65,10 @@ class StoreState(Protocol):
 
 Conn = psycopg.AsyncConnection[tuple[Any, ...]]
 TS = "memcore"  # the text search configuration of migration 0001
+_INSERT_MEMORY = (
+    "INSERT INTO memories (ns, memory_id, chunk_id, path, user_id, agent_id, run_id, category, "
+    "key, created, updated, metadata) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+)
 
 
 def as_list(vec: Vector) -> list[float]:
@@ -565,10 +569,8 @@ class PostgresWriter(_Queries):
                 )
             if homes.homes:
                 await cur.executemany(
-                    "INSERT INTO memories (ns, memory_id, chunk_id, path, user_id, agent_id, "
-                    "run_id, category, key, created, updated, metadata) VALUES "
-                    "(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) "
-                    "ON CONFLICT (ns, memory_id) DO UPDATE SET chunk_id = excluded.chunk_id, "
+                    _INSERT_MEMORY + " ON CONFLICT (ns, memory_id) DO UPDATE SET "
+                    "chunk_id = excluded.chunk_id, "
                     "path = excluded.path, user_id = excluded.user_id, "
                     "agent_id = excluded.agent_id, run_id = excluded.run_id, "
                     "category = excluded.category, key = excluded.key, "
@@ -601,12 +603,7 @@ class PostgresWriter(_Queries):
         if not homes:
             return
         async with self.conn.cursor() as cur:
-            await cur.executemany(
-                "INSERT INTO memories (ns, memory_id, chunk_id, path, user_id, agent_id, "
-                "run_id, category, key, created, updated, metadata) VALUES "
-                "(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
-                [(self.ns, *m) for m in homes],
-            )
+            await cur.executemany(_INSERT_MEMORY, [(self.ns, *m) for m in homes])
         await self.conn.execute(
             "DELETE FROM memory_copies WHERE ns = %s AND chunk_id = ANY(%s)",
             (self.ns, [h[1] for h in homes]),

@@ -75,6 +75,10 @@ class StoreState(Protocol):
 
 
 _BATCH = 500  # ids per IN (...) query, well under SQLite's variable limit
+_INSERT_MEMORY = (
+    "INSERT INTO memories (memory_id, chunk_id, path, user_id, agent_id, run_id, category, "
+    "key, created, updated, metadata) VALUES (?,?,?,?,?,?,?,?,?,?,?)"
+)
 _LOAD_BATCH = 4096  # rows per fetch when loading the vector matrix
 _FETCH_IDS = 65536
 
@@ -107,13 +111,18 @@ class _Queries:
         # makes a dozen queries, and each trip is a thread wake-up on both sides
         return list(await self.conn.execute_fetchall(sql, params))
 
-    async def _ids_of(self, paths: Sequence[str]) -> list[int]:
-        out: list[int] = []
-        for i in range(0, len(paths), _BATCH):
-            part = list(paths[i : i + _BATCH])
-            sql = f"SELECT id FROM memory_chunks WHERE source_file IN ({_marks(len(part))})"
-            out += [r[0] for r in await self._all(sql, part)]
+    async def _rows_in(self, sql: str, values: Sequence[object]) -> list[Any]:
+        """The rows of ``sql``, whose ``{}`` is an IN list, over ``values`` in batches (under
+        SQLite's variable limit)."""
+        out: list[Any] = []
+        for i in range(0, len(values), _BATCH):
+            part = list(values[i : i + _BATCH])
+            out += await self._all(sql.format(_marks(len(part))), part)
         return out
+
+    async def _ids_of(self, paths: Sequence[str]) -> list[int]:
+        rows = await self._rows_in("SELECT id FROM memory_chunks WHERE source_file IN ({})", paths)
+        return [r[0] for r in rows]
 
 
 class SqliteReader(_Queries):
@@ -596,25 +605,18 @@ class SqliteWriter(_Queries):
         rows = memory_rows(path, chunks, ids, stamp)
         if not rows:
             return
-        current: dict[str, tuple[int, str]] = {}
-        wanted = list({r[0] for r in rows})
-        for i in range(0, len(wanted), _BATCH):
-            part = wanted[i : i + _BATCH]
-            sql = (
-                "SELECT memory_id, chunk_id, path FROM memories "
-                f"WHERE memory_id IN ({_marks(len(part))})"
-            )
-            current.update((r[0], (r[1], r[2])) for r in await self._all(sql, part))
-        homes = choose_homes(rows, current)
+        found = await self._rows_in(
+            "SELECT memory_id, chunk_id, path FROM memories WHERE memory_id IN ({})",
+            list({r[0] for r in rows}),
+        )
+        homes = choose_homes(rows, {r[0]: (r[1], r[2]) for r in found})
         await self.conn.executemany(
             "INSERT INTO memory_copies (memory_id, chunk_id, path) VALUES (?,?,?) "
             "ON CONFLICT(chunk_id) DO NOTHING",
             [*homes.copies, *homes.demoted],
         )
         await self.conn.executemany(
-            "INSERT INTO memories (memory_id, chunk_id, path, user_id, agent_id, run_id, "
-            "category, key, created, updated, metadata) VALUES (?,?,?,?,?,?,?,?,?,?,?) "
-            "ON CONFLICT(memory_id) DO UPDATE SET chunk_id = excluded.chunk_id, "
+            _INSERT_MEMORY + " ON CONFLICT(memory_id) DO UPDATE SET chunk_id = excluded.chunk_id, "
             "path = excluded.path, user_id = excluded.user_id, agent_id = excluded.agent_id, "
             "run_id = excluded.run_id, category = excluded.category, key = excluded.key, "
             "created = excluded.created, updated = excluded.updated, "
@@ -624,34 +626,25 @@ class SqliteWriter(_Queries):
 
     async def _homes_of(self, chunk_ids: Sequence[int]) -> list[str]:
         """The memory ids whose home is one of these chunks."""
-        found: list[str] = []
-        for i in range(0, len(chunk_ids), _BATCH):
-            part = list(chunk_ids[i : i + _BATCH])
-            sql = f"SELECT memory_id FROM memories WHERE chunk_id IN ({_marks(len(part))})"
-            found += [r[0] for r in await self._all(sql, part)]
-        return found
+        rows = await self._rows_in(
+            "SELECT memory_id FROM memories WHERE chunk_id IN ({})", chunk_ids
+        )
+        return [r[0] for r in rows]
 
     async def _rehome(self, memory_ids: Sequence[str]) -> None:
         """Memories whose home went (its file deleted, or the item gone from it) move to their
         next copy, the smallest path, if there is one."""
-        for i in range(0, len(memory_ids), _BATCH):
-            part = list(memory_ids[i : i + _BATCH])
-            rows = await self._all(
-                "SELECT c.memory_id, c.chunk_id, c.path, k.metadata FROM memory_copies c "
-                "JOIN memory_chunks k ON k.id = c.chunk_id "
-                f"WHERE c.memory_id IN ({_marks(len(part))}) "
-                "AND c.memory_id NOT IN (SELECT memory_id FROM memories)",
-                part,
-            )
-            homes = next_homes(rows, now())
-            await self.conn.executemany(
-                "INSERT INTO memories (memory_id, chunk_id, path, user_id, agent_id, run_id, "
-                "category, key, created, updated, metadata) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-                homes,
-            )
-            await self.conn.executemany(
-                "DELETE FROM memory_copies WHERE chunk_id = ?", [(h[1],) for h in homes]
-            )
+        copies = await self._rows_in(
+            "SELECT c.memory_id, c.chunk_id, c.path, k.metadata FROM memory_copies c "
+            "JOIN memory_chunks k ON k.id = c.chunk_id WHERE c.memory_id IN ({}) "
+            "AND c.memory_id NOT IN (SELECT memory_id FROM memories)",
+            memory_ids,
+        )
+        homes = next_homes(copies, now())
+        await self.conn.executemany(_INSERT_MEMORY, homes)
+        await self.conn.executemany(
+            "DELETE FROM memory_copies WHERE chunk_id = ?", [(h[1],) for h in homes]
+        )
 
     async def touch_file(self, state: FileState) -> None:
         await self._unskip([state.path])
