@@ -6,12 +6,13 @@ opens the index (``--version``, a search answered by the running daemon) starts 
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING
 
-from memcore.core.errors import ConfigError, VaultError
+from memcore.core.errors import ConfigError, MemcoreError, VaultError
 from memcore.core.settings import Settings
 from memcore.embedders.prefixes import task_prefixes
 
@@ -20,6 +21,9 @@ if TYPE_CHECKING:
     from memcore.llm.base import LLM
     from memcore.service import MemoryService
     from memcore.storage.base import Store
+
+
+log = logging.getLogger(__name__)
 
 
 def build_embedder(settings: Settings) -> Embedder:
@@ -156,12 +160,15 @@ async def open_service(
     *,
     create: bool = True,
     catch_up: bool = True,
+    fresh: bool = False,
 ) -> AsyncIterator[MemoryService]:
     """Open the vault's service. ``create=False`` (read-only callers: search, status, list)
     refuses to create an index that is not there yet instead of leaving an empty one behind.
     An index created here is caught up with the whole vault before the service is handed out
     (``catch_up=False``: the caller indexes next anyway), so a first write never leaves an
-    index that holds one file."""
+    index that holds one file. ``fresh`` (a one-shot command with no daemon keeping the index
+    current): an existing index is brought up to date with the files changed since, first;
+    if that cannot be done (a read-only index), the command answers from it as it is."""
     new = not index_exists(settings)
     if not create and new:
         raise VaultError(
@@ -172,4 +179,12 @@ async def open_service(
     async with build_service(settings, embedder) as service:
         if new and catch_up:
             await service.index()
+        elif fresh:
+            try:
+                report = await service.index(fill_pending=False)
+            except MemcoreError as exc:
+                log.warning("answering from the index as it is: catching up failed (%s)", exc)
+            else:
+                if report.indexed or report.deleted:
+                    log.info("caught up first: %s", report.summary())
         yield service

@@ -80,9 +80,14 @@ class MemoryService:
         full: bool = False,
         progress: Progress = no_progress,
         stop: asyncio.Event | None = None,
+        fill_pending: bool = True,
     ) -> IndexReport:
-        """See ``Indexer.index``: incremental, resumable, one transaction per file."""
-        return await self.indexer.index(paths, full=full, progress=progress, stop=stop)
+        """See ``Indexer.index``: incremental, resumable, one transaction per file.
+        ``fill_pending=False``: only the files that changed, not the vectors still missing
+        elsewhere (a catch-up before a read must not re-embed a vault after a model change)."""
+        return await self.indexer.index(
+            paths, full=full, progress=progress, stop=stop, fill_pending=fill_pending
+        )
 
     async def prepare_search(self, started: Callable[[int], None] | None = None) -> None:
         """Leave the index quick to search from the next start: past storage.ann_min_vectors,

@@ -480,3 +480,21 @@ def test_add_from_json_lines_names_and_skips_bad_lines_and_adds_the_rest(vault: 
     assert cli(*v, "count")[1].strip() == "4"
     code, _, err = cli(*v, "add", "text", "--file", "x.jsonl")
     assert code == 2 and "not both" in err
+
+
+def test_one_shot_reads_with_no_daemon_first_catch_up_with_files_changed_since(
+    vault: Path,
+) -> None:
+    v = ("--vault", str(vault), "--embedder", "static")
+    write(vault, "MEMORY.md", "# Memory\n\nWe ship on Fridays.\n")
+    assert cli(*v, "index")[0] == 0
+    write(vault, "memory/zebra.md", "# Zebras\n\nThe zebra migration starts in July.\n")
+    (vault / "MEMORY.md").unlink()
+    code, out, err = cli(*v, "search", "zebra migration", "--json")
+    assert code == 0, err
+    assert [r["path"] for r in json.loads(out)["results"]] == ["memory/zebra.md"]
+    code, out, _ = cli(*v, "add", "Alice likes tea", "--user", "alice")
+    path = vault / "memory/users/alice/core.md"
+    path.write_text(path.read_text().replace("likes tea", "likes green tea"))
+    code, out, _ = cli(*v, "list", "--user", "alice")
+    assert code == 0 and "likes green tea" in out

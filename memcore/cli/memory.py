@@ -49,10 +49,15 @@ def _with_service(
     writes: bool = True,
 ) -> Any:
     """Run ``use`` on the vault's service. A command that only reads never creates an index;
-    one that writes to a vault never indexed indexes all of it first."""
+    one that writes to a vault never indexed indexes all of it first; with no daemon keeping
+    the index current, either catches it up with the files changed since, first."""
 
     async def job() -> Any:
-        async with open_service(settings_of(ctx), create=writes) as service:
+        from memcore.fronts.daemon import daemon_status
+
+        settings = settings_of(ctx)
+        fresh = daemon_status(settings) is None
+        async with open_service(settings, create=writes, fresh=fresh) as service:
             return await use(service)
 
     return run(ctx, job)

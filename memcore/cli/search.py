@@ -133,7 +133,7 @@ def search(
                 return await remote.search(LOCAL, None, query, limit, filters, min_score, sock)
             except MemcoreError as exc:  # a daemon going away: answer from the index
                 log.debug("the daemon did not answer (%s); opening the index", exc)
-        async with open_service(settings, create=False) as service:
+        async with open_service(settings, create=False, fresh=True) as service:
             return await service.search(query, limit, filters, fusion, min_score)
 
     result = run(ctx, job)
@@ -188,7 +188,7 @@ def context(
                 return await remote.context(LOCAL, None, query, limit, filters, sock)
             except MemcoreError as exc:
                 log.debug("the daemon did not answer (%s); opening the index", exc)
-        async with open_service(settings, create=False) as service:
+        async with open_service(settings, create=False, fresh=True) as service:
             return await service.context(query, limit, filters)
 
     block = run(ctx, job)

@@ -142,6 +142,7 @@ class Indexer:
         progress: Progress = no_progress,
         stop: asyncio.Event | None = None,
         history: bool = True,
+        fill_pending: bool = True,
     ) -> IndexReport:
         """Bring the index in line with the vault (or only with ``paths``, vault-relative).
 
@@ -211,7 +212,7 @@ class Indexer:
         # Only a whole-vault run fills in the vectors still missing elsewhere (embedder down
         # then, or another model since): one write, or one watched file, must not embed the
         # whole vault after an embedder change. The daemon's retry loop fills them meanwhile.
-        if not tally.embedder_down and not stopped() and paths is None:
+        if not tally.embedder_down and not stopped() and paths is None and fill_pending:
             await self._fill_pending(tally, progress, stop)
         async with self.store.snapshot() as reader:
             pending = await reader.count_pending(self.embedder.model_id)
