@@ -6,6 +6,7 @@ import json
 import os
 import shlex
 import shutil
+import socket
 import stat
 import subprocess
 import sys
@@ -54,7 +55,8 @@ def test_detach_returns_once_watching_then_stop_ends_it(vault: Path) -> None:
     assert daemon_status(settings) is None
     assert "caught up with the vault" in (vault / ".memcore" / "daemon.log").read_text()
     assert (
-        memcore("stop", vault=vault).stdout.strip() == "no memcore watch is running for this vault"
+        memcore("stop", vault=vault).stdout.strip()
+        == "no memcore watch or serve is running for this vault"
     )
 
 
@@ -199,3 +201,26 @@ def test_deleting_the_index_folder_under_a_running_daemon_rebuilds_and_keeps_wat
         assert status is not None and status["pid"] == pid
     finally:
         memcore("stop", vault=vault)
+
+
+def test_stop_names_what_it_stops_a_serve_as_well_as_a_watch(vault: Path) -> None:
+    write(vault, "MEMORY.md", "# M\n\nDiveAdstra uses DX12 by default.\n")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "MEMCORE_EMBEDDER_PROVIDER": "static"}
+    server = subprocess.Popen(
+        [sys.executable, "-m", "memcore", "--vault", str(vault), "serve", "--port", str(port)],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        settings = load_settings(vault)
+        assert wait_until(lambda: (daemon_status(settings) or {}).get("watching"), timeout=30)
+        assert (daemon_status(settings) or {}).get("kind") == "serve"
+        stopped = memcore("stop", vault=vault)
+        assert stopped.stdout.strip() == f"stopped memcore serve (pid {server.pid})"
+        assert server.wait(timeout=30) == 0
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()

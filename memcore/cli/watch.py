@@ -131,20 +131,22 @@ def _settings_job(ctx: typer.Context) -> Callable[[], Coroutine[Any, Any, Settin
 
 @app.command()
 def stop(ctx: typer.Context) -> None:
-    """Stop the vault's `memcore watch` (sends SIGTERM and waits for it to finish its batch)."""
+    """Stop the vault's `memcore watch` or `memcore serve` (sends SIGTERM and waits for it to
+    finish its batch); says which it stopped."""
     settings = run(ctx, _settings_job(ctx))
     info = daemon_status(settings)
     if not info or not isinstance(info.get("pid"), int):
-        typer.echo("no memcore watch is running for this vault")
+        typer.echo("no memcore watch or serve is running for this vault")
         return
     pid = int(str(info["pid"]))
+    what = f"memcore {info.get('kind') or 'watch'}"
     os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + 60
     while daemon_status(settings) and time.monotonic() < deadline:
         time.sleep(0.1)
     if daemon_status(settings):
-        raise fail(f"memcore watch (pid {pid}) did not stop within 60 s")
-    typer.echo(f"stopped memcore watch (pid {pid})")
+        raise fail(f"{what} (pid {pid}) did not stop within 60 s")
+    typer.echo(f"stopped {what} (pid {pid})")
 
 
 service_app = typer.Typer(help="Run `memcore watch` as a background service.", no_args_is_help=True)

@@ -79,6 +79,7 @@ class OnnxMiniLMEmbedder(_InProcess):
     def _load(self) -> None:
         import onnxruntime as ort
 
+        ort.disable_telemetry_events()  # a local model sends nothing anywhere
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = self.threads
         opts.inter_op_num_threads = 1

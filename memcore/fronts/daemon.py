@@ -133,6 +133,7 @@ class Daemon:
     # a fresh index and runs again (see restarting)
     lost: bool = False
     socket: str | None = None  # where a front-end answers searches for the CLI (see server.py)
+    kind: str = "watch"  # the command that runs it: watch, or serve
     _wake: asyncio.Event = field(default_factory=asyncio.Event)
     _watcher: VaultWatcher | None = None
     _inflight: asyncio.Task[IndexReport] | None = None
@@ -380,6 +381,7 @@ class Daemon:
             self.settings,
             {
                 "pid": os.getpid(),
+                "kind": self.kind,
                 "vault": str(self.settings.vault),
                 "started_at": self.started_at,
                 "last_update": self.last_update,
