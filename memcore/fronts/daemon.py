@@ -130,7 +130,7 @@ class Daemon:
     locked: asyncio.Event = field(default_factory=asyncio.Event)  # set once the vault is ours
     ended: asyncio.Event = field(default_factory=asyncio.Event)  # set when run() returns
     # the index folder (.memcore/) vanished under it: run() returned so that the caller opens
-    # a fresh index and runs again (see restarting)
+    # a fresh index and runs again (memcore watch and serve do, in cli/watch.py and serve.py)
     lost: bool = False
     socket: str | None = None  # where a front-end answers searches for the CLI (see server.py)
     kind: str = "watch"  # the command that runs it: watch, or serve
