@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from xml.etree import ElementTree
 
+import httpx
 import pytest
 
 from memcore.cli.watch import unit_name
@@ -224,3 +225,54 @@ def test_stop_names_what_it_stops_a_serve_as_well_as_a_watch(vault: Path) -> Non
         if server.poll() is None:
             server.kill()
             server.wait()
+
+
+def test_serve_takes_its_token_from_a_file_and_warns_when_it_is_on_the_command_line(
+    vault: Path, tmp_path: Path
+) -> None:
+    (tmp_path / "token").write_text("s3cret\n")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "MEMCORE_EMBEDDER_PROVIDER": "static"}
+    base = [sys.executable, "-m", "memcore", "--vault", str(vault), "serve", "--no-watch"]
+    server = subprocess.Popen(
+        [*base, "--port", str(port), "--token-file", str(tmp_path / "token")],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        url = f"http://127.0.0.1:{port}/api/status"
+
+        def up() -> bool:
+            try:
+                return httpx.get(url, timeout=1).status_code == 401
+            except httpx.HTTPError:
+                return False
+
+        assert wait_until(up, timeout=30)
+        ok = httpx.get(url, headers={"Authorization": "Bearer s3cret"}, timeout=5)
+        assert ok.status_code == 200
+    finally:
+        server.terminate()
+        _, err = server.communicate(timeout=30)
+    assert "warning" not in err
+    both = memcore("serve", "--token", "x", "--token-file", str(tmp_path / "token"), vault=vault)
+    assert both.returncode == 2 and "not both" in both.stderr
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        other = s.getsockname()[1]
+    flagged = subprocess.Popen(
+        [*base, "--port", str(other), "--token", "visible"],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert wait_until(lambda: flagged.poll() is None and _listening(other), timeout=30)
+    finally:
+        flagged.terminate()
+        _, err = flagged.communicate(timeout=30)
+    assert "--token is visible to every user of this machine in `ps`" in err
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0

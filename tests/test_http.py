@@ -344,3 +344,37 @@ async def test_loopback_is_not_trust_rebinding_and_cross_site_writes_are_refused
         assert ok.status_code == 200, ok.text  # the server's own page may write
         assert (await http.get("/health", headers={"Host": "localhost:1"})).status_code == 200
     assert [r.text for r in await service.memories.get_all()] == ["planted by a web page"]
+
+
+async def test_a_scoped_token_reaches_only_its_own_sessions_transcript(
+    service: MemoryService,
+) -> None:
+    """An agent's or a user's token used to read, overwrite and delete any conversation."""
+    await service.conversations.save("s-1", [{"role": "user", "content": "first session"}])
+    await service.conversations.save("s-2", [{"role": "user", "content": "second session"}])
+    tokens = {"agent-t": {"agent_id": "bot"}, "alice-t": {"user_id": "alice"},
+              "run-t": {"run_id": "s-1"}}  # fmt: skip
+    async with (
+        server(service, token="admin", scoped=tokens) as url,
+        httpx.AsyncClient(base_url=url) as http,
+    ):
+
+        async def call(token: str, method: str, session: str) -> httpx.Response:
+            body = {"messages": [{"role": "user", "content": "overwritten"}]}
+            return await http.request(
+                method, f"/api/conversations/{session}",
+                json=body if method == "PUT" else None,
+                headers={"Authorization": f"Bearer {token}"},
+            )  # fmt: skip
+
+        for token in ("agent-t", "alice-t"):
+            for method in ("GET", "PUT", "DELETE"):
+                resp = await call(token, method, "s-1")
+                assert resp.status_code == 403, (token, method, resp.text)
+                assert "cannot reach session s-1" in resp.json()["error"]
+        assert (await call("run-t", "GET", "s-2")).status_code == 403
+        own = await call("run-t", "GET", "s-1")
+        assert own.status_code == 200 and own.json()["messages"][0]["content"] == "first session"
+        assert (await call("admin", "GET", "s-2")).status_code == 200
+    assert (await service.conversations.load("s-1"))[0]["content"] == "first session"
+    assert (await service.conversations.load("s-2"))[0]["content"] == "second session"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -23,6 +24,12 @@ def serve_command(
     token: Annotated[
         str | None,
         typer.Option("--token", envvar="MEMCORE_TOKEN", help="Require 'Authorization: Bearer T'"),
+    ] = None,
+    token_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--token-file", help="Read the token from this file (not shown by `ps`, unlike --token)"
+        ),
     ] = None,
     watch: Annotated[
         bool, typer.Option("--watch/--no-watch", help="Also keep the index current")
@@ -47,6 +54,7 @@ def serve_command(
     from memcore.fronts.serve import check_binding, serve  # uvicorn, starlette, mcp: only here
 
     _configure_logging(ctx.obj.verbose, False)
+    token = _token(ctx, token, token_file)
 
     scoped = _parse_scoped(scoped_tokens or [])
 
@@ -66,6 +74,30 @@ def serve_command(
                 break
 
     run(ctx, job)
+
+
+def _token(ctx: typer.Context, token: str | None, token_file: Path | None) -> str | None:
+    """The bearer token: --token-file, MEMCORE_TOKEN or --token (which `ps` shows to every user
+    of the machine, so it warns)."""
+    source = ctx.get_parameter_source("token")
+    on_command_line = source is not None and source.name == "COMMANDLINE"
+    if token_file is not None:
+        if on_command_line:
+            raise fail("give --token or --token-file, not both", 2)
+        try:
+            token = token_file.read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise fail(f"cannot read --token-file {token_file}: {exc}", 2) from None
+        if not token:
+            raise fail(f"--token-file {token_file} is empty", 2)
+        return token
+    if token and on_command_line:
+        typer.echo(
+            "memcore: warning: --token is visible to every user of this machine in `ps`; "
+            "prefer MEMCORE_TOKEN or --token-file",
+            err=True,
+        )
+    return token
 
 
 def _parse_scoped(specs: list[str]) -> dict[str, dict[str, str]]:

@@ -141,8 +141,11 @@ def native_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a rout
     @handle
     async def conversation(request: Request) -> Response:
         session = request.path_params["session_id"]
-        if bound(request) and within(request, {"run_id": session})["user_id"] is not None:
-            raise Forbidden("conversations have no user; a user-bound token cannot reach them")
+        binding = bound(request)
+        if binding and binding != {"run_id": session}:
+            # a transcript belongs to its session alone: only a token bound to exactly that
+            # run reaches it (a user's or an agent's token would reach every session)
+            raise Forbidden(f"a token bound to {_named(binding)} cannot reach session {session}")
         if request.method == "GET":
             raw = request.query_params.get("limit")
             limit = int(raw) if raw and raw.isdigit() else None
@@ -165,3 +168,7 @@ def native_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a rout
         Route("/api/conversations/{session_id}", conversation, methods=["GET", "PUT", "DELETE"]),
         *strength_routes(service),
     ]
+
+
+def _named(binding: Mapping[str, str]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in sorted(binding.items()))
