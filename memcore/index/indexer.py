@@ -309,7 +309,7 @@ class Indexer:
                 }
                 events += changes(path, before.get(path, []), after, "person")
         if events and self.history is not None:
-            await self._log(await self._still_lost(events))
+            await self._log(events)
 
     async def _write(self, tally: Tally, paths: list[str], job: WriteJob) -> bool:
         """Run one transaction; a storage failure becomes a transient failure of ``paths``."""
@@ -340,7 +340,7 @@ class Indexer:
             if gone and await self._write(tally, gone, job):
                 if before and self.history is not None:
                     events = [e for p, rs in before.items() for e in changes(p, rs, {}, "person")]
-                    await self._log(await self._still_lost(events))
+                    await self._log(events)
                 return tuple(gone)
         return ()
 
@@ -353,11 +353,12 @@ class Indexer:
         )  # fmt: skip
 
     async def _log(self, events: list[HistoryEvent]) -> None:
-        """Log a person's edits; a vault that cannot take the history (read-only) is still
-        indexed, and says once why its history stops."""
+        """Log a person's edits (not the deletes of memories that only moved to another file);
+        a vault that cannot take the history (read-only) is still indexed, and says once why
+        its history stops."""
         assert self.history is not None
         try:
-            await self.history.append_new(events)
+            await self.history.append_new(await self._still_lost(events))
         except (OSError, VaultError) as exc:
             if not self._history_warned:
                 log.warning("cannot write the memory history: %s", exc)

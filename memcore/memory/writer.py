@@ -20,8 +20,9 @@ import datetime as dt
 import secrets
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
-from typing import Literal
+from typing import TypeVar
 
 from memcore.core.errors import (
     InputError,
@@ -37,7 +38,7 @@ from memcore.core.models import FileFailure, MemoryQuery, MemoryRecord
 from memcore.index.indexer import Indexer, PathLocks
 from memcore.storage.base import Store
 from memcore.vault.chunker import split_front_matter
-from memcore.vault.files import check_writable, is_memory_path
+from memcore.vault.files import append_text, check_writable, is_memory_path
 from memcore.vault.history import Appended, HistoryEvent, HistoryLog, fields_of, now
 from memcore.vault.memory_format import (
     MemoryFile,
@@ -61,6 +62,7 @@ from memcore.vault.safe_file import (
 )
 
 WRITE_ATTEMPTS = 20
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -248,19 +250,9 @@ class MemoryWriter:
             raise InputError(f"{rel} is not a memory file of this vault (see index.include)")
         target = check_writable(self.vault, rel)
         async with self._files.hold([rel]):
-            for _ in range(WRITE_ATTEMPTS):
-                try:
-                    done = await asyncio.to_thread(_transform, target, rel, transform)
-                except OSError as exc:
-                    raise VaultWriteError(f"cannot write {rel}: {exc.strerror or exc}") from exc
-                if done is False:
-                    return False
-                if done is not None:
-                    break
-                await asyncio.sleep(0.005 + secrets.randbelow(20) / 1000)
-            else:
-                raise WriteConflict(f"{rel} kept changing while memcore tried to write it")
-        before, after = done
+            before, after = await _until_it_lands(rel, partial(_transform, target, rel, transform))
+        if after is None:
+            return False
         await self._commit([Written(rel, before, after, [], None)])
         return True
 
@@ -411,27 +403,18 @@ class MemoryWriter:
         target = check_writable(self.vault, rel)
         limit = self.indexer.settings.index.max_file_bytes
         async with self._files.hold([rel]):
-            for _ in range(WRITE_ATTEMPTS):
-                try:
-                    applied = await asyncio.to_thread(
-                        _apply, target, rel, scope, category, change, limit
-                    )
-                except OSError as exc:
-                    raise VaultWriteError(f"cannot write {rel}: {exc.strerror or exc}") from exc
-                if applied is None:
-                    await asyncio.sleep(0.005 + secrets.randbelow(20) / 1000)  # let it land
-                    continue
-                edit, before, after = applied
-                written = Written(rel, before, after, edit.ids, None)
-                try:
-                    logged = await self.history.append(edit.events)
-                except OSError as exc:
-                    await self._undo([written])
-                    raise VaultWriteError(
-                        f"cannot write {self.history.path.name}: {exc.strerror or exc}"
-                    ) from exc
-                return dataclasses.replace(written, logged=logged)
-        raise WriteConflict(f"{rel} kept changing while memcore tried to write it; try again")
+            edit, before, after = await _until_it_lands(
+                rel, partial(_apply, target, rel, scope, category, change, limit)
+            )
+            written = Written(rel, before, after, edit.ids, None)
+            try:
+                logged = await self.history.append(edit.events)
+            except OSError as exc:
+                await self._undo([written])
+                raise VaultWriteError(
+                    f"cannot write {self.history.path.name}: {exc.strerror or exc}"
+                ) from exc
+            return dataclasses.replace(written, logged=logged)
 
     async def _commit(self, writes: Sequence[Written]) -> None:
         """Index what ``writes`` changed. If the index cannot take it, undo the writes (the
@@ -466,12 +449,28 @@ class MemoryWriter:
         return kept
 
 
+async def _until_it_lands(rel: str, attempt: Callable[[], T | None]) -> T:
+    """Run a blocking read-change-replace ``attempt`` in a worker thread until it is not None
+    (None: the file changed under it, so read again); a full disk is a VaultWriteError."""
+    for _ in range(WRITE_ATTEMPTS):
+        try:
+            done = await asyncio.to_thread(attempt)
+        except OSError as exc:
+            raise VaultWriteError(f"cannot write {rel}: {exc.strerror or exc}") from exc
+        if done is not None:
+            return done
+        await asyncio.sleep(0.005 + secrets.randbelow(20) / 1000)  # let the other edit land
+    raise WriteConflict(f"{rel} kept changing while memcore tried to write it; try again")
+
+
 def _refusal(failure: FileFailure, kept: Sequence[str]) -> MemcoreError:
     """The error a write refused by the index raises: busy, broken index, or a file the index
     will not take; and whether the Markdown could be put back."""
     after = (
-        f"; {', '.join(kept)} changed meanwhile and keeps its new text" if kept else ""
-    ) or "; nothing was written"
+        f"; {', '.join(kept)} changed meanwhile and keeps its new text"
+        if kept
+        else "; nothing was written"
+    )
     message = f"{failure.path} could not be indexed: {failure.reason}{after}"
     if failure.busy:
         return StorageBusy(message)
@@ -515,21 +514,16 @@ def _apply(
     return (edit, before, after) if replace_if_unchanged(target, new_text, before) else None
 
 
-def append_text(text: str, block: str) -> str:
-    """``block`` after the file's text and a blank line."""
-    return (text.rstrip("\n") + "\n\n" if text else "") + block + "\n"
-
-
 def _transform(
     target: Path, rel: str, transform: Callable[[str], str | None]
-) -> tuple[bytes | None, bytes] | Literal[False] | None:
-    """Read, transform and replace a file (blocking). False: nothing to change; None: it
-    changed under us, try again; else its bytes before and after."""
+) -> tuple[bytes | None, bytes | None] | None:
+    """Read, transform and replace a file (blocking): its bytes before and after (after None:
+    nothing to change), or None when it changed under us and must be tried again."""
     before = read_or_none(target)
     text = decode(before, rel) if before is not None else ""
     new = transform(text)
     if new is None or new == text:
-        return False
+        return before, None
     return (before, new.encode("utf-8")) if replace_if_unchanged(target, new, before) else None
 
 

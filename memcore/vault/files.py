@@ -101,13 +101,17 @@ def scan_vault(
     return sorted(_walk(root, include, exclude, follow_links), key=lambda f: f.path)
 
 
+def _existing(root: Path, path: Path) -> Path:
+    """``path``, or the nearest folder above it that exists (``root`` at the highest)."""
+    while not path.exists() and path != root and path.parent != path:
+        path = path.parent
+    return path
+
+
 def leads_out(root: Path, rel: str) -> bool:
     """Whether ``root / rel`` ends up outside the vault once links are resolved (for a path
     that does not exist yet: its nearest existing folder)."""
-    full = root / rel
-    while not full.exists() and full != root and full.parent != full:
-        full = full.parent
-    return not full.resolve().is_relative_to(root.resolve())
+    return not _existing(root, root / rel).resolve().is_relative_to(root.resolve())
 
 
 def check_writable(root: Path, rel: str) -> Path:
@@ -119,12 +123,15 @@ def check_writable(root: Path, rel: str) -> Path:
             "inside the vault"
         )
     full = root / rel
-    folder = full.parent
-    while not folder.exists() and folder != root and folder.parent != folder:
-        folder = folder.parent
+    folder = _existing(root, full.parent)
     if not os.access(folder, os.W_OK) or (full.exists() and not os.access(full, os.W_OK)):
         raise VaultWriteError(f"the vault is read-only: cannot write {rel}; nothing was written")
     return full
+
+
+def append_text(text: str, block: str) -> str:
+    """``block`` after a file's text and a blank line (the whole file when it was empty)."""
+    return (text.rstrip("\n") + "\n\n" if text else "") + block + "\n"
 
 
 def _disk_file(root: Path, rel: str, follow_links: bool = False) -> DiskFile | None:

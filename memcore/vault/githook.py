@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from memcore.core.errors import VaultError
+from memcore.vault.files import append_text
 
 BEGIN = "# >>> memcore >>> (managed by `memcore hook install`; --uninstall removes this block)"
 END = "# <<< memcore <<<"
@@ -161,7 +162,7 @@ def with_entry(text: str, sha: str, entry: str) -> str | None:
     """``text`` with the commit's entry appended, or None when it already has one."""
     if entry_span(text, sha) is not None:
         return None
-    return (text.rstrip("\n") + "\n\n" if text else "") + entry + "\n"
+    return append_text(text, entry)
 
 
 def with_rewrites(text: str, rewrites: list[tuple[str, str, str | None]]) -> str | None:
@@ -177,7 +178,7 @@ def with_rewrites(text: str, rewrites: list[tuple[str, str, str | None]]) -> str
         has_new = entry_span(out, new) is not None
         if span is None:
             if entry is not None and not has_new:
-                out = out.rstrip("\n") + "\n\n" + entry + "\n"
+                out = append_text(out, entry)
             continue
         start, end = span
         block = entry + "\n\n" if entry is not None and not has_new else ""

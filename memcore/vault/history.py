@@ -81,7 +81,11 @@ _AS_SEEN = {"ARCHIVE": "DELETE", "RESTORE": "ADD"}
 
 
 def _seen_as(e: HistoryEvent) -> tuple[object, object, object]:
-    return (e.memory_id, _AS_SEEN.get(e.event, e.event), e.new)
+    return _seen_key(e.memory_id, e.event, e.new)
+
+
+def _seen_key(memory_id: object, event: object, new: object) -> tuple[object, object, object]:
+    return (memory_id, _AS_SEEN.get(str(event), event), new)
 
 
 def now() -> str:
@@ -96,18 +100,17 @@ def changes(
 ) -> list[HistoryEvent]:
     """Events turning ``before`` (records of one file) into ``after`` (id -> text)."""
     at = now()
-    records = {r.id: r for r in before}
-    old = {r.id: r.text for r in before}
+    old = {r.id: r for r in before}
     out = [
-        HistoryEvent(mid, "DELETE", text, None, actor, at, path, record=fields_of(records[mid]))
-        for mid, text in old.items()
-        if mid not in after
+        HistoryEvent(r.id, "DELETE", r.text, None, actor, at, path, record=fields_of(r))
+        for r in old.values()
+        if r.id not in after
     ]
     for mid, text in after.items():
         if mid not in old:
             out.append(HistoryEvent(mid, "ADD", None, text, actor, at, path))
-        elif old[mid] != text:
-            out.append(HistoryEvent(mid, "UPDATE", old[mid], text, actor, at, path))
+        elif old[mid].text != text:
+            out.append(HistoryEvent(mid, "UPDATE", old[mid].text, text, actor, at, path))
     return out
 
 
@@ -133,12 +136,13 @@ class HistoryLog:
         if not events:
             return None
         data = "".join(json.dumps(e.to_dict(), ensure_ascii=False) + "\n" for e in events)
+        raw = data.encode("utf-8")
         async with self._lock:
-            start = await asyncio.to_thread(self._append, data.encode("utf-8"))
+            start = await asyncio.to_thread(self._append, raw)
         self._written.update(dict.fromkeys(map(_seen_as, events)))
         while len(self._written) > 4096:
             del self._written[next(iter(self._written))]
-        return Appended(start, data.encode("utf-8"), tuple(events))
+        return Appended(start, raw, tuple(events))
 
     def _append(self, data: bytes) -> int:
         check_writable(self.path.parent.parent, HISTORY_PATH)
@@ -198,22 +202,9 @@ class HistoryLog:
 
     def _by_request(self, request: str) -> list[str]:
         needle = json.dumps(request, ensure_ascii=False)
-        try:
-            with self.path.open("rb") as fh:
-                start = max(0, fh.seek(0, os.SEEK_END) - REQUEST_WINDOW)
-                fh.seek(start)
-                lines = fh.read().decode("utf-8", "replace").split("\n")
-        except FileNotFoundError:
-            return []
         found: dict[str, None] = {}
-        for line in lines:
-            if needle not in line:
-                continue
-            try:
-                e = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(e, dict) and e.get("request") == request and e.get("actor") == "api":
+        for e in self._tail(REQUEST_WINDOW, needle):
+            if e.get("request") == request and e.get("actor") == "api":
                 if e.get("undo"):
                     found.pop(str(e.get("memory_id")), None)
                 else:
@@ -231,12 +222,7 @@ class HistoryLog:
 
     def _recent(self) -> set[tuple[object, object, object]]:
         return {
-            (
-                e.get("memory_id"),
-                _AS_SEEN.get(str(e.get("event")), e.get("event")),
-                e.get("new_memory"),
-            )
-            for e in self._tail()
+            _seen_key(e.get("memory_id"), e.get("event"), e.get("new_memory")) for e in self._tail()
         }
 
     async def removed_by_api(self, memory_ids: Iterable[str]) -> set[str]:
@@ -255,8 +241,9 @@ class HistoryLog:
             if e.get("actor") == "api" and e.get("event") in ("DELETE", "ARCHIVE")
         }
 
-    def _tail(self, size: int = 256 * 1024) -> list[dict[str, object]]:
-        """The events in the last ``size`` bytes of the log, oldest first."""
+    def _tail(self, size: int = 256 * 1024, needle: str = "") -> list[dict[str, object]]:
+        """The events in the last ``size`` bytes of the log, oldest first; with ``needle``,
+        only lines holding it are parsed."""
         try:
             with self.path.open("rb") as fh:
                 start = max(0, fh.seek(0, os.SEEK_END) - size)
@@ -266,6 +253,8 @@ class HistoryLog:
             return []
         out = []
         for line in lines[1:] if start else lines:  # the first line may be cut
+            if needle not in line:
+                continue
             try:
                 e = json.loads(line)
             except ValueError:

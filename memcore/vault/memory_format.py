@@ -273,7 +273,8 @@ def visible_text(text: str) -> str:
     """What ``text`` reads back as from its item's lines alone: the same text for almost
     every memory. Where it differs (surrounding white space, carriage returns, blank-looking
     lines with spaces), the exact text rides in the item's comment as well."""
-    return "\n".join([_text_lines(text)[0][2:], *map(_dedent, _text_lines(text)[1:])]).strip()
+    first, *rest = _text_lines(text)
+    return "\n".join([first[2:], *map(_dedent, rest)]).strip()
 
 
 def _comment_json(fields: Mapping[str, object]) -> str:
