@@ -103,7 +103,7 @@ def score_query(q: dict[str, object], hits: list[Hit], scores: Scores) -> None:
     files = ranked_files(hits)
     scores.add("hit@1", float(bool(set(files[:1]) & set(gold))))
     scores.add("hit@5", float(bool(set(files[:5]) & set(gold))))
-    for k in (5, 10):
+    for k in (1, 3, 5, 10):
         scores.add(f"recall@{k}", len(set(files[:k]) & set(gold)) / len(gold))
     rr = next((1 / (i + 1) for i, f in enumerate(files[:10]) if f in gold), 0.0)
     scores.add("mrr@10", rr)
