@@ -83,31 +83,57 @@ def test_candidates_union_keeps_ranks_and_cosines() -> None:
     assert by_id[1].keyword_rank is None
 
 
-def test_rrf_sums_reciprocal_ranks() -> None:
-    scores = fusion.rrf(_cands(), k=60)
-    assert scores[3] == pytest.approx(1 / 63 + 1 / 61)
-    assert scores[1] == pytest.approx(1 / 61)
+def test_rrf_sums_weighted_reciprocal_ranks_scaled_to_one() -> None:
+    even = fusion.Weights(1.0, 1.0)
+    scores = fusion.rrf(_cands(), k=60, weights=even)
+    best = 2 / 61  # first in both lists
+    assert scores[3] == pytest.approx((1 / 63 + 1 / 61) / best)
+    assert scores[1] == pytest.approx((1 / 61) / best)
     assert fusion.ranked(scores)[0][0] == 3
+    weighted = fusion.rrf(_cands(), k=60)  # vector 0.7, keyword 0.3
+    assert weighted[3] == pytest.approx((0.7 / 63 + 0.3 / 61) / (1 / 61))
+    assert all(0 < v <= 1 for v in weighted.values())
 
 
-def test_weighted_adds_scaled_bm25_to_cosine() -> None:
-    scores = fusion.weighted(_cands(), keyword_weight=0.3)
-    assert scores[1] == pytest.approx(0.9)
-    assert scores[3] == pytest.approx(0.1 + 0.3)
-    assert scores[4] == pytest.approx(0.05 + 0.15)
+def test_weights_change_the_order_as_documented() -> None:
+    # chunk 1 leads the vector list only, chunk 4 the keyword list only
+    cands = build_candidates([(1, 0.9), (2, 0.5)], [(4, 10.0), (2, 1.0)], cosine={4: 0.1})
+    vector_heavy = fusion.Weights(0.9, 0.1)
+    keyword_heavy = fusion.Weights(0.1, 0.9)
+    for method in ("rrf", "linear", "weighted", "adaptive"):
+        by_vector = fusion.fuse(cands, method, vector_heavy)
+        by_keyword = fusion.fuse(cands, method, keyword_heavy)
+        assert by_vector[1] > by_vector[4], method
+        assert by_keyword[4] > by_keyword[1], method
+
+
+def test_weighted_mixes_cosine_and_scaled_bm25_by_the_weights() -> None:
+    scores = fusion.weighted(_cands(), fusion.Weights(1.0, 0.3))
+    assert scores[1] == pytest.approx(0.9 / 1.3)
+    assert scores[3] == pytest.approx((0.1 + 0.3) / 1.3)
+    assert scores[4] == pytest.approx((0.05 + 0.15) / 1.3)
+
+
+@pytest.mark.parametrize("method", ["adaptive", "weighted", "rrf", "linear", "vector", "keyword"])
+def test_every_method_scores_within_zero_and_one(method: str) -> None:
+    cands = build_candidates(
+        [(1, 0.99), (2, -0.3), (3, 0.2)], [(3, 40.0), (5, 0.5)], cosine={5: -0.9}
+    )
+    scores = fusion.fuse(cands, method)
+    assert scores and all(0.0 <= v <= 1.0 for v in scores.values())
 
 
 def test_recency_boost_halves_every_half_life_and_is_proportional() -> None:
-    scores = {1: 0.8, 2: 0.8, 3: 0.8, 4: 0.8, 5: -0.2}
+    scores = {1: 0.8, 2: 0.8, 3: 0.8, 4: 0.8, 5: 0.2}
     ages = {1: 0.0, 2: 30.0, 3: 60.0, 5: 0.0, 6: 1.0}  # 4 undated; 6 not a candidate
     out = fusion.recency(scores, ages, weight=0.5, half_life_days=30)
-    assert out[1] == pytest.approx(0.8 * 1.5)
-    assert out[2] == pytest.approx(0.8 * 1.25)
-    assert out[3] == pytest.approx(0.8 * 1.125)
-    assert out[4] == pytest.approx(0.8)  # undated: unchanged
-    assert out[5] == pytest.approx(-0.1)  # a negative score also moves up, by its magnitude
+    assert out[1] == pytest.approx(0.8)  # dated today: keeps its score
+    assert out[2] == pytest.approx(0.8 * 1.25 / 1.5)
+    assert out[3] == pytest.approx(0.8 * 1.125 / 1.5)
+    assert out[4] == pytest.approx(0.8 / 1.5)  # undated: no boost
+    assert out[5] == pytest.approx(0.2)
     assert set(out) == set(scores)
-    assert fusion.recency(scores, {1: -5.0}, 0.5)[1] == pytest.approx(1.2)  # future = today
+    assert fusion.recency(scores, {1: -5.0}, 0.5)[1] == pytest.approx(0.8)  # future = today
     assert fusion.recency(scores, ages, weight=0.0) == scores
 
 
@@ -119,7 +145,7 @@ def test_recency_reorders_near_ties_but_not_clear_winners() -> None:
 
 
 def test_linear_min_max_normalises_each_list() -> None:
-    scores = fusion.linear(_cands(), vector_weight=0.7)
+    scores = fusion.linear(_cands(), fusion.Weights(0.7, 0.3))
     assert scores[1] == pytest.approx(0.7)  # best vector, no keyword
     assert scores[3] == pytest.approx(0.7 * (0.1 - 0.05) / 0.85 + 0.3)
     assert scores[4] == pytest.approx(0.0)
