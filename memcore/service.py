@@ -115,11 +115,20 @@ class MemoryService:
         )
 
     async def context(
-        self, query: str, limit: int = 3, filters: SearchFilters | None = None
+        self,
+        query: str,
+        limit: int = 3,
+        filters: SearchFilters | None = None,
+        min_score: float | None = None,
     ) -> str:
-        """A "## Relevant Memories" block for a prompt (empty string when nothing matches).
-        Every memory put in the block counts as used: one FSRS review each."""
-        result = await self.search(query, limit=limit, filters=filters)
+        """A "## Relevant Memories" block for a prompt: the best ``limit`` hits that clear
+        the relevance floor (``search.context_min_score`` unless ``min_score``); an empty
+        string when none does. Conversation turns only when ``filters`` ask for them
+        (``include_turns``; the default filters leave them out). Every memory put in the
+        block counts as used: one FSRS review each."""
+        floor = self.settings.search.context_min_score if min_score is None else min_score
+        filters = filters or SearchFilters(include_turns=False)
+        result = await self.search(query, limit=limit, filters=filters, min_score=floor)
         await self.memories.reinforce_hits(result.hits)
         return relevant_memories(result.hits)
 

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import math
 import sqlite3
 from pathlib import Path
 
 import pytest
 
 from memcore.compose import open_service
+from memcore.core.errors import InputError
 from memcore.core.models import FileFailure, IndexReport, SearchFilters
 from memcore.core.settings import Settings, load_settings
 from memcore.service import MemoryService
@@ -353,8 +355,8 @@ async def test_recency_boost_prefers_the_newer_of_equal_memories(
     async with make_service(boosted, FakeEmbedder()) as svc:
         hits = (await svc.search("editor Helix")).hits  # ages counted from today
         assert [h.path for h in hits[:2]] == [new, old]
-        assert hits[0].score == pytest.approx(plain[0].score * 1.2)
-        assert hits[1].score == pytest.approx(plain[0].score * (1 + 0.2 / 8))  # 3 half-lives
+        assert hits[0].score == pytest.approx(plain[0].score)  # dated today: all of it
+        assert hits[1].score == pytest.approx(plain[0].score * (1 + 0.2 / 8) / 1.2)  # 3 half-lives
         # counted from a day before both, both are "future" (age 0): equal again
         early = (await svc.search("editor Helix", as_of=today - dt.timedelta(days=365))).hits
         assert early[0].score == pytest.approx(early[1].score)
@@ -364,7 +366,15 @@ async def test_limit_and_min_score(vault: Path, service: MemoryService) -> None:
     write(vault, "MEMORY.md", "".join(f"# S{i}\n\nshared word {i}\n\n" for i in range(10)))
     await service.index()
     assert len((await service.search("shared word", limit=3)).hits) == 3
-    assert (await service.search("shared word", min_score=1e9)).hits == ()
+    every = (await service.search("shared word", limit=10)).hits
+    floor = every[4].score
+    kept = (await service.search("shared word", limit=10, min_score=floor)).hits
+    assert kept == tuple(h for h in every if h.score >= floor) and len(kept) >= 5
+    above = math.nextafter(every[0].score, 2.0)
+    assert (await service.search("shared word", min_score=above)).hits == ()
+    for bad in (1.5, -0.1, float("nan")):
+        with pytest.raises(InputError, match="between 0 and 1"):
+            await service.search("shared word", min_score=bad)
 
 
 async def test_context_block_lists_relevant_memories(vault: Path, service: MemoryService) -> None:

@@ -83,15 +83,21 @@ class Hit:
     keyword_score: float | None = None
     date: str | None = None
     tags: tuple[str, ...] = ()
+    id: str = ""  # the memory's id, or a note's key (note:path#Lstart-end)
 
     def to_dict(self) -> dict[str, object]:
         return {
+            "id": self.id,
             "path": self.path,
             "start_line": self.start_line,
             "end_line": self.end_line,
             "heading": self.heading,
-            "score": round(self.score, 6),
+            "score": self.score,
             "text": self.text,
+            "vector_score": self.vector_score,
+            "keyword_score": self.keyword_score,
+            "date": self.date,
+            "tags": list(self.tags),
         }
 
 
@@ -103,12 +109,15 @@ class SearchFilters:
     tag: str | None = None
     date_from: str | None = None
     date_to: str | None = None
-    # Memories (see memories.py). A scope keeps other users', agents' and runs' memories out;
-    # shared context (notes, memories with no scope) stays in unless ``scope_only``.
+    # A scope keeps everything of other users, agents and runs out: their memories and the
+    # notes under their folders (memory/users/<u>/, memory/agents/<a>/, memory/runs/<r>/). It
+    # holds its own memories and notes; shared context (notes outside every scope's folder,
+    # memories with no scope) joins only with ``include_shared``.
     user_id: str | None = None
     agent_id: str | None = None
     run_id: str | None = None
-    scope_only: bool = False
+    include_shared: bool = False
+    include_turns: bool = True  # conversation turns (category "conversation") may match
     category: str | None = None  # only memories of this category
     metadata: Mapping[str, object] | None = None  # Mem0-style: {"k": v, "k2": {"in": [..]}},
     # {"AND": [...]}, {"OR": [...]}; only memories whose metadata match
@@ -119,12 +128,12 @@ class SearchFilters:
 
     @property
     def about_memories(self) -> bool:
-        return self.scoped or self.category is not None or bool(self.metadata) or self.scope_only
+        return self.scoped or self.category is not None or bool(self.metadata)
 
     @property
     def active(self) -> bool:
         return any((self.path_prefix, self.tag, self.date_from, self.date_to)) or (
-            self.about_memories
+            self.about_memories or not self.include_turns
         )
 
 
@@ -165,7 +174,7 @@ class MemoryRecord:
             "path": self.path,
             "start_line": self.start_line,
             "end_line": self.end_line,
-            **({"score": round(self.score, 4)} if self.score is not None else {}),
+            **({"score": self.score} if self.score is not None else {}),
             **({"strength": self.strength.to_dict()} if self.strength is not None else {}),
         }
 
@@ -205,6 +214,7 @@ class MemoryQuery:
     metadata: Mapping[str, object] | None = None
     tag: str | None = None
     path: str | None = None  # only memories written in this file
+    include_turns: bool = True  # False: leave out conversation turns unless category asks
     limit: int = 100
     offset: int = 0
 

@@ -79,9 +79,14 @@ class OpenAISettings:
 class SearchSettings:
     fusion: str = "adaptive"
     limit: int = 5
-    candidates: int = 4  # vector and keyword lists are each limit x candidates long
-    min_score: float = 0.0
-    keyword_weight: float = 0.3
+    # The vector and keyword lists are each this long whatever the limit, so a search's first
+    # k results are the first k of any longer search; a limit above it (up to 1000) keeps these
+    # first and continues from deeper lists. 200 measured best (docs/retrieval-quality.md).
+    candidates: int = 200
+    min_score: float = 0.0  # drop results scoring below this (scores are 0-1)
+    context_min_score: float = 0.35  # `context` leaves out memories below this (measured)
+    vector_weight: float = 0.7  # how much meaning counts (rrf, linear, weighted, adaptive)
+    keyword_weight: float = 0.3  # how much keywords count
     rrf_k: int = 60
     recency_weight: float = 0.0  # date boost; 0 = off (measured: no gain on the eval sets)
     recency_half_life_days: float = 30.0
@@ -480,6 +485,17 @@ def _storage_problems(s: StorageSettings) -> Iterator[str]:
         yield "storage.namespace: 1-64 letters, digits, '.', '_' or '-'"
 
 
+def _search_problems(s: SearchSettings) -> Iterator[str]:
+    for name in ("min_score", "context_min_score"):
+        if not 0 <= getattr(s, name) <= 1:
+            yield f"search.{name}: must be between 0 and 1, got {getattr(s, name)}"
+    for name in ("vector_weight", "keyword_weight"):
+        if getattr(s, name) < 0:
+            yield f"search.{name}: must be >= 0, got {getattr(s, name)}"
+    if s.vector_weight + s.keyword_weight <= 0:
+        yield "search.vector_weight + search.keyword_weight: must be above 0"
+
+
 def _problems(s: Settings) -> Iterator[str]:
     """Invalid values, each as "section.key: what is wrong"."""
     choices = {
@@ -516,6 +532,7 @@ def _problems(s: Settings) -> Iterator[str]:
     if s.strength.forget_interval_s <= 0:
         yield f"strength.forget_interval_s: must be positive, got {s.strength.forget_interval_s}"
     yield from _storage_problems(s.storage)
+    yield from _search_problems(s.search)
     if s.search.cache_size < 0:
         yield f"search.cache_size: must be >= 0, got {s.search.cache_size}"
     if s.search.recency_weight < 0:

@@ -12,12 +12,13 @@ import datetime as dt
 from collections.abc import Mapping, Sequence
 
 from memcore.core.errors import ConfigError, InputError
-from memcore.core.models import Hit, MemoryQuery, MemoryRecord, SearchFilters
+from memcore.core.models import Hit, MemoryQuery, MemoryRecord
 from memcore.llm.base import LLM
 from memcore.memory import infer
 from memcore.memory.archive import Archive
 from memcore.memory.conversations import message_text
 from memcore.memory.writer import MemoryWriter, NewMemory
+from memcore.search.filters import read_filters
 from memcore.search.recall import Recall, note_key
 from memcore.search.searcher import Searcher
 from memcore.storage.base import Store, Vector
@@ -92,7 +93,7 @@ class MemoryApi:
         for fact in facts:
             found = await self.search(
                 fact, user_id=scope.user_id, agent_id=scope.agent_id, run_id=scope.run_id,
-                scope_only=True, limit=5,
+                limit=5,
             )  # fmt: skip
             for r in found:
                 similar.setdefault(r.id, r)
@@ -201,19 +202,9 @@ class MemoryApi:
         await self.archive.restore(memory_id)
         return (await self.with_strength([await self.writer.get(memory_id)]))[0]
 
-    async def reinforce_hits(
-        self, hits: Sequence[Hit], memories: Mapping[int, MemoryRecord] | None = None
-    ) -> None:
-        """Count a use of search hits: a memory by its id, a note by its note key.
-        ``memories`` (chunk id -> record) saves the lookup when the caller has it."""
-        if memories is None:
-            async with self._store.snapshot() as reader:
-                memories = await reader.memories_of_chunks([h.chunk_id for h in hits])
-        await self.recall.review([
-            memories[h.chunk_id].id if h.chunk_id in memories
-            else note_key(h.path, h.start_line, h.end_line)
-            for h in hits
-        ])  # fmt: skip
+    async def reinforce_hits(self, hits: Sequence[Hit]) -> None:
+        """Count a use of search hits: a memory by its id, a note by its note key."""
+        await self.recall.review([h.id or note_key(h.path, h.start_line, h.end_line) for h in hits])
 
     async def get_all(
         self,
@@ -236,8 +227,9 @@ class MemoryApi:
         return await self.with_strength(await self.writer.get_all(_paged(query, limit, offset)))
 
     async def get_memories_by_tag(self, tag: str, limit: int = 100) -> list[MemoryRecord]:
-        """Seed 003's listing by tag, with no query."""
-        return await self.get_all(tag=tag, limit=limit)
+        """Seed 003's listing by tag, with no query: the memories and notes that carry it
+        (a #tag in the text or ``tags:`` in a note's front matter), newest first."""
+        return await self.search("", tag=tag, limit=limit)
 
     async def count(
         self,
@@ -246,9 +238,11 @@ class MemoryApi:
         agent_id: str | None = None,
         run_id: str | None = None,
         category: str | None = None,
+        filters: Mapping[str, object] | None = None,
     ) -> int:
+        """How many memories (conversation turns only when ``category`` asks for them)."""
         return await self.writer.count(
-            self._query(user_id, agent_id, run_id, category, None, None, None)
+            self._query(user_id, agent_id, run_id, category, None, None, filters)
         )
 
     async def categories(self, **scope: str | None) -> dict[str, int]:
@@ -296,7 +290,10 @@ class MemoryApi:
         scope = Scope(user_id, agent_id, run_id)
         if scope.empty and not all:
             raise InputError("delete_all needs user_id, agent_id or run_id (or all=True)")
-        query = self._query(user_id, agent_id, run_id, None, None, None, None)
+        # conversation turns too: everything of the scope goes
+        query = dataclasses.replace(
+            self._query(user_id, agent_id, run_id, None, None, None, None), include_turns=True
+        )
         gone = 0
         while rows := await self.writer.get_all(_paged(query, MAX_LIST, 0)):
             removed = await self.writer.delete_many(rows)
@@ -320,35 +317,44 @@ class MemoryApi:
         user_id: str | None = None,
         agent_id: str | None = None,
         run_id: str | None = None,
-        scope_only: bool = False,
+        include_shared: bool = False,
+        include_turns: bool = True,
         category: str | None = None,
         filters: Mapping[str, object] | None = None,
+        tag: str | None = None,
+        path: str | None = None,
+        since: str | None = None,
+        until: str | None = None,
         limit: int = 5,
         threshold: float | None = None,
         query_vector: Vector | None = None,
         reinforce: bool = False,
     ) -> list[MemoryRecord]:
-        """Hybrid search as records, each with its strength. Shared notes come back too (id
-        ``note:path#Lstart-end``, category ``note``) unless ``scope_only`` or a
-        category/metadata filter is given. ``query_vector`` (from the same embedding model)
-        skips embedding the query; ``reinforce`` counts every result as used (a review)."""
-        for name, value in (("user_id", user_id), ("agent_id", agent_id), ("run_id", run_id)):
-            if value is not None:
-                check_name(value, name)
-        result = await self.searcher.search(
-            query,
-            limit,
-            SearchFilters(
-                user_id=user_id, agent_id=agent_id, run_id=run_id, scope_only=scope_only,
-                category=category, metadata=filters,
-            ),
-            min_score=threshold,
-            query_vector=query_vector,
+        """Hybrid search as records, each with its score (0-1) and strength. Notes come back
+        too (id ``note:path#Lstart-end``, category ``note``) unless a category or metadata
+        filter is given. With a scope, only its memories and the notes in its folders, plus
+        shared context with ``include_shared``. An empty query with a ``tag`` lists what
+        carries the tag, newest first. ``query_vector`` (from the same embedding model) skips
+        embedding the query; ``reinforce`` counts every result as used (a review)."""
+        search_filters = read_filters(
+            user_id=user_id, agent_id=agent_id, run_id=run_id, include_shared=include_shared,
+            include_turns=include_turns, category=category, metadata=filters, tag=tag,
+            path=path, since=since, until=until,
         )  # fmt: skip
+        result = await self.searcher.search(
+            query, limit, search_filters, min_score=threshold, query_vector=query_vector
+        )
+        out = await self.records_of(result.hits)
+        if reinforce:
+            await self.recall.review([r.id for r in out])
+        return await self.with_strength(out)
+
+    async def records_of(self, hits: Sequence[Hit]) -> list[MemoryRecord]:
+        """Search hits as records with their scores: a memory's own record, or a note's."""
         async with self._store.snapshot() as reader:
-            records = await reader.memories_of_chunks([h.chunk_id for h in result.hits])
+            records = await reader.memories_of_chunks([h.chunk_id for h in hits])
         out = []
-        for hit in result.hits:
+        for hit in hits:
             record = records.get(hit.chunk_id)
             if record is None:
                 record = MemoryRecord(
@@ -357,9 +363,7 @@ class MemoryApi:
                     end_line=hit.end_line, category="note", created=hit.date or "",
                 )  # fmt: skip
             out.append(_scored(record, hit.score))
-        if reinforce:
-            await self.recall.review([r.id for r in out])
-        return await self.with_strength(out)
+        return out
 
     def _query(
         self,
@@ -376,7 +380,7 @@ class MemoryApi:
             check_name(category, "category")
         return MemoryQuery(
             user_id=user_id, agent_id=agent_id, run_id=run_id, category=category, key=key,
-            tag=tag, metadata=filters, limit=MAX_LIST,
+            tag=tag, metadata=filters, limit=MAX_LIST, include_turns=False,
         )  # fmt: skip
 
 

@@ -27,10 +27,11 @@ from memcore.core.settings import Settings
 from memcore.core.tokenize import has_cjk, has_words, warm_segmenter
 from memcore.embedders.base import EmbeddingRunner
 from memcore.search import fusion, strength
-from memcore.search.recall import Recall
+from memcore.search.recall import Recall, note_key
 from memcore.storage.base import IndexReader, Store, Vector
 
 log = logging.getLogger(__name__)
+MAX_LIMIT = 1000  # results one search returns at most, on every front
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,13 +120,19 @@ class Searcher:
         ``as_of`` is the day the recency boost counts ages from (default today)."""
         s = self.settings.search
         limit = limit or s.limit
+        if not 1 <= limit <= MAX_LIMIT:
+            raise InputError(f"limit must be 1-{MAX_LIMIT}, got {limit}")
         method = fusion_name or s.fusion
         min_score = s.min_score if min_score is None else min_score
+        if not 0 <= min_score <= 1:  # also NaN
+            raise InputError(f"min_score (threshold) must be between 0 and 1, got {min_score}")
         started = time.perf_counter()
         filters = vault_relative(filters or SearchFilters(), self.settings.vault)
         warnings: list[str] = []
         if not has_words(query) and query_vector is not None:
             method = "vector"  # a precomputed vector alone: nothing for keywords to match
+        elif not has_words(query) and filters.tag:
+            return await self.listing(filters, limit, min_score), None
         elif not has_words(query):
             # "?" or "..." would only match noise (every chunk is somewhat near it)
             warnings.append("the query has no words to search for")
@@ -138,24 +145,27 @@ class Searcher:
         async with self.store.snapshot() as reader:
             generation = reader.generation
             try:
-                found = await self.candidates(
-                    reader,
-                    query,
-                    limit * s.candidates,
-                    filters,
-                    query_vector if method != "keyword" else None,
-                    use_keywords=method != "vector",
+                found, ranking = await self.rank(
+                    reader, query, s.candidates, filters, query_vector, method, as_of
                 )
+                if limit > s.candidates and len(ranking) >= s.candidates:
+                    # past the pool: the first search.candidates results stay as they are
+                    # and the rest continue from a pool as deep as the deepest limit, so
+                    # every limit's results are the first ones of any longer search
+                    more, deeper = await self.rank(
+                        reader, query, MAX_LIMIT, filters, query_vector, method, as_of
+                    )
+                    ranking = continued(ranking[: s.candidates], deeper)
+                    found = dataclasses.replace(  # a hit shows the parts it was ranked by
+                        found, candidates=[*more.candidates, *found.candidates]
+                    )
             except ValueError as exc:  # a caller's vector of another size than the index's
                 raise InputError(
                     f"query_vector has {len(query_vector or ())} dimensions; the index holds "
                     f"vectors of {self.embedder.model_id} of another dimension"
                 ) from exc
             fused = method if found.has_vectors else "keyword"
-            scores = self.fuse(found.candidates, fused, found.query_has_cjk)
-            scores = await self.boost_recent(reader, scores, as_of)
-            scores = await self.weigh_strength(reader, scores, as_of)
-            top = [(cid, sc) for cid, sc in fusion.ranked(scores) if sc >= min_score][:limit]
+            top = [(cid, sc) for cid, sc in ranking if sc >= min_score][:limit]
             hits = await self.hits(reader, found.candidates, top)
         log.debug(
             "search %r: %d vector + %d keyword candidates, %s fusion, %d hits in %.1f ms",
@@ -169,6 +179,41 @@ class Searcher:
             else ("vector" if method == "vector" else "hybrid")
         )
         return SearchResult(query, hits, mode, (*warnings, *found.warnings)), generation
+
+    async def listing(
+        self, filters: SearchFilters, limit: int, min_score: float, offset: int = 0
+    ) -> SearchResult:
+        """What carries the filters' tag (with no query): newest first, each scored 1."""
+        async with self.store.snapshot() as reader:
+            ids = await reader.newest_matching(filters, limit, offset) if min_score <= 1 else []
+            hits = await self.hits(reader, [], [(cid, 1.0) for cid in ids])
+        return SearchResult("", hits, "keyword")
+
+    async def rank(
+        self,
+        reader: IndexReader,
+        query: str,
+        pool: int,
+        filters: SearchFilters,
+        query_vector: Vector | None,
+        method: str,
+        as_of: dt.date | None,
+    ) -> tuple[Found, list[tuple[int, float]]]:
+        """Every candidate of a pool (the top ``pool`` of each list), fused, boosted and
+        weighed, best first. Scores are rounded to 6 digits: the score every front shows."""
+        found = await self.candidates(
+            reader,
+            query,
+            pool,
+            filters,
+            query_vector if method != "keyword" else None,
+            use_keywords=method != "vector",
+        )
+        fused = method if found.has_vectors else "keyword"
+        scores = self.fuse(found.candidates, fused, found.query_has_cjk)
+        scores = await self.boost_recent(reader, scores, as_of)
+        scores = await self.weigh_strength(reader, scores, as_of)
+        return found, fusion.ranked({cid: round(sc, 6) for cid, sc in scores.items()})
 
     async def embed_query(self, query: str, warnings: list[str]) -> Vector | None:
         """The query's vector, or None (with a warning) when the embedder is unavailable."""
@@ -230,7 +275,8 @@ class Searcher:
         """Combine both lists with a fusion method (see settings.FUSIONS)."""
         s = self.settings.search
         reads = self.embedder.reads_cjk or not query_has_cjk
-        return fusion.fuse(cands, method, s.keyword_weight, s.rrf_k, model_reads_query=reads)
+        weights = fusion.Weights(s.vector_weight, s.keyword_weight)
+        return fusion.fuse(cands, method, weights, s.rrf_k, model_reads_query=reads)
 
     async def boost_recent(
         self, reader: IndexReader, scores: dict[int, float], as_of: dt.date | None = None
@@ -273,7 +319,9 @@ class Searcher:
     ) -> tuple[Hit, ...]:
         """Hit values for fused (chunk id, score) pairs, in that order."""
         rows = await reader.chunk_rows([cid for cid, _ in top])
+        memories = await reader.memories_of_chunks([cid for cid, _ in top])
         by_id = {c.chunk_id: c for c in cands}
+        none = fusion.Candidate(0, None, None, None, None)
         return tuple(
             Hit(
                 chunk_id=cid,
@@ -283,10 +331,15 @@ class Searcher:
                 heading=rows[cid].heading,
                 score=sc,
                 text=rows[cid].text,
-                vector_score=by_id[cid].vector_score,
-                keyword_score=by_id[cid].keyword_score,
+                vector_score=by_id.get(cid, none).vector_score,
+                keyword_score=by_id.get(cid, none).keyword_score,
                 date=rows[cid].date,
                 tags=rows[cid].tags,
+                id=(
+                    memories[cid].id
+                    if cid in memories
+                    else note_key(rows[cid].path, rows[cid].start_line, rows[cid].end_line)
+                ),
             )
             for cid, sc in top
             if cid in rows
@@ -329,6 +382,16 @@ def vault_relative(filters: SearchFilters, vault: Path) -> SearchFilters:
     while prefix.startswith("./"):
         prefix = prefix[2:]
     return dataclasses.replace(filters, path_prefix=prefix if prefix not in ("", ".") else None)
+
+
+def continued(
+    first: list[tuple[int, float]], deeper: list[tuple[int, float]]
+) -> list[tuple[int, float]]:
+    """``first`` followed by the rest of ``deeper`` in its order, each of those scored at
+    most the last score of ``first`` (the list stays sorted)."""
+    shown = {cid for cid, _ in first}
+    floor = first[-1][1] if first else 1.0
+    return first + [(cid, min(sc, floor)) for cid, sc in deeper if cid not in shown]
 
 
 async def _no_hits() -> list[tuple[int, float]]:

@@ -95,6 +95,12 @@ class IndexReader(Protocol):
         """The ``k`` chunks of this model nearest to ``vector``: (chunk id, cosine), best first."""
         ...
 
+    async def newest_matching(
+        self, filters: SearchFilters, limit: int, offset: int = 0
+    ) -> list[int]:
+        """Ids of the chunks the filters let through, newest first (undated last)."""
+        ...
+
     async def vector_similarity(
         self, vector: Vector, model_id: str, ids: Sequence[int]
     ) -> dict[int, float]:

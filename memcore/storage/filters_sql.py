@@ -77,15 +77,43 @@ def filter_sql(filters: SearchFilters, d: Dialect) -> tuple[str, list[object]]:
         clause, more = scope_sql(filters, d)
         clauses.append(clause)
         params += more
+    if not filters.include_turns and filters.category != TURNS:
+        clauses.append(f"c.id NOT IN (SELECT chunk_id FROM memories WHERE category = {d.mark})")
+        params.append(TURNS)
     return (" AND " + " AND ".join(clauses) if clauses else ""), params
 
 
+TURNS = "conversation"  # the category of a session's transcript (conversations.py)
 _SCOPED = "(user_id IS NOT NULL OR agent_id IS NOT NULL OR run_id IS NOT NULL)"
+_FOLDERS = ("users", "agents", "runs")
+_KINDS = {"user_id": "users", "agent_id": "agents", "run_id": "runs"}
+
+
+def _like(text: str) -> str:
+    """``text`` as a LIKE pattern matching itself (with ESCAPE '!')."""
+    return text.replace("!", "!!").replace("%", "!%").replace("_", "!_")
+
+
+def folder_patterns(f: SearchFilters) -> list[str]:
+    """LIKE patterns (ESCAPE '!') of the paths of notes inside the scope's folders: a user's
+    notes are under memory/users/<u>/, an agent's under memory/agents/<a>/ or
+    memory/users/*/agents/<a>/, a run's under .../runs/<r>/ at any of those levels."""
+    given = [(kind, getattr(f, key)) for key, kind in _KINDS.items() if getattr(f, key)]
+    patterns = [""]
+    for kind in _FOLDERS:
+        value = next((v for k, v in given if k == kind), None)
+        if value is not None:
+            patterns = [f"{p}{kind}/{_like(value)}/" for p in patterns]
+        elif any(_FOLDERS.index(k) > _FOLDERS.index(kind) for k, _ in given):
+            # the scope names a deeper level only: this level may be there or not
+            patterns = [q for p in patterns for q in (p, f"{p}{kind}/%/")]
+    return [f"memory/{p}%" for p in patterns]
 
 
 def scope_sql(f: SearchFilters, d: Dialect) -> tuple[str, list[object]]:
-    """Chunks a scoped search may see: memories of that scope, plus shared context (notes and
-    memories with no scope) unless scope_only. Category/metadata filters keep only memories."""
+    """Chunks a search may see: with a scope, the scope's memories and the notes in its
+    folders, plus shared context (unscoped notes and memories) with ``include_shared``.
+    Category/metadata filters keep only memories."""
     scope = [
         (f"m.{n} = {d.mark}", v) for n in ("user_id", "agent_id", "run_id") if (v := getattr(f, n))
     ]
@@ -95,16 +123,28 @@ def scope_sql(f: SearchFilters, d: Dialect) -> tuple[str, list[object]]:
     if f.metadata:
         extra.append(metadata_sql(f.metadata, d))
     conds = [c for c, _ in scope] + [c for c, _ in extra]
-    params: list[object] = [v for _, v in scope] + [p for _, ps in extra for p in ps]
+    extra_params = [p for _, ps in extra for p in ps]
+    params: list[object] = [v for _, v in scope] + extra_params
     mine = f"c.id IN (SELECT m.chunk_id FROM memories m WHERE {' AND '.join(conds) or '1=1'})"
-    if not f.scoped or f.scope_only:
+    if not f.scoped:
         return mine, params
-    if extra:
+    parts, out = [mine], list(params)
+    if f.include_shared:
         shared_conds = " AND ".join(["m.user_id IS NULL", "m.agent_id IS NULL",
                                      "m.run_id IS NULL", *(c for c, _ in extra)])  # fmt: skip
-        shared = f"c.id IN (SELECT m.chunk_id FROM memories m WHERE {shared_conds})"
-        return f"({mine} OR {shared})", params + [p for _, ps in extra for p in ps]
-    return f"({mine} OR c.id NOT IN (SELECT chunk_id FROM memories WHERE {_SCOPED}))", params
+        parts.append(f"c.id IN (SELECT m.chunk_id FROM memories m WHERE {shared_conds})")
+        out += extra_params
+    if not extra:  # notes: the scope's own, and shared ones when asked
+        note = "c.id NOT IN (SELECT chunk_id FROM memories)"
+        patterns = folder_patterns(f)
+        inside = " OR ".join([f"c.source_file LIKE {d.mark} ESCAPE '!'"] * len(patterns))
+        parts.append(f"({note} AND ({inside}))")
+        out += patterns
+        if f.include_shared:
+            outside = " AND ".join([f"c.source_file NOT LIKE {d.mark}"] * len(_FOLDERS))
+            parts.append(f"({note} AND {outside})")
+            out += [f"memory/{kind}/%" for kind in _FOLDERS]
+    return "(" + " OR ".join(parts) + ")", out
 
 
 _OPS = {"eq": "=", "gt": ">", "gte": ">=", "lt": "<", "lte": "<="}
@@ -158,6 +198,9 @@ def memory_query_sql(q: MemoryQuery, d: Dialect) -> tuple[str, list[object]]:
     if q.tag:
         clauses.append(d.tag)
         params.append(q.tag.lstrip("#").lower())
+    if not q.include_turns and q.category is None and q.ids is None:
+        clauses.append(f"m.category <> {d.mark}")
+        params.append(TURNS)
     if q.metadata:
         sql, more = metadata_sql(q.metadata, d)
         clauses.append(sql)

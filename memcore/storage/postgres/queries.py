@@ -248,6 +248,16 @@ class PostgresReader(_Queries):
         )
         return {int(r[0]): float(r[1]) for r in rows}
 
+    async def newest_matching(
+        self, filters: SearchFilters, limit: int, offset: int = 0
+    ) -> list[int]:
+        where, params = filter_sql(filters, POSTGRES)
+        sql = (
+            f"SELECT c.id FROM memory_chunks c WHERE c.ns = %s{where} "
+            "ORDER BY c.date DESC NULLS LAST, c.id DESC LIMIT %s OFFSET %s"
+        )
+        return [r[0] for r in await self._all(sql, [self.ns, *params, limit, offset])]
+
     async def has_vectors(self, model_id: str) -> bool:
         rows = await self._all(
             "SELECT 1 FROM memory_chunks WHERE ns = %s AND embedding_model = %s LIMIT 1",

@@ -259,6 +259,16 @@ class SqliteReader(_Queries):
         # In a worker thread, as search: the index's lock may be held (a graph read in).
         return await asyncio.to_thread(index.similarity, vector, ids, self.generation)
 
+    async def newest_matching(
+        self, filters: SearchFilters, limit: int, offset: int = 0
+    ) -> list[int]:
+        where, params = filter_sql(filters, SQLITE)
+        sql = (
+            f"SELECT c.id FROM memory_chunks c WHERE 1=1{where} "
+            "ORDER BY c.date IS NULL, c.date DESC, c.id DESC LIMIT ? OFFSET ?"
+        )
+        return [r[0] for r in await self._all(sql, [*params, limit, offset])]
+
     async def has_vectors(self, model_id: str) -> bool:
         sql = "SELECT 1 FROM memory_chunks WHERE embedding_model = ? LIMIT 1"
         return bool(await self._all(sql, (model_id,)))
