@@ -64,8 +64,11 @@ def test_index_json_report_then_search_json(static_vault: Path) -> None:
     data = json.loads(out)
     assert data["query"] == "DX12"
     first = data["results"][0]
-    assert set(first) == {"path", "start_line", "end_line", "heading", "score", "text"}
+    assert set(first) == {"id", "path", "start_line", "end_line", "heading", "score", "text",
+                          "vector_score", "keyword_score", "date", "tags"}  # fmt: skip
     assert first["path"] == "MEMORY.md" and first["heading"] == "Projects > DiveAdstra"
+    assert first["id"] == f"note:MEMORY.md#L{first['start_line']}-{first['end_line']}"
+    assert 0 <= first["score"] <= 1
 
 
 def test_index_leaves_a_big_vault_its_vector_graph_and_reindex_builds_it_anew(
@@ -152,7 +155,7 @@ def test_missing_vault_is_one_line(tmp_path: Path) -> None:
 
 def test_bad_date_and_fusion_flags(static_vault: Path) -> None:
     code, _, err = cli("--vault", str(static_vault), "search", "x", "--since", "May")
-    assert code == 2 and "--since must be a date" in err
+    assert code == 2 and "since must be a date" in err
     code, _, err = cli("--vault", str(static_vault), "search", "x", "--fusion", "magic")
     assert code == 2 and "--fusion must be one of" in err
 
@@ -355,7 +358,9 @@ def test_tag_and_path_filters_accept_what_people_type(static_vault: Path) -> Non
 def test_context_and_empty_or_wordless_queries(static_vault: Path) -> None:
     cli("--vault", str(static_vault), "index")
     code, out, err = cli("--vault", str(static_vault), "context", "DX12", "--tag", "nope")
-    assert code == 0 and out == "" and err.strip() == "memcore: no memories match 'DX12'"
+    assert (
+        code == 0 and out == "" and err.strip() == "memcore: no memories relevant enough to 'DX12'"
+    )
     for query in ["", "   ", "?!", "..."]:
         code, out, err = cli("--vault", str(static_vault), "search", query)
         assert code == 2 and "needs at least one word" in err, query

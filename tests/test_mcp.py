@@ -44,10 +44,9 @@ async def test_tools_over_streamable_http(vault: Path, service: MemoryService) -
             added = payload(await client.call_tool("add", {"content": "Alice likes tea",
                                                            "user_id": "alice"}))  # fmt: skip
             mid = added[0]["id"]
-            found = payload(await client.call_tool("search", {"query": "tea", "user_id": "alice",
-                                                              "scope_only": True}))  # fmt: skip
+            found = payload(await client.call_tool("search", {"query": "tea", "user_id": "alice"}))
             assert [r["id"] for r in found] == [mid]
-            block = await client.call_tool("context", {"query": "DX12"})
+            block = await client.call_tool("context", {"query": "DX12", "min_score": 0})
             assert block.content[0].text.startswith("## Relevant Memories")
             change = {"memory_id": mid, "content": "Alice likes green tea"}
             payload(await client.call_tool("update", change))

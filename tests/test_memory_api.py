@@ -90,10 +90,13 @@ async def test_hand_edits_are_updates_deletes_and_adds(vault: Path, service: Mem
     assert (await service.memories.get(hand.id)).text == "a note added by hand"
 
 
-async def test_scopes_never_leak_and_shared_notes_are_context(
+async def test_scopes_never_leak_and_shared_notes_join_when_asked(
     vault: Path, service: MemoryService
 ) -> None:
     write(vault, "MEMORY.md", "# Team\n\nThe team's editor theme is solarized.\n")
+    write(vault, "memory/users/alice/notes.md", "# Alice\n\nAlice's editor theme is nord.\n")
+    write(vault, "memory/users/bob/notes.md", "# Bob\n\nBob's editor theme is gruvbox.\n")
+    write(vault, "memory/agents/bot/notes.md", "# Bot\n\nThe bot's editor theme is zenburn.\n")
     await service.index()
     await service.memories.add("editor theme: dark", user_id="alice")
     await service.memories.add("editor theme: light", user_id="bob")
@@ -104,15 +107,20 @@ async def test_scopes_never_leak_and_shared_notes_are_context(
         return {r.text for r in await service.memories.search("editor theme", limit=20, **kw)}  # type: ignore[arg-type]
 
     alice = await texts(user_id="alice")
-    assert "editor theme: light" not in alice and "editor theme: sepia" not in alice
-    assert {"editor theme: dark", "editor theme: high contrast"} <= alice
-    assert any("solarized" in t for t in alice)  # shared context
-    assert await texts(user_id="alice", scope_only=True) == {
+    assert alice == {"editor theme: dark", "editor theme: high contrast"} | {
+        t for t in alice if "nord" in t
+    } and any("nord" in t for t in alice)  # her memories and the notes in her folder
+    shared = await texts(user_id="alice", include_shared=True)
+    assert alice < shared and any("solarized" in t for t in shared)
+    assert not any("gruvbox" in t or "zenburn" in t for t in shared)
+    assert "editor theme: light" not in shared and "editor theme: sepia" not in shared
+    bot = await texts(agent_id="bot")
+    assert {"editor theme: high contrast", "editor theme: sepia"} <= bot
+    assert any("zenburn" in t for t in bot) and not any("nord" in t for t in bot)
+    assert await texts(user_id="alice", agent_id="bot") == {"editor theme: high contrast"}
+    assert await texts(user_id="alice", category="core") == {
         "editor theme: dark", "editor theme: high contrast"
     }  # fmt: skip
-    assert await texts(user_id="alice", agent_id="bot", scope_only=True) == {
-        "editor theme: high contrast"
-    }
     assert {r.text for r in await service.memories.get_all(user_id="bob")} == {
         "editor theme: light"
     }
@@ -337,7 +345,7 @@ async def test_conversations_save_load_items_and_reset(vault: Path, service: Mem
     ]
     # turns are searchable, and only within their session when scoped to it
     await convo.save("s-2", [{"role": "user", "content": "nightly build question elsewhere"}])
-    found = await service.memories.search("nightly build", run_id="s-1", scope_only=True)
+    found = await service.memories.search("nightly build", run_id="s-1")
     assert found and {r.run_id for r in found} == {"s-1"}
     assert await convo.reset("s-1") == 4 and await convo.retrieve("s-1") == []
     assert len(await convo.retrieve("s-2")) == 1
@@ -515,7 +523,7 @@ async def test_a_transcript_in_openais_full_message_shape_loads_back_exactly(
         assert texts[1] == "Weather in Paris?" and texts[3] == "18C, rain"
         await svc.index(full=True)
         assert await svc.conversations.load("s-full") == messages
-        found = await svc.memories.search("weather Paris", run_id="s-full", scope_only=True)
+        found = await svc.memories.search("weather Paris", run_id="s-full")
         assert found
         # Mem0-style add of the same messages: one memory per message with text, as written
         added = await svc.memories.add(messages, user_id="alice")

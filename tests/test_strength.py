@@ -101,7 +101,7 @@ async def test_results_carry_strength_and_use_counts_as_a_review(
     assert not (vault / REVIEWS_PATH).exists()  # a plain search is not a use
     got = await service.memories.get(daily.id)
     assert got.strength is not None and got.strength.reviews == 2
-    await service.context("standup")  # what goes into a prompt is used
+    await service.context("standup", min_score=0)  # what goes into a prompt is used
     (again,) = await service.memories.reinforce(daily.id)
     assert again.strength is not None and again.strength.reviews == 4
     lines = (vault / REVIEWS_PATH).read_text().splitlines()
@@ -202,8 +202,8 @@ async def test_a_session_forgets_and_searches_only_its_own_memories(
     assert [r.id for r in await m.forget_below(0.7, run_id="s1", now=later)] == [mine.id]
     assert [r.id for r in await m.get_all()] == [theirs.id]
     vector = (await embedder.embed(["Q3 budget draft"]))[0]
-    found = await m.search("", run_id="s2", scope_only=True, query_vector=vector)
+    found = await m.search("", run_id="s2", query_vector=vector)
     assert [r.id for r in found] == [theirs.id]
-    assert await m.search("", run_id="s1", scope_only=True, query_vector=vector) == []
+    assert await m.search("", run_id="s1", query_vector=vector) == []
     with pytest.raises(InputError, match="query_vector"):
         await m.search("x", query_vector=np.zeros(16, dtype=np.float32))

@@ -9,37 +9,14 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from memcore.cli import app, fail, run, settings_of
+from memcore.cli.scope import AgentOpt, CategoryOpt, MetaOpt, RunOpt, UserOpt, metadata_of
 from memcore.compose import open_service
 from memcore.core.models import MemoryRecord
 
 if TYPE_CHECKING:
     from memcore.service import MemoryService
 
-UserOpt = Annotated[str | None, typer.Option("--user", help="user_id scope")]
-AgentOpt = Annotated[str | None, typer.Option("--agent", help="agent_id scope")]
-RunOpt = Annotated[str | None, typer.Option("--run", help="run_id scope")]
-CategoryOpt = Annotated[
-    str | None, typer.Option("--category", help="core, daily, conversation or your own name")
-]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON")]
-MetaOpt = Annotated[
-    list[str] | None, typer.Option("--meta", help="Metadata as key=value (repeatable)")
-]
-
-
-def _metadata(pairs: list[str] | None) -> dict[str, object] | None:
-    if not pairs:
-        return None
-    out: dict[str, object] = {}
-    for pair in pairs:
-        key, sep, raw = pair.partition("=")
-        if not sep or not key:
-            raise fail(f"--meta takes key=value, got {pair!r}", 2)
-        try:
-            out[key] = json.loads(raw)  # numbers, true/false, JSON lists stay typed
-        except ValueError:
-            out[key] = raw
-    return out
 
 
 def _with_service(
@@ -124,7 +101,7 @@ def add(
         _add_file(ctx, from_file, (user, agent, run_id), category, as_json)
         return
     text = typer.get_text_stream("stdin").read() if content == "-" else str(content)
-    metadata = _metadata(meta)
+    metadata = metadata_of(meta)
     records = _with_service(
         ctx,
         lambda s: s.memories.add(
@@ -212,16 +189,17 @@ def list_memories(
     run_id: RunOpt = None,
     category: CategoryOpt = None,
     tag: Annotated[str | None, typer.Option("--tag", help="Only memories with this #tag")] = None,
+    meta: MetaOpt = None,
     limit: Annotated[int, typer.Option("--limit", "-n", min=1, max=10_000)] = 100,
     offset: Annotated[int, typer.Option("--offset", min=0)] = 0,
     as_json: JsonOpt = False,
 ) -> None:
-    """List memories, oldest first."""
+    """List memories, oldest first (conversation turns only with --category conversation)."""
     records = _with_service(
         ctx,
         lambda s: s.memories.get_all(
             user_id=user, agent_id=agent, run_id=run_id, category=category, tag=tag,
-            limit=limit, offset=offset,
+            filters=metadata_of(meta), limit=limit, offset=offset,
         ),
         writes=False,
     )  # fmt: skip
@@ -237,7 +215,7 @@ def update(
     as_json: JsonOpt = False,
 ) -> None:
     """Change a memory's text (and/or replace its metadata); its id stays."""
-    metadata = _metadata(meta)
+    metadata = metadata_of(meta)
     record = _with_service(ctx, lambda s: s.memories.update(memory_id, content, metadata))
     _show([record], as_json)
 
@@ -339,13 +317,23 @@ def count(
     agent: AgentOpt = None,
     run_id: RunOpt = None,
     category: CategoryOpt = None,
+    meta: MetaOpt = None,
+    as_json: JsonOpt = False,
 ) -> None:
-    """How many memories a scope holds."""
+    """How many memories a scope holds (conversation turns count only with --category
+    conversation)."""
     n = _with_service(
         ctx,
-        lambda s: s.memories.count(user_id=user, agent_id=agent, run_id=run_id, category=category),
+        lambda s: s.memories.count(
+            user_id=user, agent_id=agent, run_id=run_id, category=category,
+            filters=metadata_of(meta),
+        ),
         writes=False,
-    )
+    )  # fmt: skip
+    if as_json:
+        scope = {"user_id": user, "agent_id": agent, "run_id": run_id, "category": category}
+        typer.echo(json.dumps({"count": n, **{k: v for k, v in scope.items() if v}}))
+        return
     typer.echo(str(n))
 
 

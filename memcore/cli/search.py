@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import logging
 import textwrap
@@ -12,33 +11,44 @@ from typing import Annotated, Any
 import typer
 
 from memcore.cli import app, fail, run, settings_of
+from memcore.cli.scope import (
+    AgentOpt,
+    CategoryOpt,
+    IncludeSharedOpt,
+    MetaOpt,
+    RunOpt,
+    ScopeArgs,
+    UserOpt,
+    metadata_of,
+)
 from memcore.compose import open_service
-from memcore.core.errors import MemcoreError
+from memcore.core.errors import InputError, MemcoreError
 from memcore.core.models import SearchFilters, SearchResult
 from memcore.core.settings import FUSIONS, SearchSettings, Settings, embedder_signature
 from memcore.core.tokenize import has_words
 from memcore.fronts import remote
 from memcore.fronts.daemon import daemon_status
-
-
-def _iso_date(value: str | None, name: str) -> str | None:
-    if value is None:
-        return None
-    try:
-        return dt.date.fromisoformat(value).isoformat()
-    except ValueError:
-        raise fail(f"{name} must be a date like 2024-05-31, got {value!r}", 2) from None
+from memcore.search.filters import read_filters
 
 
 def _filters(
-    path: str | None, tag: str | None, since: str | None, until: str | None
+    path: str | None = None,
+    tag: str | None = None,
+    since: str | None = None,
+    until: str | None = None,
+    scope: ScopeArgs | None = None,
+    include_turns: bool = True,
 ) -> SearchFilters:
-    return SearchFilters(
-        path_prefix=path,
-        tag=tag,
-        date_from=_iso_date(since, "--since"),
-        date_to=_iso_date(until, "--until"),
-    )
+    """The read filters of a command line, checked as every front checks them."""
+    sc = scope or ScopeArgs()
+    try:
+        return read_filters(
+            user_id=sc.user, agent_id=sc.agent, run_id=sc.run, include_shared=sc.include_shared,
+            include_turns=include_turns, category=sc.category, metadata=metadata_of(sc.meta),
+            tag=tag, path=path, since=since, until=until,
+        )  # fmt: skip
+    except InputError as exc:
+        raise fail(str(exc), 2) from None
 
 
 log = logging.getLogger("memcore.cli")
@@ -111,18 +121,30 @@ def search(
         float | None,
         typer.Option(
             "--min-score",
-            help=f"Drop weaker hits (default: search.min_score = {_DEFAULTS.min_score})",
+            min=0.0,
+            max=1.0,
+            help="Drop hits scoring below this (0-1; default: search.min_score = "
+            f"{_DEFAULTS.min_score})",
         ),
     ] = None,
+    user: UserOpt = None,
+    agent: AgentOpt = None,
+    run_id: RunOpt = None,
+    category: CategoryOpt = None,
+    meta: MetaOpt = None,
+    include_shared: IncludeSharedOpt = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print results as JSON")] = False,
     remote_url: RemoteOpt = None,
     token: TokenOpt = None,
 ) -> None:
-    """Search memory by meaning and by keyword."""
-    _check_query(query)
+    """Search memory by meaning and by keyword. Scores run from 0 to 1 (higher is more
+    relevant). With --user/--agent/--run only that scope's memories and notes come back."""
+    scope = ScopeArgs(user, agent, run_id, category, meta, include_shared)
+    if not (tag and not query.strip()):  # an empty query with --tag lists what carries it
+        _check_query(query)
     if fusion is not None and fusion not in FUSIONS:
         raise fail(f"--fusion must be one of {', '.join(FUSIONS)}", 2)
-    filters = _filters(path, tag, since, until)
+    filters = _filters(path, tag, since, until, scope)
 
     async def job() -> SearchResult:
         if remote_url:
@@ -172,27 +194,48 @@ def context(
     ] = 3,
     tag: TagOpt = None,
     path: PathOpt = None,
+    user: UserOpt = None,
+    agent: AgentOpt = None,
+    run_id: RunOpt = None,
+    category: CategoryOpt = None,
+    meta: MetaOpt = None,
+    include_shared: IncludeSharedOpt = False,
+    include_turns: Annotated[
+        bool, typer.Option("--include-turns", help="Conversation turns may be included too")
+    ] = False,
+    min_score: Annotated[
+        float | None,
+        typer.Option(
+            "--min-score",
+            min=0.0,
+            max=1.0,
+            help="The relevance floor (0-1; default: search.context_min_score = "
+            f"{_DEFAULTS.context_min_score})",
+        ),
+    ] = None,
     remote_url: RemoteOpt = None,
     token: TokenOpt = None,
 ) -> None:
-    """Print a "## Relevant Memories" block to paste into a prompt (nothing when none match)."""
+    """Print a "## Relevant Memories" block to paste into a prompt: the memories that clear
+    the relevance floor, nothing (and a line on stderr) when none does."""
     _check_query(query)
-    filters = _filters(path, tag, None, None)
+    scope = ScopeArgs(user, agent, run_id, category, meta, include_shared)
+    filters = _filters(path, tag, None, None, scope, include_turns)
 
     async def job() -> str:
         if remote_url:
-            return await remote.context(remote_url, token, query, limit, filters)
+            return await remote.context(remote_url, token, query, limit, filters, None, min_score)
         settings = settings_of(ctx)
         if sock := _daemon_socket(settings):
             try:
-                return await remote.context(LOCAL, None, query, limit, filters, sock)
+                return await remote.context(LOCAL, None, query, limit, filters, sock, min_score)
             except MemcoreError as exc:
                 log.debug("the daemon did not answer (%s); opening the index", exc)
         async with open_service(settings, create=False, fresh=True) as service:
-            return await service.context(query, limit, filters)
+            return await service.context(query, limit, filters, min_score)
 
     block = run(ctx, job)
     if not block:
-        typer.echo(f"memcore: no memories match {query!r}", err=True)
+        typer.echo(f"memcore: no memories relevant enough to {query!r}", err=True)
         return
     typer.echo(block, nl=False)

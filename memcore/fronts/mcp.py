@@ -12,6 +12,7 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 
 from memcore.core.errors import MemcoreError
+from memcore.search.filters import read_filters
 from memcore.service import MemoryService
 
 INSTRUCTIONS = """memcore is this workspace's long-term memory: Markdown notes plus memories
@@ -47,19 +48,50 @@ def build_mcp(service: MemoryService) -> MCPServer:
         user_id: str | None = None,
         agent_id: str | None = None,
         run_id: str | None = None,
-        scope_only: bool = False,
+        include_shared: bool = False,
+        category: str | None = None,
+        filters: dict[str, Any] | None = None,
+        tag: str | None = None,
+        path: str | None = None,
+        since: str | None = None,
+        until: str | None = None,
+        threshold: float | None = None,
+        include_turns: bool = True,
     ) -> list[dict[str, Any]]:
-        """Search memory by meaning and keywords. With a scope (user_id/agent_id/run_id) only
-        that scope's memories come back, plus shared notes unless scope_only."""
-        found = await m.search(query, user_id=user_id, agent_id=agent_id, run_id=run_id,
-                               scope_only=scope_only, limit=limit)  # fmt: skip
+        """Search memory by meaning and keywords; each result has a score from 0 to 1. With a
+        scope (user_id/agent_id/run_id) only that scope's memories and notes come back, plus
+        shared ones with include_shared. filters: metadata conditions, Mem0-style. An empty
+        query with a tag lists what carries the tag, newest first."""
+        found = await m.search(
+            query, user_id=user_id, agent_id=agent_id, run_id=run_id,
+            include_shared=include_shared, include_turns=include_turns, category=category,
+            filters=filters, tag=tag, path=path, since=since, until=until, limit=limit,
+            threshold=threshold,
+        )  # fmt: skip
         return [r.to_dict() for r in found]
 
     @mcp.tool()
     @one_line_errors
-    async def context(query: str, limit: int = 3) -> str:
-        """A "## Relevant Memories" block for the task at hand (empty when nothing matches)."""
-        return await service.context(query, limit)
+    async def context(
+        query: str,
+        limit: int = 3,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        run_id: str | None = None,
+        include_shared: bool = False,
+        category: str | None = None,
+        tag: str | None = None,
+        path: str | None = None,
+        include_turns: bool = False,
+        min_score: float | None = None,
+    ) -> str:
+        """A "## Relevant Memories" block for the task at hand, scoped like search; empty when
+        nothing clears the relevance floor (search.context_min_score)."""
+        filters = read_filters(
+            user_id=user_id, agent_id=agent_id, run_id=run_id, include_shared=include_shared,
+            include_turns=include_turns, category=category, tag=tag, path=path,
+        )  # fmt: skip
+        return await service.context(query, limit, filters, min_score=min_score)
 
     @mcp.tool()
     @one_line_errors

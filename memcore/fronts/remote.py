@@ -78,10 +78,8 @@ async def search(
     min_score: float | None = None, uds: str | None = None,
 ) -> SearchResult:  # fmt: skip
     """Ask a running server (at ``url``, or the daemon's Unix socket ``uds``)."""
-    data = await _post(url, token, "/api/memory/search", {
-        "query": query, "limit": limit, "tag": filters.tag, "path": filters.path_prefix,
-        "since": filters.date_from, "until": filters.date_to, "threshold": min_score,
-    }, uds)  # fmt: skip
+    body = {"query": query, "limit": limit, "threshold": min_score, **filters_body(filters)}
+    data = await _post(url, token, "/api/memory/search", body, uds)
     hits = tuple(
         Hit(
             chunk_id=0,
@@ -91,19 +89,33 @@ async def search(
             heading=r["heading"],
             score=r["score"],
             text=r["text"],
-            vector_score=None,
-            keyword_score=None,
+            vector_score=r.get("vector_score"),
+            keyword_score=r.get("keyword_score"),
+            date=r.get("date"),
+            tags=tuple(r.get("tags") or ()),
+            id=r.get("id", ""),
         )
         for r in data["results"]
     )
     return SearchResult(query, hits, data["mode"], tuple(data.get("warnings", ())))
 
 
+def filters_body(f: SearchFilters) -> dict[str, Any]:
+    """SearchFilters as the native HTTP API's request fields (unset ones left out)."""
+    body = {
+        "user_id": f.user_id, "agent_id": f.agent_id, "run_id": f.run_id,
+        "category": f.category, "filters": dict(f.metadata) if f.metadata else None,
+        "tag": f.tag, "path": f.path_prefix, "since": f.date_from, "until": f.date_to,
+        "include_shared": f.include_shared or None, "include_turns": f.include_turns,
+    }  # fmt: skip
+    return {k: v for k, v in body.items() if v is not None}
+
+
 async def context(
     url: str, token: str | None, query: str, limit: int, filters: SearchFilters,
-    uds: str | None = None,
+    uds: str | None = None, min_score: float | None = None,
 ) -> str:  # fmt: skip
-    body = {"query": query, "limit": limit, "tag": filters.tag, "path": filters.path_prefix}
+    body = {"query": query, "limit": limit, "min_score": min_score, **filters_body(filters)}
     return str((await _post(url, token, "/api/memory/context", body, uds))["context"])
 
 

@@ -2,7 +2,9 @@
 (``MemoryClient(api_key=token, host="http://127.0.0.1:8765")``).
 
 Mem0's filters (``{"user_id": "alice"}``, ``{"AND": [{"user_id": ...}, {"agent_id": ...}]}``)
-become memcore's scope; any other key is a metadata filter.
+become memcore's scope; memcore's own read filters (``category``, ``tag``, ``path``, ``since``,
+``until``, ``include_shared``, ``include_turns``) are read from there too, the same as on every
+other front; any other key is a metadata filter.
 """
 
 from __future__ import annotations
@@ -30,6 +32,36 @@ def record(r: MemoryRecord) -> dict[str, Any]:
     out = r.to_dict()
     out["categories"] = [r.category]
     return out
+
+
+READ_KEYS = {"category": str, "tag": str, "path": str, "since": str, "until": str,
+             "include_shared": bool, "include_turns": bool}  # fmt: skip
+
+
+def split_read_filters(filters: Any) -> tuple[dict[str, Any], Any]:
+    """memcore's read filters out of Mem0 filters (top level, or parts of a top-level AND):
+    (those, the rest)."""
+    if not isinstance(filters, Mapping):
+        return {}, filters
+    found: dict[str, Any] = {}
+
+    def take(part: Mapping[str, Any]) -> dict[str, Any]:
+        rest = {}
+        for key, value in part.items():
+            if key not in READ_KEYS:
+                rest[key] = value
+            elif not isinstance(value, READ_KEYS[key]):
+                raise BadRequest(f"filters.{key} must be {READ_KEYS[key].__name__}")
+            else:
+                found[key] = value
+        return rest
+
+    if set(filters) == {"AND"} and isinstance(filters["AND"], list):
+        parts = [take(p) if isinstance(p, Mapping) else p for p in filters["AND"]]
+        rest: Any = {"AND": [p for p in parts if p != {}]}
+        return found, (rest if rest["AND"] else None)
+    left = take(filters)
+    return found, (left or None)
 
 
 def split_filters(filters: Any) -> tuple[dict[str, str | None], dict[str, Any] | None]:
@@ -110,14 +142,15 @@ def mem0_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a route 
         data = await body_of(
             request, {"query", "filters", "top_k", "limit", "threshold", *IGNORED}, {"query"}
         )
-        given, meta = split_filters(data.get("filters"))
+        read, rest = split_read_filters(data.get("filters"))
+        given, meta = split_filters(rest)
         scope = within(request, given)
         limit = typed(data, "top_k", int) or typed(data, "limit", int) or 10
         if not 1 <= limit <= 1000:
             raise BadRequest("top_k must be 1-1000")
         rows = await m.search(
-            typed(data, "query", str), **scope, filters=meta, limit=limit,
-            threshold=typed(data, "threshold", (int, float)), scope_only=any(scope.values()),
+            typed(data, "query", str), **scope, **read, filters=meta, limit=limit,
+            threshold=typed(data, "threshold", (int, float)),
         )  # fmt: skip
         return JSONResponse({"results": [record(r) for r in rows]})
 

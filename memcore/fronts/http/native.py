@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -23,7 +24,21 @@ from memcore.fronts.http.common import (
     within,
 )
 from memcore.fronts.http.strength import strength_routes
+from memcore.search.filters import read_filters
+from memcore.search.searcher import MAX_LIMIT
 from memcore.service import MemoryService
+
+READ_FIELDS = {
+    "query", "limit", "user_id", "agent_id", "run_id", "include_shared", "scope_only",
+    "include_turns", "category", "filters", "tag", "path", "since", "until",
+}  # fmt: skip
+
+
+def limit_of(data: Mapping[str, Any], default: int) -> int:
+    limit = int(typed(data, "limit", int, default))
+    if not 1 <= limit <= MAX_LIMIT:
+        raise BadRequest(f"limit must be 1-{MAX_LIMIT}")
+    return limit
 
 
 def native_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a route table
@@ -33,49 +48,46 @@ def native_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a rout
     def scope_of(request: Request, data: Mapping[str, Any]) -> dict[str, Any]:
         return within(request, {k: typed(data, k, str) for k in SCOPE_KEYS})
 
+    def filters_of(request: Request, data: Mapping[str, Any]) -> SearchFilters:
+        legacy_scope_only = bool(typed(data, "scope_only", bool, False))  # now the default
+        return read_filters(
+            **scope_of(request, data),
+            include_shared=bool(typed(data, "include_shared", bool, False))
+            and not legacy_scope_only,
+            include_turns=bool(typed(data, "include_turns", bool, True)),
+            category=typed(data, "category", str), metadata=typed(data, "filters", dict),
+            tag=typed(data, "tag", str), path=typed(data, "path", str),
+            since=typed(data, "since", str), until=typed(data, "until", str),
+        )  # fmt: skip
+
     @handle
     async def search(request: Request) -> Response:
-        data = await body_of(
-            request,
-            {"query", "limit", "user_id", "agent_id", "run_id", "scope_only", "category",
-             "filters", "tag", "path", "since", "until", "threshold", "query_vector",
-             "reinforce"},
-        )  # fmt: skip
+        data = await body_of(request, {*READ_FIELDS, "threshold", "query_vector", "reinforce"})
         if "query" not in data and "query_vector" not in data:
             raise BadRequest("missing field(s): query (or query_vector)")
-        limit = typed(data, "limit", int, 5)
-        if not 1 <= limit <= 1000:
-            raise BadRequest("limit must be 1-1000")
-        filters = SearchFilters(
-            path_prefix=typed(data, "path", str), tag=typed(data, "tag", str),
-            date_from=typed(data, "since", str), date_to=typed(data, "until", str),
-            scope_only=bool(typed(data, "scope_only", bool, False)),
-            category=typed(data, "category", str), metadata=typed(data, "filters", dict),
-            **scope_of(request, data),
-        )  # fmt: skip
-        query = typed(data, "query", str, "")
         result = await service.search(
-            query, limit, filters, min_score=typed(data, "threshold", (int, float)),
+            typed(data, "query", str, ""), limit_of(data, 5), filters_of(request, data),
+            min_score=typed(data, "threshold", (int, float)),
             query_vector=vector_of(typed(data, "query_vector", list)),
         )  # fmt: skip
-        async with service.store.snapshot() as reader:
-            records = await reader.memories_of_chunks([h.chunk_id for h in result.hits])
         if typed(data, "reinforce", bool, False):
-            await m.reinforce_hits(result.hits, records)
+            await m.recall.review([h.id for h in result.hits])
         out = result.to_dict()
-        for hit, row in zip(result.hits, out["results"], strict=True):  # type: ignore[call-overload]
-            row["memory_id"] = records[hit.chunk_id].id if hit.chunk_id in records else None
+        for row in out["results"]:  # type: ignore[attr-defined]
+            row["memory_id"] = None if row["id"].startswith("note:") else row["id"]
         return JSONResponse(out)
 
     @handle
     async def context(request: Request) -> Response:
-        data = await body_of(request, {"query", "limit", "tag", "path"}, {"query"})
-        filters = SearchFilters(
-            tag=typed(data, "tag", str), path_prefix=typed(data, "path", str), **within(request, {})
-        )
+        data = await body_of(request, {*READ_FIELDS, "min_score"}, {"query"})
         block = await service.context(
-            typed(data, "query", str), typed(data, "limit", int, 3), filters
-        )
+            typed(data, "query", str), limit_of(data, 3),
+            dataclasses.replace(
+                filters_of(request, data),
+                include_turns=bool(typed(data, "include_turns", bool, False)),
+            ),
+            min_score=typed(data, "min_score", (int, float)),
+        )  # fmt: skip
         return JSONResponse({"context": block})
 
     @handle
