@@ -172,10 +172,67 @@ async def run_vault(
                 )
                 scores[method].latencies.append((time.perf_counter() - t0) * 1000)
                 score_query(q, list(result.hits), scores[method])
+                if getattr(args, "calibrate", None):
+                    gold = set(q["gold_files"])  # type: ignore[call-overload]
+                    CALIBRATION.hits += [(h.score, h.path in gold) for h in result.hits[:10]]
+                    CALIBRATION.top.append(result.hits[0].score if result.hits else 0.0)
                 continue
             # every method ranks the same candidates: retrieve once, fuse many times
             await rank_all(svc.searcher, q, settings, args, as_of, scores)
+        for kind, question in (
+            NEGATIVES[: 2 * len(queries)] if getattr(args, "calibrate", None) else ()
+        ):
+            result = await svc.search(question, limit=1)
+            best = result.hits[0].score if result.hits else 0.0
+            (CALIBRATION.other_top if kind else CALIBRATION.nonsense_top).append(best)
     return index_s
+
+
+@dataclass
+class Calibration:
+    """What --calibrate gathers: (score, relevant) of every top-10 hit, and the best score
+    of each question and of each question with no answer in the vault."""
+
+    hits: list[tuple[float, bool]] = field(default_factory=list)
+    top: list[float] = field(default_factory=list)
+    other_top: list[float] = field(default_factory=list)  # another set's questions
+    nonsense_top: list[float] = field(default_factory=list)  # made-up words
+
+    def report(self) -> str:
+        lines = ["score     hits  relevant"]
+        for lo in [i / 10 for i in range(10)]:
+            inside = [
+                rel for sc, rel in self.hits if lo <= sc < lo + 0.1 or (lo == 0.9 and sc == 1)
+            ]
+            share = f"{sum(inside) / len(inside):.3f}" if inside else "-"
+            lines.append(f"{lo:.1f}-{lo + 0.1:.1f}  {len(inside):6d}  {share}")
+        lines.append("floor  questions kept  other set's kept  made-up kept")
+
+        def kept(tops: list[float], floor: float) -> str:
+            return f"{sum(t >= floor for t in tops) / max(len(tops), 1):.3f}"
+
+        for floor in (0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6):
+            lines.append(
+                f"{floor:.2f}   {kept(self.top, floor)}           "
+                f"{kept(self.other_top, floor)}             {kept(self.nonsense_top, floor)}"
+            )
+        return "\n".join(lines)
+
+
+CALIBRATION = Calibration()
+NEGATIVES: list[tuple[bool, str]] = []  # (from another set, question)
+
+
+def nonsense(n: int, seed: int = 7) -> list[str]:
+    """Questions of made-up words: nothing in any vault answers them."""
+    import random
+
+    rng = random.Random(seed)
+    syllables = [c + v for c in "bdfgklmnprstvwz" for v in "aeiou"]
+    return [
+        " ".join("".join(rng.choice(syllables) for _ in range(rng.randint(2, 3))) for _ in range(3))
+        for _ in range(n)
+    ]
 
 
 async def rank_all(
@@ -191,7 +248,7 @@ async def rank_all(
     t0 = time.perf_counter()
     qvec = await searcher.embed_query(query, [])
     async with searcher.store.snapshot() as reader:
-        n = args.limit * settings.search.candidates
+        n = max(settings.search.candidates, args.limit)
         found = await searcher.candidates(reader, query, n, SearchFilters(), qvec)
         elapsed = (time.perf_counter() - t0) * 1000
         for method, sc in scores.items():
@@ -283,6 +340,15 @@ def main() -> None:
         "--fusion", default=None, help="a method, or 'all' to compare (default: configured)"
     )
     ap.add_argument("--limit", type=int, default=100, help="chunks retrieved per query")
+    ap.add_argument(
+        "--calibrate",
+        type=Path,
+        default=None,
+        metavar="OTHER_SET",
+        help="also print how often hits at each score are relevant, and how the best score "
+        "of this set's questions compares with that of OTHER_SET's questions and made-up "
+        "words asked of this set's vaults (nothing answers them)",
+    )
     defaults = load_settings(Path("."), env={}).index
     ap.add_argument("--chunk-tokens", type=int, default=defaults.chunk_tokens)
     ap.add_argument("--overlap-tokens", type=int, default=defaults.overlap_tokens)
@@ -302,11 +368,18 @@ def main() -> None:
         help="day recency counts from: the question's date (else newest), newest chunk, today",
     )
     args = ap.parse_args()
+    if args.calibrate:
+        others = [str(q["question"]) for q in load_queries(args.calibrate)]
+        made_up = nonsense(len(others))
+        for other, word in zip(others, made_up, strict=True):
+            NEGATIVES.extend([(True, other), (False, word)])
     rows = asyncio.run(evaluate(args))
     if args.json:
         for row in rows:
             print(json.dumps(row))
         return
+    if args.calibrate:
+        print(CALIBRATION.report())
     keys = [k for k in rows[0] if k not in ("set", "embedder")]
     print(f"{rows[0]['set']} ({rows[0]['embedder']} embedder, {rows[0]['queries']} queries)")
     print("  ".join(f"{k:>9}" for k in keys))
