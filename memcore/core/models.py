@@ -68,6 +68,11 @@ class DiskFile:
     mtime_ns: int
 
 
+# The category of a session's transcript (memory/conversations.py): its items are chat turns,
+# which counts, listings and context blocks leave out unless asked.
+TURNS_CATEGORY = "conversation"
+
+
 @dataclass(frozen=True, slots=True)
 class Hit:
     """One search result: where it is, why it matched, and its text."""
@@ -117,7 +122,7 @@ class SearchFilters:
     agent_id: str | None = None
     run_id: str | None = None
     include_shared: bool = False
-    include_turns: bool = True  # conversation turns (category "conversation") may match
+    include_turns: bool = True  # conversation turns (TURNS_CATEGORY) may match
     category: str | None = None  # only memories of this category
     metadata: Mapping[str, object] | None = None  # Mem0-style: {"k": v, "k2": {"in": [..]}},
     # {"AND": [...]}, {"OR": [...]}; only memories whose metadata match

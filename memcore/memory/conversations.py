@@ -17,11 +17,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from memcore.core.errors import InputError
-from memcore.core.models import MemoryQuery, MemoryRecord
+from memcore.core.models import TURNS_CATEGORY, MemoryQuery, MemoryRecord
 from memcore.memory.writer import MemoryWriter, NewMemory
 from memcore.vault.memory_format import Scope
 
-CATEGORY = "conversation"
+CATEGORY = TURNS_CATEGORY
 ROLES = ("system", "user", "assistant", "tool")
 MAX_TURNS = 100_000
 

@@ -132,7 +132,7 @@ class Searcher:
         if not has_words(query) and query_vector is not None:
             method = "vector"  # a precomputed vector alone: nothing for keywords to match
         elif not has_words(query) and filters.tag:
-            return await self.listing(filters, limit, min_score), None
+            return await self.listing(filters, limit), None
         elif not has_words(query):
             # "?" or "..." would only match noise (every chunk is somewhat near it)
             warnings.append("the query has no words to search for")
@@ -180,12 +180,11 @@ class Searcher:
         )
         return SearchResult(query, hits, mode, (*warnings, *found.warnings)), generation
 
-    async def listing(
-        self, filters: SearchFilters, limit: int, min_score: float, offset: int = 0
-    ) -> SearchResult:
-        """What carries the filters' tag (with no query): newest first, each scored 1."""
+    async def listing(self, filters: SearchFilters, limit: int) -> SearchResult:
+        """What carries the filters' tag (with no query): newest first, each scored 1 (every
+        threshold, at most 1, lets it through)."""
         async with self.store.snapshot() as reader:
-            ids = await reader.newest_matching(filters, limit, offset) if min_score <= 1 else []
+            ids = await reader.newest_matching(filters, limit)
             hits = await self.hits(reader, [], [(cid, 1.0) for cid in ids])
         return SearchResult("", hits, "keyword")
 

@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from memcore.core.errors import InputError
-from memcore.core.models import MemoryQuery, SearchFilters
+from memcore.core.models import TURNS_CATEGORY, MemoryQuery, SearchFilters
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,13 +77,12 @@ def filter_sql(filters: SearchFilters, d: Dialect) -> tuple[str, list[object]]:
         clause, more = scope_sql(filters, d)
         clauses.append(clause)
         params += more
-    if not filters.include_turns and filters.category != TURNS:
+    if not filters.include_turns and filters.category != TURNS_CATEGORY:
         clauses.append(f"c.id NOT IN (SELECT chunk_id FROM memories WHERE category = {d.mark})")
-        params.append(TURNS)
+        params.append(TURNS_CATEGORY)
     return (" AND " + " AND ".join(clauses) if clauses else ""), params
 
 
-TURNS = "conversation"  # the category of a session's transcript (conversations.py)
 _SCOPED = "(user_id IS NOT NULL OR agent_id IS NOT NULL OR run_id IS NOT NULL)"
 _FOLDERS = ("users", "agents", "runs")
 _KINDS = {"user_id": "users", "agent_id": "agents", "run_id": "runs"}
@@ -200,7 +199,7 @@ def memory_query_sql(q: MemoryQuery, d: Dialect) -> tuple[str, list[object]]:
         params.append(q.tag.lstrip("#").lower())
     if not q.include_turns and q.category is None and q.ids is None:
         clauses.append(f"m.category <> {d.mark}")
-        params.append(TURNS)
+        params.append(TURNS_CATEGORY)
     if q.metadata:
         sql, more = metadata_sql(q.metadata, d)
         clauses.append(sql)

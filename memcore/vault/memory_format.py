@@ -33,13 +33,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from memcore.core.errors import InputError
+from memcore.core.models import TURNS_CATEGORY
 
 MARK = "memories"  # front matter `memcore: memories`
 _COMMENT = re.compile(r"<!--\s*memcore\s+(\{.*\})\s*-->\s*$")
 _ITEM = re.compile(r"^[-*+] ")
 _NAME = re.compile(r"[^\W_][\w.\-@]{0,127}")  # letters/digits in any script, then . - _ @
 MAX_CONTENT_BYTES = 1_000_000
-CATEGORIES = ("core", "daily", "conversation")
+CATEGORIES = ("core", "daily", TURNS_CATEGORY)
 
 
 @dataclass(frozen=True, slots=True)
