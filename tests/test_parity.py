@@ -131,9 +131,9 @@ def ranking(rows: list[dict[str, Any]]) -> list[tuple[str, float]]:
 async def test_every_front_answers_the_same(
     parity_vault: tuple[Path, MemoryService], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setenv("MEM0_TELEMETRY", "false")  # read when mem0 is first imported
     from mem0 import MemoryClient
 
-    monkeypatch.setenv("MEM0_TELEMETRY", "false")
     vault, svc = parity_vault
     answers: dict[str, list[list[tuple[str, float]]]] = {}
     answers["python"] = [
