@@ -11,7 +11,7 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
-from memcore.core.errors import EmbedderUnavailable
+from memcore.core.errors import EmbedderUnavailable, MemcoreError
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +70,7 @@ class EmbeddingRunner:
         self._sem = asyncio.Semaphore(max(1, embedder.concurrency))
         self._down_until = 0.0
         self.down_reason = ""  # the error that marked it down, for logs and reports
+        self._dimension: int | None = None  # learned from the first vectors made
 
     @property
     def down(self) -> bool:
@@ -94,6 +95,16 @@ class EmbeddingRunner:
     @property
     def reads_cjk(self) -> bool:
         return self.embedder.reads_cjk
+
+    async def dimension(self) -> int | None:
+        """The size of this model's vectors (one probe embedding the first time it is asked
+        before any was made); None while the embedder is down."""
+        if self._dimension is None and not self.down:
+            try:
+                await self.embed_queries(["dimension"])
+            except MemcoreError:
+                return None
+        return self._dimension
 
     async def embed(
         self, texts: Sequence[str], progress: Callable[[int], None] | None = None
@@ -134,6 +145,7 @@ class EmbeddingRunner:
             await asyncio.gather(*tasks, return_exceptions=True)
             raise
         dim = results[0].shape[1]
+        self._dimension = dim
         out = np.zeros((len(texts), dim), dtype=np.float32)
         for batch, vecs in zip(batches, results, strict=True):
             out[batch] = vecs

@@ -141,6 +141,12 @@ class Searcher:
         if query_vector is None and method != "keyword" and query.strip():
             query_vector = await self.embed_query(query, warnings)
         elif query_vector is not None:
+            expected = await self.embedder.dimension()
+            if expected is not None and len(query_vector) != expected:
+                raise InputError(
+                    f"query_vector has {len(query_vector)} dimensions; "
+                    f"{self.embedder.model_id} makes vectors of {expected}"
+                )
             query_vector = unit_vector(query_vector)
         async with self.store.snapshot() as reader:
             generation = reader.generation
@@ -410,5 +416,5 @@ async def _both(
     finally:
         if not task.done():
             task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task  # also when both failed: the first's error is seen, never left unread
