@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
@@ -10,6 +11,7 @@ import socket
 import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 from xml.etree import ElementTree
 
@@ -19,7 +21,7 @@ import pytest
 from memcore.cli.watch import unit_name
 from memcore.core.settings import load_settings
 from memcore.fronts.daemon import daemon_status
-from tests.support import wait_until, write
+from tests.support import free_port, wait_until, write
 
 
 def memcore(*args: str, vault: Path) -> subprocess.CompletedProcess[str]:
@@ -276,3 +278,49 @@ def test_serve_takes_its_token_from_a_file_and_warns_when_it_is_on_the_command_l
 def _listening(port: int) -> bool:
     with socket.socket() as s:
         return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def test_service_install_serve_writes_a_unit_whose_command_serves(
+    vault: Path, tmp_path: Path
+) -> None:
+    token = tmp_path / "token"
+    token.write_text("s3cret\n")
+    port = free_port()
+    result = memcore(
+        "--embedder", "static", "service", "install", "--serve", "--host", "0.0.0.0",
+        "--port", str(port), "--token-file", str(token), vault=vault,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    name = unit_name(vault.resolve()) + "-serve"
+    unit = Path(os.environ["XDG_CONFIG_HOME"]) / "systemd" / "user" / f"{name}.service"
+    text = unit.read_text()
+    assert "Description=memcore: serve the memory of" in text and "s3cret" not in text
+    (exec_start,) = [line for line in text.splitlines() if line.startswith("ExecStart=")]
+    words = shlex.split(exec_start.removeprefix("ExecStart="))
+    assert words[words.index("serve") :] == [
+        "serve", "--host", "0.0.0.0", "--port", str(port), "--token-file", str(token),
+    ]  # fmt: skip
+    # the unit's command, run as systemd would: it serves, with the token from the file
+    proc = subprocess.Popen(words, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            with contextlib.suppress(httpx.TransportError):
+                if httpx.get(f"http://127.0.0.1:{port}/ready", timeout=2).status_code == 200:
+                    break
+            time.sleep(0.2)
+        url = f"http://127.0.0.1:{port}/api/status"
+        assert httpx.get(url).status_code == 401
+        assert httpx.get(url, headers={"Authorization": "Bearer s3cret"}).status_code == 200
+        stopped = memcore("stop", vault=vault)
+        assert stopped.stdout.startswith("stopped memcore serve"), stopped.stdout
+        assert proc.wait(20) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def test_service_install_serve_off_loopback_needs_a_token_file(vault: Path) -> None:
+    result = memcore("service", "install", "--serve", "--host", "0.0.0.0", "--print", vault=vault)
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.strip().endswith("needs --token-file"), result.stderr

@@ -149,11 +149,13 @@ def stop(ctx: typer.Context) -> None:
     typer.echo(f"stopped {what} (pid {pid})")
 
 
-service_app = typer.Typer(help="Run `memcore watch` as a background service.", no_args_is_help=True)
+service_app = typer.Typer(
+    help="Run `memcore watch` (or `memcore serve`) as a background service.", no_args_is_help=True
+)
 app.add_typer(service_app, name="service")
 
 SYSTEMD_UNIT = """[Unit]
-Description=memcore: keep the memory index of {vault} current
+Description=memcore: {what} {vault}
 After=default.target
 
 [Service]
@@ -194,15 +196,34 @@ def systemd_quote(arg: str) -> str:
     return f'"{escaped}"'
 
 
-def watch_command(settings: Settings, overrides: dict[str, object]) -> list[str]:
-    """The argv that runs this vault's watcher with the options given now (--db, --embedder)."""
+def watch_command(
+    settings: Settings, overrides: dict[str, object], serving: list[str] | None = None
+) -> list[str]:
+    """The argv that runs this vault's watcher with the options given now (--db, --embedder);
+    with ``serving`` (its options), `memcore serve` instead."""
     exe = shutil.which("memcore")
     cmd = [exe] if exe else [sys.executable, "-m", "memcore"]
     cmd += ["--vault", str(settings.vault)]
     for key, flag in (("storage.db", "--db"), ("embedder.provider", "--embedder")):
         if overrides.get(key):
             cmd += [flag, str(overrides[key])]
-    return [*cmd, "watch"]
+    return [*cmd, "watch"] if serving is None else [*cmd, "serve", *serving]
+
+
+def serve_options(host: str, port: int, token_file: Path | None) -> list[str]:
+    """`memcore serve`'s options for a service. A token can only come from a file here: a
+    unit file's command line is as public as `ps`. Off loopback a token file is required."""
+    from memcore.core.errors import ConfigError
+
+    loopback = host in ("127.0.0.1", "localhost", "::1")
+    if not loopback and token_file is None:
+        raise ConfigError(f"serving on {host} (not loopback) needs --token-file")
+    options = ["--host", host, "--port", str(port)]
+    if token_file is not None:
+        if not token_file.is_file():
+            raise ConfigError(f"no token file at {token_file}")
+        options += ["--token-file", str(token_file.resolve())]
+    return options
 
 
 @service_app.command("install")
@@ -214,13 +235,25 @@ def service_install(
     print_only: Annotated[
         bool, typer.Option("--print", help="Print the file, write nothing")
     ] = False,
+    serve: Annotated[
+        bool, typer.Option("--serve", help="Run `memcore serve` (HTTP, Mem0 REST, MCP)")
+    ] = False,
+    host: Annotated[str, typer.Option("--host", help="With --serve: address to bind")] = (
+        "127.0.0.1"
+    ),
+    port: Annotated[int, typer.Option("--port", min=1, max=65535, help="With --serve")] = 8765,
+    token_file: Annotated[
+        Path | None, typer.Option("--token-file", help="With --serve: the token's file")
+    ] = None,
 ) -> None:
-    """Write a systemd user unit (or launchd agent on macOS) that runs `memcore watch`."""
+    """Write a systemd user unit (or launchd agent on macOS) that runs `memcore watch`, or
+    with --serve `memcore serve` (which watches too)."""
 
     async def job() -> tuple[Path, str, str]:
         settings = settings_of(ctx)
-        cmd = watch_command(settings, ctx.obj.overrides)
-        name = unit_name(settings.vault)
+        serving = serve_options(host, port, token_file) if serve else None
+        cmd = watch_command(settings, ctx.obj.overrides, serving)
+        name = unit_name(settings.vault) + ("-serve" if serve else "")
         if launchd:
             label = f"dev.memcore.{name}"
             target = Path.home() / "Library" / "LaunchAgents" / f"{label}.plist"
@@ -234,7 +267,8 @@ def service_install(
             target = user_config_dir() / "systemd" / "user" / f"{name}.service"
             command = " ".join(systemd_quote(a) for a in cmd)
             vault = str(settings.vault).replace("%", "%%")
-            text = SYSTEMD_UNIT.format(command=command, vault=vault)
+            what = "serve the memory of" if serve else "keep the memory index current of"
+            text = SYSTEMD_UNIT.format(command=command, vault=vault, what=what)
             hint = f"systemctl --user daemon-reload && systemctl --user enable --now {name}.service"
         return target, text, hint
 
