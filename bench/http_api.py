@@ -1,11 +1,12 @@
 """HTTP API speed: warm search over HTTP, then a bounded mixed load, against `memcore serve`.
 
     python bench/http_api.py                      # sample_vault (a copy), 50 clients for 30 s
+    python bench/http_api.py --clients 12 --seconds 60   # the load issue 26 sets targets for
     python bench/http_api.py --size 10000         # a 10k-chunk vault of real text (built once)
 
 The server runs in its own process (`memcore serve --no-watch`); this process is the clients.
-Prints search p50/p95 (query embedding included), the load run's requests, errors and p95 per
-kind, whether every added memory is found afterwards, and the server's peak RSS.
+Prints search p50/p95 (query embedding included), the load run's requests, errors and
+p50/p95/p99 per kind, whether every added memory is found afterwards, and the server's peak RSS.
 """
 
 from __future__ import annotations
@@ -88,7 +89,7 @@ async def load(url: str, clients: int, seconds: float, qs: list[str]) -> None:
           f"({total / seconds:.0f}/s), {len(errors)} errors")  # fmt: skip
     for kind, xs in lat.items():
         print(f"  {kind}: {len(xs)} requests, p50 {statistics.median(xs) if xs else 0:.1f} ms, "
-              f"p95 {pct(xs, 95):.1f} ms")  # fmt: skip
+              f"p95 {pct(xs, 95):.1f} ms, p99 {pct(xs, 99):.1f} ms")  # fmt: skip
     print(f"  added memories found afterwards: {len(set(added) & found)} of {len(added)}")
     for e in errors[:5]:
         print("  error:", e)

@@ -8,11 +8,15 @@ are ordered per file (see ``Indexer``).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime as dt
+import logging
 from collections.abc import Callable, Collection
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Self
 
+from memcore.core.errors import MemcoreError
 from memcore.core.models import IndexReport, IndexStatus, SearchFilters, SearchResult
 from memcore.core.settings import Settings
 from memcore.embedders.base import EmbeddingRunner
@@ -26,6 +30,43 @@ from memcore.search.recall import Recall
 from memcore.search.searcher import Searcher
 from memcore.storage.base import Store, Vector
 from memcore.vault.history import HistoryLog
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class Readiness:
+    """How far the service is with catching up with the vault. A long-running front (watch,
+    serve) starts in ``starting``, goes through ``catching_up`` (files done of total) and ends
+    in ``ready``; a library or one-shot CLI service caught up before it was opened (or reads
+    what there is) and is ``ready`` from the start."""
+
+    phase: str = "ready"  # starting | catching_up | ready
+    files_done: int = 0
+    files_total: int = 0
+
+    @property
+    def ready(self) -> bool:
+        return self.phase == "ready"
+
+    def progress(self, phase: str, done: int, total: int) -> None:
+        """An indexing ``Progress`` callback: follows the catch-up's file count."""
+        if phase == "files":
+            self.phase, self.files_done, self.files_total = "catching_up", done, total
+
+    def warning(self) -> str | None:
+        """What a reader should know while results may be incomplete, or None."""
+        if self.ready:
+            return None
+        if self.phase == "starting" or not self.files_total:
+            return "still starting: catching up with the vault; results may be incomplete"
+        return (
+            f"still catching up with the vault ({self.files_done} of {self.files_total} files "
+            "indexed); results may be incomplete"
+        )
+
+    def to_dict(self) -> dict[str, object]:
+        return {"phase": self.phase, "files_done": self.files_done, "files_total": self.files_total}
 
 
 class MemoryService:
@@ -51,6 +92,7 @@ class MemoryService:
         writer = MemoryWriter(settings.vault, store, self.indexer)
         self.memories = MemoryApi(store, writer, self.searcher, llm, self.recall)
         self.conversations = Conversations(writer)  # transcripts, chat and tool-call items
+        self.readiness = Readiness()
 
     async def __aenter__(self) -> Self:
         await self.store.__aenter__()
@@ -89,6 +131,21 @@ class MemoryService:
             paths, full=full, progress=progress, stop=stop, fill_pending=fill_pending
         )
 
+    async def catch_up(self, stop: asyncio.Event | None = None) -> IndexReport | None:
+        """Bring the index in line with the vault once, following the progress in
+        ``readiness`` (a server answers meanwhile, saying its results may be incomplete). A
+        failure is logged, not raised: the index is served as it is; None then."""
+        self.readiness.phase = "starting"
+        try:
+            report = await self.index(stop=stop, progress=self.readiness.progress)
+        except MemcoreError as exc:
+            log.warning("could not catch up with the vault (%s); serving the index as it is", exc)
+            return None
+        finally:
+            self.readiness.phase = "ready"
+        log.info("caught up with the vault: %s", report.summary())
+        return report
+
     async def prepare_search(self, started: Callable[[int], None] | None = None) -> None:
         """Leave the index quick to search from the next start: past storage.ann_min_vectors,
         build and save the vector graph now if none is saved (minutes at 1M chunks; the
@@ -109,10 +166,15 @@ class MemoryService:
         query_vector: Vector | None = None,
         as_of: dt.date | None = None,
     ) -> SearchResult:
-        """See ``Searcher.search``: hybrid, degrading to keyword-only with a warning."""
-        return await self.searcher.search(
+        """See ``Searcher.search``: hybrid, degrading to keyword-only with a warning; while
+        the vault is still being caught up, with a warning that results may be incomplete."""
+        result = await self.searcher.search(
             query, limit, filters, fusion_name, min_score, query_vector, as_of
         )
+        pending = self.readiness.warning()
+        if pending is None:
+            return result
+        return dataclasses.replace(result, warnings=(pending, *result.warnings))
 
     async def context(
         self,
@@ -135,6 +197,17 @@ class MemoryService:
     async def warm(self) -> None:
         """Load models and dictionaries off the event loop before the first query needs them."""
         await self.searcher.warm()
+
+    async def status_document(self) -> dict[str, object]:
+        """The one status document (`memcore status --json`, /api/status, MCP ``status``):
+        the vault, what the index holds, and how far the catch-up is. The fronts add the
+        daemon's own state (``daemon``) where they know it."""
+        return {
+            "vault": str(self.settings.vault),
+            "indexed": True,
+            **(await self.status()).to_dict(),
+            "readiness": self.readiness.to_dict(),
+        }
 
     async def status(self) -> IndexStatus:
         async with self.store.snapshot() as reader:

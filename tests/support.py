@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import socket
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -218,6 +219,22 @@ class WireServer:
     def __exit__(self, *exc: object) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
+
+
+def error_message(resp: Any) -> str:
+    """The message of an HTTP error answer, checked to have the one error shape:
+    ``{"error": {"code": "...", "message": "one line"}}``."""
+    error = resp.json()["error"]
+    assert set(error) == {"code", "message"} and error["code"], error
+    assert "\n" not in error["message"], error
+    return str(error["message"])
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def write(root: Any, rel: str, text: str) -> None:

@@ -49,6 +49,7 @@ CONFINED = {
     "fsrs": {"search/strength.py"},
     "usearch": {"storage/ann.py"},
     "psycopg": {"storage/postgres/"},
+    "pydantic": {"fronts/http/", "fronts/mcp.py"},
 }
 # pure transforms: no I/O layer, no event loop
 PURE = {

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 
 import numpy as np
 import pytest
@@ -13,13 +12,7 @@ from memcore.embedders.base import EmbeddingRunner
 from memcore.embedders.local import OnnxMiniLMEmbedder, StaticMiniLMEmbedder
 from memcore.embedders.ollama import OllamaEmbedder
 from memcore.embedders.openai import OpenAIEmbedder
-from tests.support import FakeEmbedder, WireBehaviour, WireServer, hash_vector
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from tests.support import FakeEmbedder, WireBehaviour, WireServer, free_port, hash_vector
 
 
 @pytest.mark.parametrize("cls", [OnnxMiniLMEmbedder, StaticMiniLMEmbedder])

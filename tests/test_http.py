@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -19,13 +18,7 @@ from memcore.fronts.daemon import Daemon, vault_lock
 from memcore.fronts.serve import serve
 from memcore.service import MemoryService
 from tests.conftest import REPO
-from tests.support import write
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from tests.support import error_message, free_port, write
 
 
 @asynccontextmanager
@@ -98,7 +91,39 @@ JSON = {"Content-Type": "application/json"}
         ("POST", "/api/memory/search", {"content": b"{not json", "headers": JSON}, 400, "not JSON"),
         ("POST", "/api/memory/search", {"json": {"query": "x", "bogus": 1}}, 400, "unknown field"),
         ("POST", "/api/memory/search", {"json": {"limit": 3}}, 400, "missing field(s): query"),
-        ("POST", "/api/memory/search", {"json": {"query": "x", "limit": "3"}}, 400, "wrong type"),
+        ("POST", "/api/memory/search", {"json": {"query": "x", "limit": "3"}}, 400,
+         "limit: Input should be a valid integer"),
+        # what issue 26 found answered with a 500 or a dropped connection
+        ("POST", "/api/memory/search", {"content": b"[" * 100_000 + b"]" * 100_000,
+                                        "headers": JSON}, 400, "nested deeper"),
+        ("POST", "/api/memory/search", {"content": b'{"query": ' + b"[" * 40 + b"]" * 40 + b"}",
+                                        "headers": JSON}, 400, "nested deeper"),
+        ("POST", "/api/memory/search", {"content": b'{"query": "x", "threshold": NaN}',
+                                        "headers": JSON}, 400, "NaN is not a JSON number"),
+        ("POST", "/api/memory/search", {"content": b'{"query": "x \\ud800"}', "headers": JSON},
+         400, "lone surrogate"),
+        ("POST", "/api/memory/search", {"json": {"query": "x", "limit": 1e30}}, 400,
+         "limit: Input should be a valid integer"),
+        ("POST", "/api/memory/search", {"json": {"query": "x", "limit": 0}}, 400,
+         "limit: Input should be greater than or equal to 1"),
+        ("POST", "/api/memory/search", {"json": {"query_vector": [1, 2, 3]}}, 400, "dimension"),
+        ("POST", "/api/memory/search", {"json": {"query": "x", "since": "soon"}}, 400,
+         "since must be a date"),
+        ("POST", "/api/memory/search", {"json": {"query": "x", "since": "2024-05-31",
+                                                 "until": "2024-01-01"}}, 400, "after"),
+        ("GET", "/api/memories?offset=1e30", {}, 400, "offset: Input should be a valid integer"),
+        ("GET", "/api/memories?offset=100000000000000000000000", {}, 400, "offset"),
+        ("GET", "/api/memories?limit=-1", {}, 400, "limit"),
+        ("GET", "/api/conversations/s1?limit=99999999999999999999999", {}, 400, "limit"),
+        ("POST", "/v3/memories/search/", {"json": {"query": "x", "filters": {"AND": 5}}}, 400,
+         "filters.AND must be a list"),
+        ("POST", "/v3/memories/search/", {"json": {"query": "x", "filters": {"OR": [
+            {"user_id": "a"}]}}}, 400, "filters.OR is not supported"),
+        ("POST", "/v3/memories/", {"json": {"page": 1e30}}, 400, "page"),
+        ("POST", "/v3/memories/?page=100000000000000000000", {"json": {}}, 400, "page"),
+        ("POST", "/v3/memories/add/", {"content": b'{"messages": "a \\udfff b", "user_id": "u"}',
+                                       "headers": JSON}, 400, "lone surrogate"),
+        ("DELETE", "/api/memory/search", {}, 405, "does not take DELETE"),
         ("POST", "/api/memories", {"json": {"content": "x", "user_id": "../etc"}}, 400,
          "not a valid name"),
         ("POST", "/api/memories", {"json": {"content": ""}}, 400, "empty"),
@@ -121,7 +146,7 @@ async def test_bad_requests_are_one_line_4xx_and_change_nothing(
     async with server(service) as url, httpx.AsyncClient(base_url=url) as http:
         resp = await http.request(method, path, **kwargs)  # type: ignore[arg-type]
         assert resp.status_code == status, resp.text
-        assert message in resp.json()["error"] and "\n" not in resp.json()["error"]
+        assert message in error_message(resp) and "\n" not in error_message(resp)
         fts = await http.post("/api/memory/search", json={"query": 'AND( "x* NEAR'})
         assert fts.status_code == 200  # and the server keeps serving
     assert await service.memories.count() == 0
@@ -133,7 +158,10 @@ async def test_tokens_off_loopback_and_wrong_tokens(service: MemoryService) -> N
     async with server(service, token="s3cret") as url, httpx.AsyncClient(base_url=url) as http:
         assert (await http.get("/api/status")).status_code == 401
         wrong = await http.get("/api/status", headers={"Authorization": "Bearer nope"})
-        assert wrong.status_code == 401 and wrong.json() == {"error": "missing or wrong token"}
+        assert wrong.status_code == 401 and wrong.json()["error"] == {
+            "code": "unauthorized",
+            "message": "missing or wrong token",
+        }
         ok = await http.get("/api/status", headers={"Authorization": "Bearer s3cret"})
         assert ok.status_code == 200
 
@@ -252,7 +280,7 @@ async def test_a_scope_bound_token_never_sees_other_scopes(service: MemoryServic
             added = await alice.post("/api/memories", json={"content": "Alice's plan"})
             assert added.json()["results"][0]["user_id"] == "alice"  # filled in
             asked = await alice.post("/api/memories", json={"content": "x", "user_id": "bob"})
-            assert asked.status_code == 403 and "bound to user_id=alice" in asked.json()["error"]
+            assert asked.status_code == 403 and "bound to user_id=alice" in error_message(asked)
             found = await alice.post("/api/memory/search", json={"query": "secret plan"})
             texts = [r["text"] for r in found.json()["results"]]
             assert "Alice's plan" in texts and "Bob's secret plan" not in texts
@@ -339,7 +367,7 @@ async def test_loopback_is_not_trust_rebinding_and_cross_site_writes_are_refused
     async with server(service) as url, httpx.AsyncClient(base_url=url) as http:
         resp = await http.post("/api/memories", content=body, headers=headers)
         assert resp.status_code == status, resp.text
-        assert message in resp.json()["error"] and "\n" not in resp.json()["error"]
+        assert message in error_message(resp) and "\n" not in error_message(resp)
         same_origin = {"Origin": url, **JSON}
         ok = await http.post("/api/memories", content=body, headers=same_origin)
         assert ok.status_code == 200, ok.text  # the server's own page may write
@@ -372,7 +400,7 @@ async def test_a_scoped_token_reaches_only_its_own_sessions_transcript(
             for method in ("GET", "PUT", "DELETE"):
                 resp = await call(token, method, "s-1")
                 assert resp.status_code == 403, (token, method, resp.text)
-                assert "cannot reach session s-1" in resp.json()["error"]
+                assert "cannot reach session s-1" in error_message(resp)
         assert (await call("run-t", "GET", "s-2")).status_code == 403
         own = await call("run-t", "GET", "s-1")
         assert own.status_code == 200 and own.json()["messages"][0]["content"] == "first session"

@@ -8,8 +8,10 @@ import os
 import sys
 from pathlib import Path
 from typing import Any
+from unittest.mock import ANY
 
 import httpx2
+import pytest
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
@@ -45,7 +47,7 @@ async def test_tools_over_streamable_http(vault: Path, service: MemoryService) -
                                                            "user_id": "alice"}))  # fmt: skip
             mid = added[0]["id"]
             found = payload(await client.call_tool("search", {"query": "tea", "user_id": "alice"}))
-            assert [r["id"] for r in found] == [mid]
+            assert [r["id"] for r in found["results"]] == [mid] and found["warnings"] == []
             block = await client.call_tool("context", {"query": "DX12", "min_score": 0})
             assert block.content[0].text.startswith("## Relevant Memories")
             change = {"memory_id": mid, "content": "Alice likes green tea"}
@@ -72,8 +74,44 @@ async def test_tools_over_stdio(vault: Path) -> None:
         listed = payload(await client.call_tool("list", {"user_id": "bob"}))
         assert [r["id"] for r in listed] == [added[0]["id"]]
         found = payload(await client.call_tool("search", {"query": "chess", "user_id": "bob"}))
-        assert found[0]["memory"] == "Bob plays chess"
+        assert found["results"][0]["memory"] == "Bob plays chess"
     assert "Bob plays chess" in (vault / "memory" / "users" / "bob" / "core.md").read_text()
+
+
+@pytest.mark.parametrize(
+    ("tool", "arguments", "message"),
+    [
+        ("search", {"query": "x", "limit": -1}, "search: limit: Input should be greater than"),
+        ("search", {"query": "x", "limit": "?"}, "search: limit: Input should be a valid integer"),
+        ("search", {"query": "x", "limit": 1001}, "search: limit: Input should be less than"),
+        ("search", {"query": "x", "threshold": 2}, "search: threshold: Input should be less"),
+        ("search", {"query": "x", "since": "soon"}, "since must be a date"),
+        ("search", {}, "search: missing field(s): query"),
+        ("list", {"offset": -5}, "list: offset: Input should be greater than or equal to 0"),
+        ("forget", {}, "forget needs memory_id, or key"),
+        ("get", {"memory_id": "m-nope"}, "no memory"),
+    ],
+)  # fmt: skip
+async def test_tool_errors_are_one_line_and_change_nothing(
+    service: MemoryService, tool: str, arguments: dict[str, Any], message: str
+) -> None:
+    await service.memories.add("Carol runs", user_id="carol")
+    async with server(service) as url, Client(url + "/mcp") as client:
+        result = await client.call_tool(tool, arguments)
+        assert result.is_error
+        text = result.content[0].text
+        assert message in text and "\n" not in text, text
+    assert await service.memories.count() == 1
+
+
+async def test_server_names_its_version_and_reports_status(service: MemoryService) -> None:
+    from memcore import __version__
+
+    async with server(service) as url, Client(url + "/mcp") as client:
+        assert client.server_info is not None and client.server_info.version == __version__
+        status = payload(await client.call_tool("status", {}))
+        assert status["readiness"] == {"phase": "ready", "files_done": 0, "files_total": 0}
+        assert status == {**(await service.status_document()), "last_indexed": ANY}
 
 
 async def test_many_tool_calls_at_once_over_http(service: MemoryService) -> None:

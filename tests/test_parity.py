@@ -176,7 +176,8 @@ async def test_every_front_answers_the_same(
         for q, f, n in CASES:
             args = python_kwargs(f, n)
             args = {k: v for k, v in args.items() if v is not None}
-            tools.append(ranking(payload(await mcp.call_tool("search", {"query": q, **args}))))
+            found = payload(await mcp.call_tool("search", {"query": q, **args}))
+            tools.append(ranking(found["results"]))
         answers["mcp"] = tools
     expected = answers["python"]
     for front, got in answers.items():

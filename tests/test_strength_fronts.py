@@ -17,7 +17,7 @@ from memcore.core.settings import Settings, StrengthSettings
 from memcore.search.recall import REVIEWS_PATH
 from memcore.service import MemoryService
 from tests.conftest import make_service
-from tests.support import FakeEmbedder, write
+from tests.support import FakeEmbedder, error_message, write
 from tests.test_cli import cli
 from tests.test_http import server
 from tests.test_watch import fast, running, until
@@ -73,9 +73,9 @@ async def test_http_query_vector_reinforce_forget_and_restore(
             assert by_vector.json()["results"][0]["memory_id"] == tea
             assert by_vector.json()["mode"] == "vector"
             none = await root.post("/api/memory/search", json={"limit": 3})
-            assert none.status_code == 400 and "query" in none.json()["error"]
+            assert none.status_code == 400 and "query" in error_message(none)
             bad = await root.post("/api/memory/search", json={"query": "x", "query_vector": [1]})
-            assert bad.status_code == 400 and "dimension" in bad.json()["error"]
+            assert bad.status_code == 400 and "dimension" in error_message(bad)
             zero = await root.post("/api/memory/search", json={"query": "x", "query_vector": []})
             assert zero.status_code == 400
             again = (await alice.post(f"/api/memories/{tea}/reinforce")).json()

@@ -194,13 +194,16 @@ def status(
 
     async def job() -> dict[str, object]:
         settings = settings_of(ctx)
+        daemon = daemon_status(settings)
         info: dict[str, object] = {"vault": str(settings.vault), "indexed": False}
         if index_exists(settings):
-            async with open_service(settings, create=False) as service:
-                info |= {"indexed": True, **(await service.status()).to_dict()}
+            async with open_service(settings, create=False, catch_up=False) as service:
+                info = await service.status_document()
         else:
-            info["db_path"] = str(settings.db_path)
-        info["daemon"] = daemon_status(settings)
+            info |= {"db_path": str(settings.db_path), "readiness": NOT_INDEXED}
+        if daemon and "readiness" in daemon:  # the running watcher's catch-up, live
+            info["readiness"] = daemon["readiness"]
+        info["daemon"] = daemon
         return info
 
     info = run(ctx, job)
@@ -208,6 +211,9 @@ def status(
         typer.echo(json.dumps(info, ensure_ascii=False, indent=2))
         return
     _print_status(info)
+
+
+NOT_INDEXED = {"phase": "not_indexed", "files_done": 0, "files_total": 0}
 
 
 def _print_status(info: dict[str, Any]) -> None:
@@ -243,6 +249,9 @@ def _print_status(info: dict[str, Any]) -> None:
         for model, count in info["other_models"].items():
             table.add_row("", f"{plural(count, 'chunk')} still embedded with {model}")
     table.add_row("watcher", _watcher_line(info["daemon"]))
+    ready = info["readiness"]
+    if ready["phase"] in ("starting", "catching_up"):
+        table.add_row("catch-up", f"{ready['files_done']} of {ready['files_total']} files indexed")
     console = Console()
     console.print(table)
     if info.get("skipped"):

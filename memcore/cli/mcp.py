@@ -21,7 +21,8 @@ def mcp_command(ctx: typer.Context) -> None:
 
     async def job() -> None:
         async with open_service(settings_of(ctx), catch_up=False) as service:
-            catch_up = asyncio.create_task(service.index())
+            service.readiness.phase = "starting"  # until the catch-up below is done
+            catch_up = asyncio.create_task(service.catch_up())
             try:
                 await build_mcp(service).run_stdio_async()
             finally:

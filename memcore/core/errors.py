@@ -1,5 +1,10 @@
 """The MemcoreError tree: every failure memcore reports on purpose is one of these."""
 
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
 
 class MemcoreError(Exception):
     """Root of all memcore errors; str(err) is a one-line message for a person."""
@@ -57,3 +62,19 @@ class WriteConflict(MemcoreError):
 
 class LLMError(MemcoreError):
     """The chat model behind infer=True failed or answered something unusable."""
+
+
+def validation_message(errors: Sequence[Mapping[str, Any]]) -> str:
+    """One line from a validator's complaints (pydantic's ``errors()``): the first, as
+    ``field.path: what is wrong``, and how many more there are."""
+    if not errors:
+        return "invalid input"
+    first = errors[0]
+    where = ".".join(str(part) for part in first.get("loc", ())) or "the input"
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    said = {"extra_forbidden": "unknown field", "missing": "missing field"}.get(
+        str(first.get("type"))
+    )
+    if said is not None:
+        return f"{said}(s): {where}{more}"
+    return " ".join(f"{where}: {first.get('msg', 'invalid')}{more}".split())

@@ -137,10 +137,12 @@ class Daemon:
     _wake: asyncio.Event = field(default_factory=asyncio.Event)
     _watcher: VaultWatcher | None = None
     _inflight: asyncio.Task[IndexReport] | None = None
+    _published_at: float = 0.0  # monotonic time of the last progress publish
 
     def __post_init__(self) -> None:
         w = self.settings.watch
         self.debouncer = Debouncer(w.debounce_ms / 1000, w.max_delay_ms / 1000)
+        self.service.readiness.phase = "starting"  # until the catch-up in run() is done
 
     # ---- events (on the loop) ----------------------------------------------------------------
 
@@ -214,7 +216,9 @@ class Daemon:
                 # Before anything is served: loading jieba holds the GIL in long C calls
                 # (its dictionary cache), which would stall every caller for ~200 ms later.
                 await self._warm()
-                report = await self.service.index(stop=self.stop)
+                report = await self.service.index(stop=self.stop, progress=self._progress)
+                self.service.readiness.phase = "ready"
+                self.publish()
                 log.info("caught up with the vault: %s", report.summary())
                 self._watcher = watcher
                 self._note_failures(report, None)
@@ -232,6 +236,15 @@ class Daemon:
             finally:
                 await self._settle_inflight()
                 await asyncio.to_thread(watcher.stop)
+
+    def _progress(self, phase: str, done: int, total: int) -> None:
+        """The catch-up's progress: kept on the service (/ready, status) and published for
+        `memcore status` at most twice a second."""
+        self.service.readiness.progress(phase, done, total)
+        now = time.monotonic()
+        if now - self._published_at >= 0.5 or done == total:
+            self._published_at = now
+            self.publish()
 
     async def _flush_loop(self) -> None:
         waiting = asyncio.ensure_future(self.stop.wait())
@@ -394,6 +407,7 @@ class Daemon:
                 "db": self.settings.index_location,
                 "embedder": embedder_signature(self.settings),
                 "socket": self.socket,
+                "readiness": self.service.readiness.to_dict(),
             },
         )
 

@@ -6,14 +6,21 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from pydantic import Field, ValidationError
 
-from memcore.core.errors import MemcoreError
+from memcore.core.errors import InputError, MemcoreError, validation_message
+from memcore.core.version import __version__
 from memcore.search.filters import read_filters
+from memcore.search.searcher import MAX_LIMIT
 from memcore.service import MemoryService
+
+Limit = Annotated[int, Field(ge=1, le=MAX_LIMIT, description=f"1-{MAX_LIMIT}")]
+Offset = Annotated[int, Field(ge=0, le=10_000_000)]
+Score = Annotated[float, Field(ge=0, le=1)]
 
 INSTRUCTIONS = """memcore is this workspace's long-term memory: Markdown notes plus memories
 written by agents. Search it before answering questions about past decisions, people,
@@ -36,15 +43,30 @@ def one_line_errors(fn: F) -> F:
     return wrapped  # type: ignore[return-value]
 
 
+class MemcoreMCP(MCPServer):
+    """The SDK's server, with arguments that fail validation reported in one line (the SDK
+    reports pydantic's multi-line dump)."""
+
+    async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+        try:
+            return await super().call_tool(name, arguments, context)
+        except ToolError as exc:
+            cause = exc.__cause__
+            if isinstance(cause, ValidationError):
+                message = validation_message(cause.errors(include_url=False))
+                raise ToolError(f"{name}: {message}") from cause
+            raise
+
+
 def build_mcp(service: MemoryService) -> MCPServer:
-    mcp = MCPServer("memcore", instructions=INSTRUCTIONS)
+    mcp = MemcoreMCP("memcore", instructions=INSTRUCTIONS, version=__version__)
     m = service.memories
 
     @mcp.tool()
     @one_line_errors
     async def search(
         query: str,
-        limit: int = 5,
+        limit: Limit = 5,
         user_id: str | None = None,
         agent_id: str | None = None,
         run_id: str | None = None,
@@ -55,9 +77,9 @@ def build_mcp(service: MemoryService) -> MCPServer:
         path: str | None = None,
         since: str | None = None,
         until: str | None = None,
-        threshold: float | None = None,
+        threshold: Score | None = None,
         include_turns: bool = True,
-    ) -> list[dict[str, Any]]:
+    ) -> dict[str, Any]:
         """Search memory by meaning and keywords; each result has a score from 0 to 1. With a
         scope (user_id/agent_id/run_id) only that scope's memories and notes come back, plus
         shared ones with include_shared. filters: metadata conditions, Mem0-style. An empty
@@ -68,13 +90,14 @@ def build_mcp(service: MemoryService) -> MCPServer:
             filters=filters, tag=tag, path=path, since=since, until=until, limit=limit,
             threshold=threshold,
         )  # fmt: skip
-        return [r.to_dict() for r in found]
+        pending = service.readiness.warning()
+        return {"results": [r.to_dict() for r in found], "warnings": [pending] if pending else []}
 
     @mcp.tool()
     @one_line_errors
     async def context(
         query: str,
-        limit: int = 3,
+        limit: Limit = 3,
         user_id: str | None = None,
         agent_id: str | None = None,
         run_id: str | None = None,
@@ -83,7 +106,7 @@ def build_mcp(service: MemoryService) -> MCPServer:
         tag: str | None = None,
         path: str | None = None,
         include_turns: bool = False,
-        min_score: float | None = None,
+        min_score: Score | None = None,
     ) -> str:
         """A "## Relevant Memories" block for the task at hand, scoped like search; empty when
         nothing clears the relevance floor (search.context_min_score)."""
@@ -126,8 +149,8 @@ def build_mcp(service: MemoryService) -> MCPServer:
         agent_id: str | None = None,
         run_id: str | None = None,
         category: str | None = None,
-        limit: int = 50,
-        offset: int = 0,
+        limit: Limit = 50,
+        offset: Offset = 0,
     ) -> list[dict[str, Any]]:
         """Memories of a scope, oldest first."""
         rows = await m.get_all(user_id=user_id, agent_id=agent_id, run_id=run_id,
@@ -156,12 +179,20 @@ def build_mcp(service: MemoryService) -> MCPServer:
         if key:
             gone = await m.forget(key, user_id=user_id, agent_id=agent_id, run_id=run_id)
             return f"forgot {key}" if gone else f"nothing under key {key!r}"
-        return "give memory_id or key"
+        raise InputError("forget needs memory_id, or key (with its scope)")
 
     @mcp.tool()
     @one_line_errors
     async def history(memory_id: str) -> list[dict[str, Any]]:
         """What happened to a memory: ADD / UPDATE / DELETE, when, by the API or a person."""
         return await m.history(memory_id)
+
+    @mcp.tool()
+    @one_line_errors
+    async def status() -> dict[str, Any]:
+        """What the index holds and how far it is with catching up with the vault
+        (``readiness``: phase, files_done, files_total): the same document as `memcore
+        status --json` and GET /api/status."""
+        return await service.status_document()
 
     return mcp

@@ -28,7 +28,8 @@ async def _post(
     except ValueError:
         raise MemcoreError(f"{where} answered {status} without JSON") from None
     if status >= 400:
-        message = data.get("error", reason) if isinstance(data, dict) else data
+        problem = data.get("error", reason) if isinstance(data, dict) else data
+        message = problem.get("message", reason) if isinstance(problem, dict) else problem
         kind = NotFound if status == 404 else InputError
         raise (kind if status < 500 else MemcoreError)(f"{where}: {message}")
     return data

@@ -180,6 +180,8 @@ async def serve(
         lifespan="off", access_log=False, timeout_graceful_shutdown=5,
     )  # fmt: skip
     server = _Server(config)
+    if daemon is None:
+        service.readiness.phase = "starting"  # service.catch_up below ends it
     try:
         async with mcp.session_manager.run(), asyncio.TaskGroup() as tg:
             tg.create_task(server.serve())
@@ -187,6 +189,8 @@ async def serve(
             if daemon is not None:
                 tg.create_task(daemon.run())
                 tg.create_task(serve_socket(service, daemon))
+            else:
+                tg.create_task(service.catch_up(stop))
     except BaseExceptionGroup as group:  # one line for the person: the watcher's own error
         raise _one_error(group) from None
     if not server.started:

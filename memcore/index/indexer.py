@@ -199,6 +199,7 @@ class Indexer:
             )
         total = len(plan.to_read)
         stopped = stop.is_set if stop is not None else lambda: False
+        progress("files", 0, total)
         for start in range(0, total, FILES_PER_BATCH):
             if stopped():
                 break

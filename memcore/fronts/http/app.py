@@ -1,17 +1,20 @@
 """The HTTP app (Starlette): health, memcore's routes (native.py), Mem0's (mem0.py), the OpenAPI
 document and the middleware that checks tokens and body sizes.
 
-Every route calls the one MemoryService the process shares with its watcher. Errors are one
-line of JSON (``{"error": "..."}``) with a 4xx/5xx status; bodies are capped; requests need the
-bearer token when one is set (always, off loopback: `memcore serve` refuses to start without).
+Every route calls the one MemoryService the process shares with its watcher. Requests and
+answers are typed (schemas.py); errors are one line of JSON (``{"error": {"code", "message"}}``)
+with a 4xx/5xx status; bodies are capped; requests need the bearer token when one is set
+(always, off loopback: `memcore serve` refuses to start without).
 """
 
 from __future__ import annotations
 
 import hmac
+import re
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
+from pydantic import TypeAdapter
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
@@ -20,9 +23,10 @@ from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from memcore.core.version import __version__
-from memcore.fronts.http.common import MAX_BODY, BadRequest, error
+from memcore.fronts.http.common import MAX_BODY, BadRequest, Contract, contract, error, reply
 from memcore.fronts.http.mem0 import mem0_routes
 from memcore.fronts.http.native import native_routes
+from memcore.fronts.http.schemas import ErrorOut, HealthOut, ReadyOut
 from memcore.service import MemoryService
 
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]", "::1")
@@ -83,7 +87,7 @@ class Guard:
         if refused is not None:
             await refused(scope, receive, send)
             return
-        if self.tokens and scope["path"] != "/health":
+        if self.tokens and scope["path"] not in ("/health", "/ready"):
             scheme, _, value = headers.get("authorization", "").partition(" ")
             binding = next(
                 (
@@ -130,10 +134,21 @@ def build_app(
     """The whole HTTP app: health, memcore's routes, Mem0's, and ``extra`` (the MCP endpoint).
     ``hosts``: the names the Host header may carry (see Guard)."""
 
+    @contract(HealthOut)
     async def health(request: Request) -> Response:
-        return JSONResponse({"ok": True})
+        """Liveness: the process answers (whatever the index is doing)."""
+        return reply(HealthOut, {"ok": True, "version": __version__})
 
-    routes = [Route("/health", health), *native_routes(service), *mem0_routes(service), *extra]
+    @contract(ReadyOut)
+    async def ready(request: Request) -> Response:
+        """Readiness: 200 once the index has caught up with the vault, 503 until then."""
+        r = service.readiness
+        return reply(ReadyOut, {"ready": r.ready, **r.to_dict()}, 200 if r.ready else 503)
+
+    routes = [
+        Route("/health", health, methods=["GET"]), Route("/ready", ready, methods=["GET"]),
+        *native_routes(service), *mem0_routes(service), *extra,
+    ]  # fmt: skip
     schema = openapi(routes)
 
     async def openapi_json(request: Request) -> Response:
@@ -144,6 +159,9 @@ def build_app(
     async def not_found(request: Request, exc: Exception) -> Response:
         return error(404, f"no route {request.method} {request.url.path}")
 
+    async def not_allowed(request: Request, exc: Exception) -> Response:
+        return error(405, f"{request.url.path} does not take {request.method}")
+
     async def bad(request: Request, exc: Exception) -> Response:
         return error(400, str(exc))
 
@@ -153,40 +171,90 @@ def build_app(
     return Starlette(
         routes=routes,
         middleware=[Middleware(Guard, token=token, scoped=scoped or {}, hosts=hosts)],
-        exception_handlers={404: not_found, 405: not_found, BadRequest: bad, Exception: crash},
+        exception_handlers={404: not_found, 405: not_allowed, BadRequest: bad, Exception: crash},
     )
 
 
 def openapi(routes: Sequence[BaseRoute]) -> dict[str, Any]:
-    """An OpenAPI 3.1 document of the routes: paths, methods, JSON bodies, one-line errors."""
-    error_body = {
-        "description": "one-line error",
-        "content": {"application/json": {"schema": {
-            "type": "object", "properties": {"error": {"type": "string"}}}}},
-    }  # fmt: skip
-    json_object = {"content": {"application/json": {"schema": {"type": "object"}}}}
+    """The OpenAPI 3.1 document, generated from each route's contract (schemas.py): its body,
+    query parameters and answer, and the one error shape."""
+    models: dict[str, Any] = {}
+
+    def ref(kind: Any) -> dict[str, Any]:
+        schema = TypeAdapter(kind).json_schema(ref_template="#/components/schemas/{model}")
+        models.update(schema.pop("$defs", {}))
+        if "title" in schema and schema.get("type") == "object":  # a model: by reference
+            models[schema["title"]] = schema
+            return {"$ref": f"#/components/schemas/{schema['title']}"}
+        return schema
+
+    error_body = {"description": "one-line error",
+                  "content": {"application/json": {"schema": ref(ErrorOut)}}}  # fmt: skip
     paths: dict[str, dict[str, Any]] = {}
     for route in routes:
-        if not isinstance(route, Route):
+        terms: Contract | None = getattr(getattr(route, "endpoint", None), "contract", None)
+        if not isinstance(route, Route) or terms is None:
             continue
         for method in sorted((route.methods or set()) - {"HEAD"}):
-            op: dict[str, Any] = {
-                "operationId": f"{method.lower()}_{route.path.strip('/').replace('/', '_')}",
-                "responses": {"200": {"description": "OK", **json_object}, "4XX": error_body},
+            answer = {
+                "description": "OK",
+                "content": {"application/json": {"schema": ref(terms.out)}},
             }
-            if method in ("POST", "PUT"):
-                op["requestBody"] = {"required": method == "POST", **json_object}
-            params = [p.strip("{}") for p in route.path.split("/") if p.startswith("{")]
-            if params:
-                op["parameters"] = [
-                    {"name": p, "in": "path", "required": True, "schema": {"type": "string"}}
-                    for p in params
+            op: dict[str, Any] = {
+                "operationId": re.sub(r"\W+", "_", f"{method} {route.path}").strip("_").lower(),
+                "summary": terms.summary,
+                "responses": {"200": answer, "4XX": error_body, "5XX": error_body},
+            }
+            if terms.body is not None:
+                op["requestBody"] = {
+                    "required": True,
+                    "content": {"application/json": {"schema": ref(terms.body)}},
+                }
+            params = [
+                {"name": p.strip("{}"), "in": "path", "required": True,
+                 "schema": {"type": "string", "minLength": 1}}
+                for p in route.path.split("/") if p.startswith("{")
+            ]  # fmt: skip
+            if terms.query is not None:
+                fields = terms.query.model_json_schema()["properties"]
+                params += [
+                    {"name": name, "in": "query", "required": False, "schema": schema}
+                    for name, schema in fields.items()
                 ]
+            if params:
+                op["parameters"] = params
             paths.setdefault(route.path, {})[method.lower()] = op
+    _link(paths, routes)
     return {
         "openapi": "3.1.0",
         "info": {"title": "memcore", "version": __version__},
-        "components": {"securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}}},
+        "components": {
+            "schemas": dict(sorted(models.items())),
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+        },
         "security": [{"bearer": []}],
         "paths": paths,
     }
+
+
+def _link(paths: dict[str, dict[str, Any]], routes: Sequence[BaseRoute]) -> None:
+    """OpenAPI links from an answer that holds an id to every operation of the same API
+    (memcore's /api, or Mem0's) whose path takes it."""
+
+    def api(path: str) -> str:
+        return "native" if path.startswith("/api/") else "mem0"
+
+    for route in routes:
+        terms: Contract | None = getattr(getattr(route, "endpoint", None), "contract", None)
+        if not isinstance(route, Route) or terms is None or not terms.links:
+            continue
+        for method in (route.methods or set()) - {"HEAD"}:
+            links = {
+                op["operationId"]: {"operationId": op["operationId"],
+                                    "parameters": {param: source}}
+                for param, source in terms.links.items()
+                for path, ops in paths.items()
+                if f"{{{param}}}" in path and api(path) == api(route.path)
+                for op in ops.values()
+            }  # fmt: skip
+            paths[route.path][method.lower()]["responses"]["200"]["links"] = links

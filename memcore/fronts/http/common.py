@@ -1,13 +1,17 @@
-"""What every HTTP route group shares: body parsing and typing, the token's scope, and the one
-mapping of memcore's errors to statuses and one-line JSON errors."""
+"""What every HTTP route group shares: requests parsed and validated against their types
+(schemas.py), responses serialized through theirs, the token's scope, and the one mapping of
+memcore's errors to statuses and one-line JSON errors (``{"error": {"code", "message"}}``)."""
 
 from __future__ import annotations
 
+import functools
 import json
-from collections.abc import Awaitable, Callable, Collection, Mapping
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import numpy as np
+from pydantic import BaseModel, TypeAdapter, ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
@@ -20,6 +24,7 @@ from memcore.core.errors import (
     StorageBusy,
     VaultError,
     WriteConflict,
+    validation_message,
 )
 from memcore.core.models import MemoryRecord
 from memcore.storage.base import Vector
@@ -63,8 +68,18 @@ def owned(request: Request, record: MemoryRecord) -> MemoryRecord:
     return record
 
 
+CODES = {
+    400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
+    405: "method_not_allowed", 409: "conflict", 413: "too_large", 415: "unsupported_media_type",
+    421: "misdirected_request", 500: "internal", 502: "upstream_failed", 503: "busy",
+}  # fmt: skip
+
+
 def error(status: int, message: str) -> JSONResponse:
-    return JSONResponse({"error": message}, status_code=status)
+    """The one error shape: ``{"error": {"code": "not_found", "message": "one line"}}``."""
+    line = " ".join(message.split()) or CODES.get(status, "error")
+    body = {"error": {"code": CODES.get(status, "error"), "message": line}}
+    return JSONResponse(body, status_code=status)
 
 
 STATUS: list[tuple[type[Exception], int]] = [
@@ -84,6 +99,7 @@ STATUS: list[tuple[type[Exception], int]] = [
 def handle(fn: Handler) -> Handler:
     """Map memcore's errors to one-line JSON responses (the one place that does)."""
 
+    @functools.wraps(fn)
     async def wrapped(request: Request) -> Response:
         try:
             return await fn(request)
@@ -96,24 +112,106 @@ def handle(fn: Handler) -> Handler:
     return wrapped
 
 
-async def body_of(
-    request: Request, allowed: Collection[str], required: Collection[str] = ()
-) -> dict[str, Any]:
-    """The JSON object body, with only ``allowed`` keys and every ``required`` one."""
+MAX_DEPTH = 32  # nesting of a request body: metadata deeper than this is refused
+B = TypeVar("B", bound=BaseModel)
+
+
+def _no_constant(name: str) -> None:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def check_json(data: Any) -> None:
+    """Refuse what JSON allows and memcore cannot store: nesting deeper than MAX_DEPTH, and
+    strings with lone surrogates ("\\ud800"), which are not Unicode text."""
+    stack = [(data, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise BadRequest(f"the body is nested deeper than {MAX_DEPTH} levels")
+        if isinstance(value, dict):
+            stack += [(k, depth) for k in value] + [(v, depth + 1) for v in value.values()]
+        elif isinstance(value, list):
+            stack += [(v, depth + 1) for v in value]
+        elif isinstance(value, str):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                raise BadRequest("a string holds a lone surrogate (not Unicode text)") from None
+
+
+def one_line(exc: ValidationError) -> str:
+    return validation_message(exc.errors(include_url=False, include_context=False))
+
+
+async def parsed(request: Request, model: type[B]) -> B:
+    """The JSON body, validated against ``model`` (schemas.py): a one-line 400 otherwise."""
     raw = await request.body()
     try:
-        data = json.loads(raw or b"{}")
+        data = json.loads(raw or b"{}", parse_constant=_no_constant)
+    except RecursionError:
+        raise BadRequest(f"the body is nested deeper than {MAX_DEPTH} levels") from None
     except ValueError as exc:
         raise BadRequest(f"the body is not JSON: {exc}") from None
     if not isinstance(data, dict):
         raise BadRequest("the body must be a JSON object")
-    unknown = set(data) - set(allowed)
-    if unknown:
-        raise BadRequest(f"unknown field(s): {', '.join(sorted(unknown))}")
-    missing = set(required) - set(data)
-    if missing:
-        raise BadRequest(f"missing field(s): {', '.join(sorted(missing))}")
-    return data
+    check_json(data)
+    return validated(model, data)
+
+
+def query_of(request: Request, model: type[B]) -> B:
+    """The query parameters, validated against ``model``: a one-line 400 otherwise."""
+    params = dict(request.query_params)
+    check_json(params)
+    return validated(model, params)
+
+
+def validated(model: type[B], data: Mapping[str, Any]) -> B:
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise BadRequest(one_line(exc)) from None
+
+
+@functools.cache
+def _adapter(kind: Any) -> TypeAdapter[Any]:
+    return TypeAdapter(kind)
+
+
+def reply(kind: Any, data: Any, status: int = 200) -> Response:
+    """``data`` serialized through its response type ``kind`` (a model, or ``list[Model]``):
+    fields the data leaves out stay out."""
+    adapter = _adapter(kind)
+    body = adapter.dump_json(adapter.validate_python(data), exclude_unset=True)
+    return Response(body, status_code=status, media_type="application/json")
+
+
+@dataclass(frozen=True, slots=True)
+class Contract:
+    """What a route takes and answers, for the OpenAPI document (app.py)."""
+
+    out: Any
+    body: type[BaseModel] | None = None
+    query: type[BaseModel] | None = None
+    summary: str = ""
+    # path parameter -> where the answer holds a value for it ("$response.body#/results/0/id"):
+    # OpenAPI links to the operations that take it (a fuzzer follows them)
+    links: Mapping[str, str] | None = None
+
+
+def contract(
+    out: Any,
+    body: type[BaseModel] | None = None,
+    query: type[BaseModel] | None = None,
+    links: Mapping[str, str] | None = None,
+) -> Callable[[Handler], Handler]:
+    """Mark a handler with its request and response types (read by the OpenAPI document)."""
+
+    def mark(fn: Handler) -> Handler:
+        doc = (fn.__doc__ or "").strip().split("\n")[0]
+        fn.contract = Contract(out, body, query, doc, links)  # type: ignore[attr-defined]
+        return fn
+
+    return mark
 
 
 def vector_of(values: list[Any] | None) -> Vector | None:
@@ -124,14 +222,3 @@ def vector_of(values: list[Any] | None) -> Vector | None:
     if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
         raise BadRequest("query_vector must be a list of numbers")
     return np.asarray(values, dtype=np.float32)
-
-
-def typed(
-    data: Mapping[str, Any], key: str, kind: type | tuple[type, ...], default: Any = None
-) -> Any:
-    value = data.get(key, default)
-    if value is not None and (
-        not isinstance(value, kind) or (isinstance(value, bool) and kind is int)
-    ):
-        raise BadRequest(f"{key} has the wrong type")
-    return value

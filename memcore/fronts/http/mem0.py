@@ -13,19 +13,43 @@ from collections.abc import Mapping
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.routing import Route
 
 from memcore.core.models import MemoryRecord
-from memcore.fronts.http.common import BadRequest, body_of, bound, handle, owned, typed, within
+from memcore.fronts.http.common import (
+    SCOPE_KEYS,
+    BadRequest,
+    bound,
+    contract,
+    handle,
+    owned,
+    parsed,
+    query_of,
+    reply,
+    within,
+)
+from memcore.fronts.http.schemas import (
+    MEM0_IGNORED,
+    Mem0AddBody,
+    Mem0BatchBody,
+    Mem0DeleteQuery,
+    Mem0HistoryEvent,
+    Mem0ListBody,
+    Mem0MemoriesOut,
+    Mem0MemoryOut,
+    Mem0PageOut,
+    Mem0PageQuery,
+    Mem0SearchBody,
+    Mem0UpdateBody,
+    MessageOut,
+    PingOut,
+    message_dicts,
+)
 from memcore.service import MemoryService
 
-SCOPE_KEYS = ("user_id", "agent_id", "run_id")
-# Mem0 fields memcore accepts and has no use for (they change nothing here)
-IGNORED = {"async_mode", "version", "output_format", "org_id", "project_id", "app_id",
-           "includes", "excludes", "custom_categories", "immutable", "timestamp",
-           "expiration_date", "enable_graph", "rerank", "keyword_search", "fields",
-           "filter_memories", "latest_only", "categories"}  # fmt: skip
+IGNORED = set(MEM0_IGNORED)
+LOGIC = ("OR", "NOT")  # Mem0 operators memcore does not evaluate yet: refused, never ignored
 
 
 def record(r: MemoryRecord) -> dict[str, Any]:
@@ -70,6 +94,10 @@ def split_filters(filters: Any) -> tuple[dict[str, str | None], dict[str, Any] |
         return {}, None
     if not isinstance(filters, Mapping):
         raise BadRequest("filters must be an object")
+    if "AND" in filters and not isinstance(filters["AND"], list):
+        raise BadRequest("filters.AND must be a list of objects")
+    if logic := [k for k in LOGIC if k in filters]:
+        raise BadRequest(f"filters.{logic[0]} is not supported (use AND, or separate searches)")
     parts = list(filters["AND"]) if set(filters) == {"AND"} else [filters]
     scope: dict[str, str | None] = {}
     meta: list[dict[str, Any]] = []
@@ -93,114 +121,138 @@ def split_filters(filters: Any) -> tuple[dict[str, str | None], dict[str, Any] |
 def mem0_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a route table
     m = service.memories
 
+    @contract(PingOut)
     async def ping(request: Request) -> Response:
-        return JSONResponse({"status": "ok", "org_id": "memcore", "project_id": "default",
-                             "user_email": None})  # fmt: skip
+        """Mem0's client checks its key here."""
+        return reply(PingOut, {"status": "ok", "org_id": "memcore", "project_id": "default",
+                               "user_email": None})  # fmt: skip
 
+    @contract(
+        Mem0MemoriesOut, body=Mem0AddBody, links={"memory_id": "$response.body#/results/0/id"}
+    )
     @handle
     async def add(request: Request) -> Response:
-        data = await body_of(
-            request, {"messages", "metadata", "infer", *SCOPE_KEYS, *IGNORED}, {"messages"}
+        """Add messages (or a text) as memories of a scope."""
+        data = await parsed(request, Mem0AddBody)
+        messages: str | list[dict[str, Any]] = (
+            [{"role": "user", "content": data.messages}]
+            if isinstance(data.messages, str)
+            else message_dicts(data.messages)
         )
-        messages = data["messages"]
-        if isinstance(messages, str):
-            messages = [{"role": "user", "content": messages}]
-        if not isinstance(messages, list):
-            raise BadRequest("messages must be a list of {role, content}")
         # Mem0 infers by default; here only when an LLM is configured
-        infer = typed(data, "infer", bool, service.llm is not None)
+        infer = service.llm is not None if data.infer is None else data.infer
         records = await m.add(
-            messages, metadata=typed(data, "metadata", dict), infer=infer,
-            **within(request, {k: typed(data, k, str) for k in SCOPE_KEYS}),
+            messages, metadata=data.metadata, infer=infer,
+            **within(request, data.model_dump(include=set(SCOPE_KEYS))),
             idempotency_key=request.headers.get("idempotency-key"),
         )  # fmt: skip
         out = [{**record(r), "event": r.event or "ADD"} for r in records]
-        return JSONResponse({"results": out})
+        return reply(Mem0MemoriesOut, {"results": out})
 
+    @contract(Mem0PageOut, body=Mem0ListBody, query=Mem0PageQuery)
     @handle
     async def get_all(request: Request) -> Response:
-        data = await body_of(request, {"filters", "page", "page_size", *IGNORED})
-        given, meta = split_filters(data.get("filters"))
+        """A page of a scope's memories."""
+        data = await parsed(request, Mem0ListBody)
+        q = query_of(request, Mem0PageQuery)
+        given, meta = split_filters(data.filters)
         scope = within(request, given)
-        try:
-            page = int(request.query_params.get("page", data.get("page", 1)))
-            size = int(request.query_params.get("page_size", data.get("page_size", 100)))
-        except (TypeError, ValueError):
-            raise BadRequest("page and page_size must be numbers") from None
-        if page < 1 or not 1 <= size <= 10_000:
-            raise BadRequest("page must be >= 1 and page_size 1-10000")
+        page, size = q.page or data.page or 1, q.page_size or data.page_size or 100
         total = await m.count(**scope)
         rows = await m.get_all(**scope, filters=meta, limit=size, offset=(page - 1) * size)
         more = page * size < total
-        return JSONResponse({"count": total if meta is None else len(rows),
-                             "next": f"?page={page + 1}&page_size={size}" if more else None,
-                             "previous": f"?page={page - 1}&page_size={size}" if page > 1 else None,
-                             "results": [record(r) for r in rows]})  # fmt: skip
+        return reply(Mem0PageOut, {
+            "count": total if meta is None else len(rows),
+            "next": f"?page={page + 1}&page_size={size}" if more else None,
+            "previous": f"?page={page - 1}&page_size={size}" if page > 1 else None,
+            "results": [record(r) for r in rows],
+        })  # fmt: skip
 
+    @contract(Mem0MemoriesOut, body=Mem0SearchBody)
     @handle
     async def search(request: Request) -> Response:
-        data = await body_of(
-            request, {"query", "filters", "top_k", "limit", "threshold", *IGNORED}, {"query"}
-        )
-        read, rest = split_read_filters(data.get("filters"))
+        """Search a scope's memories; each result has a score from 0 to 1."""
+        data = await parsed(request, Mem0SearchBody)
+        read, rest = split_read_filters(data.filters)
         given, meta = split_filters(rest)
         scope = within(request, given)
-        limit = typed(data, "top_k", int) or typed(data, "limit", int) or 10
-        if not 1 <= limit <= 1000:
-            raise BadRequest("top_k must be 1-1000")
         rows = await m.search(
-            typed(data, "query", str), **scope, **read, filters=meta, limit=limit,
-            threshold=typed(data, "threshold", (int, float)),
+            data.query, **scope, **read, filters=meta, limit=data.top_k or data.limit or 10,
+            threshold=data.threshold,
         )  # fmt: skip
-        return JSONResponse({"results": [record(r) for r in rows]})
+        out: dict[str, Any] = {"results": [record(r) for r in rows]}
+        if (pending := service.readiness.warning()) is not None:
+            out["warnings"] = [pending]
+        return reply(Mem0MemoriesOut, out)
 
+    @contract(Mem0MemoryOut)
     @handle
-    async def one(request: Request) -> Response:
-        memory_id = request.path_params["memory_id"]
-        found = owned(request, await m.get(memory_id, review=request.method == "GET"))
-        if request.method == "GET":
-            return JSONResponse(record(found))
-        if request.method == "DELETE":
-            await m.delete(memory_id)
-            return JSONResponse({"message": "Memory deleted successfully!"})
-        data = await body_of(request, {"text", "metadata", *IGNORED})
-        updated = await m.update(memory_id, typed(data, "text", str), typed(data, "metadata", dict))
-        return JSONResponse(record(updated))
+    async def get_one(request: Request) -> Response:
+        """One memory."""
+        found = owned(request, await m.get(request.path_params["memory_id"]))
+        return reply(Mem0MemoryOut, record(found))
 
+    @contract(Mem0MemoryOut, body=Mem0UpdateBody)
+    @handle
+    async def update(request: Request) -> Response:
+        """Change a memory's text or metadata."""
+        memory_id = request.path_params["memory_id"]
+        owned(request, await m.get(memory_id, review=False))
+        data = await parsed(request, Mem0UpdateBody)
+        return reply(Mem0MemoryOut, record(await m.update(memory_id, data.text, data.metadata)))
+
+    @contract(MessageOut)
+    @handle
+    async def delete(request: Request) -> Response:
+        """Delete a memory."""
+        memory_id = request.path_params["memory_id"]
+        owned(request, await m.get(memory_id, review=False))
+        await m.delete(memory_id)
+        return reply(MessageOut, {"message": "Memory deleted successfully!"})
+
+    @contract(MessageOut, query=Mem0DeleteQuery)
     @handle
     async def delete_all(request: Request) -> Response:
-        q = request.query_params
-        unknown = set(q) - {*SCOPE_KEYS, *IGNORED}
+        """Delete every memory of a scope."""
+        q = query_of(request, Mem0DeleteQuery)
+        unknown = set(q.model_extra or {}) - IGNORED
         if unknown:
             raise BadRequest(f"unknown parameter(s): {', '.join(sorted(unknown))}")
-        gone = await m.delete_all(**within(request, q))
-        return JSONResponse({"message": f"Memories deleted successfully! ({gone})"})
+        gone = await m.delete_all(**within(request, q.model_dump(include=set(SCOPE_KEYS))))
+        return reply(MessageOut, {"message": f"Memories deleted successfully! ({gone})"})
 
+    @contract(list[Mem0HistoryEvent])
     @handle
     async def history(request: Request) -> Response:
+        """What happened to a memory."""
         memory_id = request.path_params["memory_id"]
         if bound(request):
             owned(request, await m.get(memory_id, review=False))
         events = await m.history(memory_id)
-        return JSONResponse([{"id": f"{memory_id}:{n}", **e} for n, e in enumerate(events)])
+        rows = [{"id": f"{memory_id}:{n}", **e} for n, e in enumerate(events)]
+        return reply(list[Mem0HistoryEvent], rows)
 
+    @contract(MessageOut, body=Mem0BatchBody)
     @handle
-    async def batch(request: Request) -> Response:
-        data = await body_of(request, {"memories"}, {"memories"})
-        items = typed(data, "memories", list)
-        if not items or len(items) > 1000 or not all(isinstance(i, Mapping) for i in items):
-            raise BadRequest("memories must be a list of 1-1000 objects")
-        for item in items:
-            if not isinstance(item.get("memory_id"), str):
-                raise BadRequest("each memory needs a memory_id")
-            owned(request, await m.get(item["memory_id"], review=False))
-        if request.method == "DELETE":
-            for item in items:
-                await m.delete(item["memory_id"])
-            return JSONResponse({"message": f"Successfully deleted {len(items)} memories"})
-        for item in items:
-            await m.update(item["memory_id"], item.get("text"), item.get("metadata"))
-        return JSONResponse({"message": f"Successfully updated {len(items)} memories"})
+    async def batch_update(request: Request) -> Response:
+        """Change up to 1000 memories."""
+        data = await parsed(request, Mem0BatchBody)
+        for item in data.memories:
+            owned(request, await m.get(item.memory_id, review=False))
+        for item in data.memories:
+            await m.update(item.memory_id, item.text, item.metadata)
+        return reply(MessageOut, {"message": f"Successfully updated {len(data.memories)} memories"})
+
+    @contract(MessageOut, body=Mem0BatchBody)
+    @handle
+    async def batch_delete(request: Request) -> Response:
+        """Delete up to 1000 memories."""
+        data = await parsed(request, Mem0BatchBody)
+        for item in data.memories:
+            owned(request, await m.get(item.memory_id, review=False))
+        for item in data.memories:
+            await m.delete(item.memory_id)
+        return reply(MessageOut, {"message": f"Successfully deleted {len(data.memories)} memories"})
 
     return [
         Route("/v1/ping/", ping, methods=["GET"]),
@@ -209,7 +261,10 @@ def mem0_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a route 
         Route("/v3/memories/", get_all, methods=["POST"]),
         Route("/v3/memories/search/", search, methods=["POST"]),
         Route("/v1/memories/", delete_all, methods=["DELETE"]),
-        Route("/v1/memories/{memory_id}/", one, methods=["GET", "PUT", "DELETE"]),
+        Route("/v1/memories/{memory_id}/", get_one, methods=["GET"]),
+        Route("/v1/memories/{memory_id}/", update, methods=["PUT"]),
+        Route("/v1/memories/{memory_id}/", delete, methods=["DELETE"]),
         Route("/v1/memories/{memory_id}/history/", history, methods=["GET"]),
-        Route("/v1/batch/", batch, methods=["PUT", "DELETE"]),
+        Route("/v1/batch/", batch_update, methods=["PUT"]),
+        Route("/v1/batch/", batch_delete, methods=["DELETE"]),
     ]

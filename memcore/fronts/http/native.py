@@ -2,172 +2,196 @@
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
-from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.routing import Route
 
 from memcore.core.models import SearchFilters
+from memcore.fronts.daemon import daemon_status
 from memcore.fronts.http.common import (
     SCOPE_KEYS,
     BadRequest,
     Forbidden,
-    body_of,
     bound,
+    contract,
     handle,
     owned,
-    typed,
+    parsed,
+    query_of,
+    reply,
     vector_of,
     within,
 )
+from memcore.fronts.http.schemas import (
+    AddBody,
+    ContextBody,
+    ContextOut,
+    ConversationBody,
+    ConversationQuery,
+    CountOut,
+    DeletedOut,
+    HistoryOut,
+    ListQuery,
+    MemoriesOut,
+    MemoryOut,
+    MessagesOut,
+    ReadFields,
+    SavedOut,
+    SearchBody,
+    SearchOut,
+    StatusOut,
+    UpdateBody,
+    message_dicts,
+)
 from memcore.fronts.http.strength import strength_routes
 from memcore.search.filters import read_filters
-from memcore.search.searcher import MAX_LIMIT
 from memcore.service import MemoryService
-
-READ_FIELDS = {
-    "query", "limit", "user_id", "agent_id", "run_id", "include_shared", "scope_only",
-    "include_turns", "category", "filters", "tag", "path", "since", "until",
-}  # fmt: skip
-
-
-def limit_of(data: Mapping[str, Any], default: int) -> int:
-    limit = int(typed(data, "limit", int, default))
-    if not 1 <= limit <= MAX_LIMIT:
-        raise BadRequest(f"limit must be 1-{MAX_LIMIT}")
-    return limit
 
 
 def native_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a route table
     """memcore's own API: search, context, status and the memory operations."""
     m = service.memories
 
-    def scope_of(request: Request, data: Mapping[str, Any]) -> dict[str, Any]:
-        return within(request, {k: typed(data, k, str) for k in SCOPE_KEYS})
-
-    def filters_of(request: Request, data: Mapping[str, Any]) -> SearchFilters:
-        legacy_scope_only = bool(typed(data, "scope_only", bool, False))  # now the default
+    def filters_of(request: Request, data: ReadFields, include_turns: bool) -> SearchFilters:
         return read_filters(
-            **scope_of(request, data),
-            include_shared=bool(typed(data, "include_shared", bool, False))
-            and not legacy_scope_only,
-            include_turns=bool(typed(data, "include_turns", bool, True)),
-            category=typed(data, "category", str), metadata=typed(data, "filters", dict),
-            tag=typed(data, "tag", str), path=typed(data, "path", str),
-            since=typed(data, "since", str), until=typed(data, "until", str),
+            **within(request, data.model_dump(include=set(SCOPE_KEYS))),
+            include_shared=data.include_shared and not data.scope_only,  # now the default
+            include_turns=include_turns if data.include_turns is None else data.include_turns,
+            category=data.category, metadata=data.filters, tag=data.tag, path=data.path,
+            since=data.since, until=data.until,
         )  # fmt: skip
 
+    @contract(SearchOut, body=SearchBody)
     @handle
     async def search(request: Request) -> Response:
-        data = await body_of(request, {*READ_FIELDS, "threshold", "query_vector", "reinforce"})
-        if "query" not in data and "query_vector" not in data:
+        """Hybrid search: notes and memories, each with a score from 0 to 1."""
+        data = await parsed(request, SearchBody)
+        if data.query is None and data.query_vector is None:
             raise BadRequest("missing field(s): query (or query_vector)")
         result = await service.search(
-            typed(data, "query", str, ""), limit_of(data, 5), filters_of(request, data),
-            min_score=typed(data, "threshold", (int, float)),
-            query_vector=vector_of(typed(data, "query_vector", list)),
+            data.query or "", data.limit or 5, filters_of(request, data, True),
+            min_score=data.threshold, query_vector=vector_of(data.query_vector),
         )  # fmt: skip
-        if typed(data, "reinforce", bool, False):
+        if data.reinforce:
             await m.recall.review([h.id for h in result.hits])
         out = result.to_dict()
         for row in out["results"]:  # type: ignore[attr-defined]
             row["memory_id"] = None if row["id"].startswith("note:") else row["id"]
-        return JSONResponse(out)
+        return reply(SearchOut, out)
 
+    @contract(ContextOut, body=ContextBody)
     @handle
     async def context(request: Request) -> Response:
-        data = await body_of(request, {*READ_FIELDS, "min_score"}, {"query"})
+        """A "## Relevant Memories" block for a prompt (empty when nothing is relevant)."""
+        data = await parsed(request, ContextBody)
         block = await service.context(
-            typed(data, "query", str), limit_of(data, 3),
-            dataclasses.replace(
-                filters_of(request, data),
-                include_turns=bool(typed(data, "include_turns", bool, False)),
-            ),
-            min_score=typed(data, "min_score", (int, float)),
+            data.query, data.limit or 3, filters_of(request, data, False),
+            min_score=data.min_score,
         )  # fmt: skip
-        return JSONResponse({"context": block})
+        return reply(ContextOut, {"context": block})
 
+    @contract(StatusOut)
     @handle
     async def status(request: Request) -> Response:
-        return JSONResponse((await service.status()).to_dict())
+        """What the index holds, how far its catch-up is, and the watcher's state."""
+        document = await service.status_document()
+        return reply(StatusOut, {**document, "daemon": daemon_status(service.settings)})
 
+    @contract(MemoriesOut, body=AddBody, links={"memory_id": "$response.body#/results/0/id"})
     @handle
     async def add(request: Request) -> Response:
-        data = await body_of(
-            request,
-            {"content", "messages", "user_id", "agent_id", "run_id", "metadata", "category",
-             "key", "infer"},
-        )  # fmt: skip
-        content = data.get("messages", data.get("content"))
-        if not isinstance(content, str | list):
+        """Add a memory (content) or a conversation's memories (messages)."""
+        data = await parsed(request, AddBody)
+        content = message_dicts(data.messages) if data.messages is not None else data.content
+        if content is None:
             raise BadRequest("give content (text) or messages (a list)")
         records = await m.add(
-            content, metadata=typed(data, "metadata", dict), key=typed(data, "key", str),
-            category=typed(data, "category", str, "core"),
-            infer=bool(typed(data, "infer", bool, False)), **scope_of(request, data),
+            content, metadata=data.metadata, key=data.key, category=data.category,
+            infer=data.infer, **within(request, data.model_dump(include=set(SCOPE_KEYS))),
             idempotency_key=request.headers.get("idempotency-key"),
         )  # fmt: skip
-        return JSONResponse({"results": [r.to_dict() for r in records]})
+        return reply(MemoriesOut, {"results": [r.to_dict() for r in records]})
 
+    @contract(MemoriesOut, query=ListQuery)
     @handle
     async def list_all(request: Request) -> Response:
-        q = request.query_params
-        unknown = set(q) - {"user_id", "agent_id", "run_id", "category", "tag", "limit", "offset"}
-        if unknown:
-            raise BadRequest(f"unknown parameter(s): {', '.join(sorted(unknown))}")
-        try:
-            limit, offset = int(q.get("limit", "100")), int(q.get("offset", "0"))
-        except ValueError:
-            raise BadRequest("limit and offset must be numbers") from None
+        """Memories of a scope, oldest first."""
+        q = query_of(request, ListQuery)
         records = await m.get_all(
-            **within(request, q), category=q.get("category"), tag=q.get("tag"), limit=limit,
-            offset=offset,
+            **within(request, q.model_dump(include=set(SCOPE_KEYS))), category=q.category,
+            tag=q.tag, limit=q.limit, offset=q.offset,
         )  # fmt: skip
-        return JSONResponse({"results": [r.to_dict() for r in records]})
+        return reply(MemoriesOut, {"results": [r.to_dict() for r in records]})
 
+    @contract(MemoryOut)
     @handle
-    async def one(request: Request) -> Response:
+    async def get_one(request: Request) -> Response:
+        """One memory, with its strength (reading it counts as a review)."""
         memory_id = request.path_params["memory_id"]
-        found = owned(request, await m.get(memory_id, review=request.method == "GET"))
-        if request.method == "GET":
-            return JSONResponse(found.to_dict())
-        if request.method == "DELETE":
-            await m.delete(memory_id)
-            return JSONResponse({"deleted": memory_id})
-        data = await body_of(request, {"content", "metadata"})
-        record = await m.update(
-            memory_id, typed(data, "content", str), typed(data, "metadata", dict)
-        )
-        return JSONResponse(record.to_dict())
+        return reply(MemoryOut, owned(request, await m.get(memory_id)).to_dict())
 
+    @contract(MemoryOut, body=UpdateBody)
+    @handle
+    async def update(request: Request) -> Response:
+        """Change a memory's text or metadata; its id stays."""
+        memory_id = request.path_params["memory_id"]
+        owned(request, await m.get(memory_id, review=False))
+        data = await parsed(request, UpdateBody)
+        record = await m.update(memory_id, data.content, data.metadata)
+        return reply(MemoryOut, record.to_dict())
+
+    @contract(DeletedOut)
+    @handle
+    async def delete(request: Request) -> Response:
+        """Delete a memory (its history keeps it; restore brings it back)."""
+        memory_id = request.path_params["memory_id"]
+        owned(request, await m.get(memory_id, review=False))
+        await m.delete(memory_id)
+        return reply(DeletedOut, {"deleted": memory_id})
+
+    @contract(HistoryOut)
     @handle
     async def history(request: Request) -> Response:
+        """What happened to a memory: ADD, UPDATE, DELETE, when and by whom."""
         memory_id = request.path_params["memory_id"]
         if bound(request):
             owned(request, await m.get(memory_id, review=False))  # deleted: full access only
-        return JSONResponse({"results": await m.history(memory_id)})
+        return reply(HistoryOut, {"results": await m.history(memory_id)})
 
-    @handle
-    async def conversation(request: Request) -> Response:
-        session = request.path_params["session_id"]
+    def session_of(request: Request) -> str:
+        session = str(request.path_params["session_id"])
         binding = bound(request)
         if binding and binding != {"run_id": session}:
             # a transcript belongs to its session alone: only a token bound to exactly that
             # run reaches it (a user's or an agent's token would reach every session)
             raise Forbidden(f"a token bound to {_named(binding)} cannot reach session {session}")
-        if request.method == "GET":
-            raw = request.query_params.get("limit")
-            limit = int(raw) if raw and raw.isdigit() else None
-            return JSONResponse({"messages": await service.conversations.load(session, limit)})
-        if request.method == "DELETE":
-            return JSONResponse({"deleted": await service.conversations.reset(session)})
-        data = await body_of(request, {"messages"}, {"messages"})
-        messages = typed(data, "messages", list)
-        saved = await service.conversations.save(session, messages)
-        return JSONResponse({"saved": len(saved)})
+        return session
+
+    @contract(MessagesOut, query=ConversationQuery)
+    @handle
+    async def load(request: Request) -> Response:
+        """A session's transcript as chat messages (the last ``limit``)."""
+        session = session_of(request)
+        limit = query_of(request, ConversationQuery).limit
+        return reply(MessagesOut, {"messages": await service.conversations.load(session, limit)})
+
+    @contract(SavedOut, body=ConversationBody)
+    @handle
+    async def save(request: Request) -> Response:
+        """Replace a session's transcript with these messages."""
+        session = session_of(request)
+        data = await parsed(request, ConversationBody)
+        saved = await service.conversations.save(session, message_dicts(data.messages))
+        return reply(SavedOut, {"saved": len(saved)})
+
+    @contract(CountOut)
+    @handle
+    async def reset(request: Request) -> Response:
+        """Forget a session's transcript."""
+        session = session_of(request)
+        return reply(CountOut, {"deleted": await service.conversations.reset(session)})
 
     return [
         Route("/api/memory/search", search, methods=["POST"]),
@@ -175,9 +199,13 @@ def native_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a rout
         Route("/api/status", status, methods=["GET"]),
         Route("/api/memories", add, methods=["POST"]),
         Route("/api/memories", list_all, methods=["GET"]),
-        Route("/api/memories/{memory_id}", one, methods=["GET", "PUT", "DELETE"]),
+        Route("/api/memories/{memory_id}", get_one, methods=["GET"]),
+        Route("/api/memories/{memory_id}", update, methods=["PUT"]),
+        Route("/api/memories/{memory_id}", delete, methods=["DELETE"]),
         Route("/api/memories/{memory_id}/history", history, methods=["GET"]),
-        Route("/api/conversations/{session_id}", conversation, methods=["GET", "PUT", "DELETE"]),
+        Route("/api/conversations/{session_id}", load, methods=["GET"]),
+        Route("/api/conversations/{session_id}", save, methods=["PUT"]),
+        Route("/api/conversations/{session_id}", reset, methods=["DELETE"]),
         *strength_routes(service),
     ]
 

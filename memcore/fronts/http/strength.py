@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.routing import Route
 
-from memcore.fronts.http.common import SCOPE_KEYS, BadRequest, body_of, handle, owned, typed, within
+from memcore.fronts.http.common import SCOPE_KEYS, contract, handle, owned, parsed, reply, within
+from memcore.fronts.http.schemas import ForgetBody, MemoriesOut, MemoryOut
 from memcore.service import MemoryService
 
 
@@ -14,35 +15,33 @@ def strength_routes(service: MemoryService) -> list[Route]:
     """POST /api/memories/{id}/reinforce, POST /api/memories/forget, POST .../{id}/restore."""
     m = service.memories
 
+    @contract(MemoryOut)
     @handle
     async def reinforce(request: Request) -> Response:
+        """Count a use of the memory: one FSRS review, it grows stronger."""
         memory_id = request.path_params["memory_id"]
         owned(request, await m.get(memory_id, review=False))
         (record,) = await m.reinforce(memory_id)
-        return JSONResponse(record.to_dict())
+        return reply(MemoryOut, record.to_dict())
 
+    @contract(MemoriesOut, body=ForgetBody)
     @handle
     async def forget(request: Request) -> Response:
-        data = await body_of(
-            request, {"threshold", "dry_run", "category", *SCOPE_KEYS}, {"threshold"}
-        )
-        threshold = typed(data, "threshold", (int, float))
-        if not 0 < threshold < 1:
-            raise BadRequest("threshold must be between 0 and 1")
-        scope = within(request, {k: typed(data, k, str) for k in SCOPE_KEYS})
+        """Archive the memories whose retrievability fell below the threshold."""
+        data = await parsed(request, ForgetBody)
         weak = await m.forget_below(
-            float(threshold),
-            category=typed(data, "category", str),
-            dry_run=bool(typed(data, "dry_run", bool, False)),
-            **scope,
-        )
-        return JSONResponse({"results": [r.to_dict() for r in weak]})
+            data.threshold, category=data.category, dry_run=data.dry_run,
+            **within(request, data.model_dump(include=set(SCOPE_KEYS))),
+        )  # fmt: skip
+        return reply(MemoriesOut, {"results": [r.to_dict() for r in weak]})
 
+    @contract(MemoryOut)
     @handle
     async def restore(request: Request) -> Response:
+        """Bring an archived memory back."""
         memory_id = request.path_params["memory_id"]
         owned(request, await m.archive.peek(memory_id))
-        return JSONResponse((await m.restore(memory_id)).to_dict())
+        return reply(MemoryOut, (await m.restore(memory_id)).to_dict())
 
     return [
         Route("/api/memories/forget", forget, methods=["POST"]),

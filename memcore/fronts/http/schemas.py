@@ -1,0 +1,412 @@
+"""The HTTP contract as types (pydantic): every route's request body or query and its response.
+
+One definition serves three purposes: requests are validated against it (an unknown field, a
+wrong type or a value out of range is a one-line 400), responses are serialized through it
+(a response that drifts from its type fails loudly instead of surprising a client), and the
+OpenAPI 3.1 document at /openapi.json is generated from it (app.py).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+
+from memcore.search.searcher import MAX_LIMIT
+
+
+def _whole(value: Any) -> Any:
+    """JSON's integers: 600 and 600.0 (JSON Schema counts both), never "600" or true."""
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2**63:
+        return int(value)
+    return value
+
+
+WHOLE = BeforeValidator(_whole)  # after the bounds in Annotated[...], so they stay in the schema
+Limit = Annotated[int, Field(ge=1, le=MAX_LIMIT), WHOLE]
+Offset = Annotated[int, Field(ge=0, le=10_000_000), WHOLE]
+Score = Annotated[float, Field(ge=0, le=1)]
+
+
+def _shape(pattern: str, description: str) -> Any:
+    """A pattern the OpenAPI document states and the domain enforces, with its own message
+    ("user_id '../x' is not a valid name: ...", "since must be a date like 2024-05-31")."""
+    return Field(description=description, json_schema_extra={"pattern": pattern})
+
+
+# a scope or category: it names a folder or a file (memory_format.check_name)
+Name = Annotated[
+    str,
+    Field(min_length=1, max_length=128),
+    _shape(r"^[^\W_][\w.\-@]*$", "letters, digits, '.', '-', '_' or '@'"),
+]
+Word = Annotated[str, Field(min_length=1, max_length=200)]
+Text = Annotated[str, Field(max_length=1_000_000)]
+Content = Annotated[str, Field(max_length=1_000_000), _shape(r"\S", "not blank")]
+Day = Annotated[str, Field(max_length=32), _shape(r"^\d{4}-\d{2}-\d{2}$", "an ISO date")]
+Tag = Annotated[str, Field(max_length=200), _shape(r"^#?[^\s#]+$", "one word, '#' optional")]
+JSONObject = dict[str, Any]
+
+
+class Body(BaseModel):
+    """A request body: JSON types exactly (no "5" for 5), no unknown fields."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class Query(BaseModel):
+    """Query-string parameters: text converted to the field's type, no unknown parameters."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class Out(BaseModel):
+    """A response: every field declared (a drift from the contract is a bug, caught here)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+# ---- errors, health ----------------------------------------------------------------------
+
+
+class ErrorDetail(Out):
+    code: str = Field(description="bad_request, unauthorized, forbidden, not_found, ...")
+    message: str = Field(description="one line, for a person")
+
+
+class ErrorOut(Out):
+    error: ErrorDetail
+
+
+class HealthOut(Out):
+    ok: bool
+    version: str
+
+
+class ReadyOut(Out):
+    ready: bool
+    phase: Literal["starting", "catching_up", "ready"]
+    files_done: int
+    files_total: int
+
+
+# ---- memcore's own routes ------------------------------------------------------------------
+
+
+class ScopeFields(Body):
+    user_id: Name | None = None
+    agent_id: Name | None = None
+    run_id: Name | None = None
+
+
+class ReadFields(ScopeFields):
+    """What every read takes: a scope and memcore's read filters."""
+
+    limit: Limit | None = None
+    include_shared: bool = False
+    scope_only: bool = Field(False, description="legacy; a scope is exclusive by default now")
+    include_turns: bool | None = None
+    category: Name | None = None
+    filters: JSONObject | None = Field(None, description="metadata conditions, Mem0-style")
+    tag: Tag | None = None
+    path: Annotated[str, Field(max_length=1000)] | None = None
+    since: Day | None = None
+    until: Day | None = None
+
+
+class SearchBody(ReadFields):
+    query: Text | None = None
+    threshold: Score | None = None
+    query_vector: Annotated[list[float], Field(min_length=1, max_length=8192)] | None = None
+    reinforce: bool = False
+
+
+class ContextBody(ReadFields):
+    query: Text
+    min_score: Score | None = None
+
+
+Role = Literal["system", "user", "assistant", "tool"]
+
+
+class Message(BaseModel):
+    """A chat message in OpenAI's shape (tool_calls, tool_call_id, name and content parts
+    are kept as they come)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    role: Role
+    content: str | list[JSONObject] | None = None
+
+
+def message_dicts(messages: list[Message]) -> list[dict[str, Any]]:
+    """The messages as they came (fields not sent stay out)."""
+    return [message.model_dump(exclude_unset=True) for message in messages]
+
+
+class AddBody(ScopeFields):
+    content: Content | None = None
+    messages: list[Message] | None = None
+    metadata: JSONObject | None = None
+    category: Name = "core"
+    key: Word | None = None
+    infer: bool = False
+
+
+class UpdateBody(Body):
+    content: Content | None = None
+    metadata: JSONObject | None = None
+
+
+class ListQuery(Query):
+    user_id: Name | None = None
+    agent_id: Name | None = None
+    run_id: Name | None = None
+    category: Name | None = None
+    tag: Tag | None = None
+    limit: Annotated[int, Field(ge=1, le=10_000)] = 100
+    offset: Offset = 0
+
+
+class ConversationQuery(Query):
+    limit: Annotated[int, Field(ge=1, le=1_000_000)] | None = None
+
+
+class ConversationBody(Body):
+    messages: list[Message]
+
+
+class ForgetBody(ScopeFields):
+    threshold: Annotated[float, Field(gt=0, lt=1)]
+    dry_run: bool = False
+    category: Name | None = None
+
+
+class StrengthOut(Out):
+    tier: str
+    retrievability: float
+    stability_days: float
+    difficulty: float
+    last_review: str | None
+    reviews: int
+
+
+class MemoryOut(Out):
+    id: str
+    memory: str
+    event: str | None = None
+    user_id: str | None
+    agent_id: str | None
+    run_id: str | None
+    category: str
+    key: str | None
+    metadata: JSONObject
+    created_at: str | None
+    updated_at: str | None
+    path: str | None
+    start_line: int | None
+    end_line: int | None
+    score: float | None = None
+    strength: StrengthOut | None = None
+
+
+class HitOut(Out):
+    id: str
+    memory_id: str | None = Field(description="the memory's id; null for a note")
+    path: str
+    start_line: int
+    end_line: int
+    heading: str
+    score: float
+    text: str
+    vector_score: float | None
+    keyword_score: float | None
+    date: str | None
+    tags: list[str]
+
+
+class SearchOut(Out):
+    query: str
+    mode: str
+    results: list[HitOut]
+    warnings: list[str] | None = None
+
+
+class ContextOut(Out):
+    context: str
+
+
+class MemoriesOut(Out):
+    results: list[MemoryOut]
+
+
+class DeletedOut(Out):
+    deleted: str
+
+
+class HistoryEvent(Out):
+    memory_id: str
+    event: str
+    old_memory: str | None
+    new_memory: str | None
+    actor: str | None
+    created_at: str | None
+    path: str | None
+    request: str | None = None
+    undo: bool | None = None
+    memory: JSONObject | None = None
+
+
+class HistoryOut(Out):
+    results: list[HistoryEvent]
+
+
+class MessagesOut(Out):
+    messages: list[JSONObject]
+
+
+class SavedOut(Out):
+    saved: int
+
+
+class CountOut(Out):
+    deleted: int
+
+
+class StatusOut(Out):
+    vault: str
+    indexed: bool
+    files: int
+    chunks: int
+    vectors_pending: int
+    model_id: str
+    other_models: dict[str, int]
+    db_path: str
+    db_bytes: int
+    engine: str
+    duplicate_memories: dict[str, list[str]]
+    last_indexed: str | None
+    skipped: dict[str, str]
+    readiness: dict[str, Any]
+    daemon: JSONObject | None
+
+
+# ---- Mem0's routes -------------------------------------------------------------------------
+
+# Mem0 fields memcore accepts and has no use for (they change nothing here)
+MEM0_IGNORED = (
+    "async_mode", "version", "output_format", "org_id", "project_id", "app_id", "includes",
+    "excludes", "custom_categories", "immutable", "timestamp", "expiration_date",
+    "enable_graph", "rerank", "keyword_search", "fields", "filter_memories", "latest_only",
+    "categories",
+)  # fmt: skip
+
+
+class Mem0Body(Body):
+    """A Mem0 request: Mem0's own fields memcore has no use for are accepted and ignored."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    async_mode: Any = None
+    version: Any = None
+    output_format: Any = None
+    org_id: Any = None
+    project_id: Any = None
+    app_id: Any = None
+    includes: Any = None
+    excludes: Any = None
+    custom_categories: Any = None
+    immutable: Any = None
+    timestamp: Any = None
+    expiration_date: Any = None
+    enable_graph: Any = None
+    rerank: Any = None
+    keyword_search: Any = None
+    fields: Any = None
+    filter_memories: Any = None
+    latest_only: Any = None
+    categories: Any = None
+
+
+class Mem0AddBody(Mem0Body):
+    messages: Content | Annotated[list[Message], Field(min_length=1)]
+    metadata: JSONObject | None = None
+    infer: bool | None = None
+    user_id: Name | None = None
+    agent_id: Name | None = None
+    run_id: Name | None = None
+
+
+class Mem0ListBody(Mem0Body):
+    filters: JSONObject | None = None
+    page: Annotated[int, Field(ge=1, le=1_000_000), WHOLE] | None = None
+    page_size: Annotated[int, Field(ge=1, le=10_000), WHOLE] | None = None
+
+
+class Mem0PageQuery(Query):
+    page: Annotated[int, Field(ge=1, le=1_000_000)] | None = None
+    page_size: Annotated[int, Field(ge=1, le=10_000)] | None = None
+
+
+class Mem0SearchBody(Mem0Body):
+    query: Text
+    filters: JSONObject | None = None
+    top_k: Limit | None = None
+    limit: Limit | None = None
+    threshold: Score | None = None
+
+
+class Mem0UpdateBody(Mem0Body):
+    text: Content | None = None
+    metadata: JSONObject | None = None
+
+
+class Mem0DeleteQuery(Query):
+    model_config = ConfigDict(extra="allow")  # Mem0's ignored fields come as parameters too
+
+    user_id: Name | None = None
+    agent_id: Name | None = None
+    run_id: Name | None = None
+
+
+class Mem0BatchItem(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    memory_id: Word
+    text: Content | None = None
+    metadata: JSONObject | None = None
+
+
+class Mem0BatchBody(Body):
+    memories: Annotated[list[Mem0BatchItem], Field(min_length=1, max_length=1000)]
+
+
+class Mem0MemoryOut(MemoryOut):
+    categories: list[str]
+
+
+class Mem0MemoriesOut(Out):
+    results: list[Mem0MemoryOut]
+    warnings: list[str] | None = None
+
+
+class Mem0PageOut(Out):
+    count: int
+    next: str | None
+    previous: str | None
+    results: list[Mem0MemoryOut]
+
+
+class Mem0HistoryEvent(HistoryEvent):
+    id: str
+
+
+class MessageOut(Out):
+    message: str
+
+
+class PingOut(Out):
+    status: str
+    org_id: str
+    project_id: str
+    user_email: str | None

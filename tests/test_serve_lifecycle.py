@@ -1,0 +1,168 @@
+"""`memcore serve` from start to stop: /health answers at once, /ready says 503 with the
+catch-up's progress until the index holds the vault, searches meanwhile say their results may
+be incomplete, `serve --no-watch` catches up once too, and SIGTERM lets the requests in flight
+finish before the process ends."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from mcp import Client
+
+from memcore.core.settings import Settings
+from memcore.fronts.daemon import Daemon
+from memcore.fronts.serve import serve
+from memcore.service import MemoryService
+from tests.conftest import REPO
+from tests.support import free_port, write
+
+FILES = 400
+
+
+def many_notes(vault: Path) -> None:
+    write(vault, "MEMORY.md", "# Engine\n\nDiveAdstra uses DX12 by default.\n")
+    for n in range(FILES):
+        write(vault, f"memory/notes/{n:04d}.md", f"# Note {n}\n\nThe {n}th note about gardens.\n")
+
+
+async def watch_readiness(url: str, until: float = 60) -> list[dict[str, Any]]:
+    """Search, then poll /ready, until it says 200; every answer seen, in order."""
+    seen: list[dict[str, Any]] = []
+    async with httpx.AsyncClient(base_url=url, timeout=10) as http:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + until
+        while loop.time() < deadline:
+            # the searches first: a 503 after them means they ran during the catch-up
+            found = await http.post("/api/memory/search", json={"query": "DX12 render engine"})
+            mem0 = await http.post("/v3/memories/search/", json={"query": "DX12"})
+            ready = await http.get("/ready")
+            seen.append({"status": ready.status_code, **ready.json(),
+                         "warnings": found.json().get("warnings", []),
+                         "mem0_warnings": mem0.json().get("warnings", [])})  # fmt: skip
+            if ready.status_code == 200:
+                return seen
+            await asyncio.sleep(0.02)
+    raise AssertionError(f"/ready never turned 200: {seen[-1]}")
+
+
+@pytest.mark.parametrize("watch", [True, False], ids=["serve", "serve --no-watch"])
+async def test_ready_reports_the_catch_up_and_searches_say_they_may_be_incomplete(
+    vault: Path, settings: Settings, service: MemoryService, watch: bool
+) -> None:
+    many_notes(vault)
+    port, stop, started = free_port(), asyncio.Event(), asyncio.Event()
+    daemon = Daemon(settings, service, stop) if watch else None
+    task = asyncio.create_task(serve(service, "127.0.0.1", port, None, stop, daemon, started))
+    await asyncio.wait_for(started.wait(), 10)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        async with httpx.AsyncClient(base_url=url) as http:
+            health = (await http.get("/health")).json()
+        assert health["ok"] is True and health["version"]
+        seen = await watch_readiness(url)
+        waiting = [s for s in seen if s["status"] == 503]
+        assert waiting, "the first /ready answered before any catch-up"
+        assert all(not s["ready"] and s["phase"] in ("starting", "catching_up") for s in waiting)
+        assert all(s["warnings"] and "results may be incomplete" in s["warnings"][0]
+                   for s in waiting)  # fmt: skip
+        assert all(s["mem0_warnings"] for s in waiting)
+        counted = [s for s in waiting if s["phase"] == "catching_up"]
+        if counted:  # progress only grows, and is counted in files of the whole vault
+            done = [s["files_done"] for s in counted]
+            assert done == sorted(done) and counted[-1]["files_total"] == FILES + 1
+        last = seen[-1]
+        assert {k: last[k] for k in ("status", "ready", "phase", "files_done", "files_total")} == {
+            "status": 200, "ready": True, "phase": "ready", "files_done": FILES + 1,
+            "files_total": FILES + 1,
+        }  # fmt: skip
+        async with httpx.AsyncClient(base_url=url) as http:
+            found = (await http.post("/api/memory/search", json={"query": "render engine"})).json()
+            status = (await http.get("/api/status")).json()
+        assert found["results"][0]["path"] == "MEMORY.md" and "warnings" not in found
+        assert status["readiness"] == {"phase": "ready", "files_done": FILES + 1,
+                                       "files_total": FILES + 1}  # fmt: skip
+        assert status["files"] == FILES + 1
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 20)
+
+
+async def test_mcp_search_during_catch_up_carries_the_warning(
+    vault: Path, settings: Settings, service: MemoryService
+) -> None:
+    many_notes(vault)
+    port, stop, started = free_port(), asyncio.Event(), asyncio.Event()
+    task = asyncio.create_task(serve(service, "127.0.0.1", port, None, stop, None, started))
+    await asyncio.wait_for(started.wait(), 10)
+    try:
+        async with Client(f"http://127.0.0.1:{port}/mcp") as client:
+            first = (await client.call_tool("search", {"query": "gardens"})).structured_content
+            status = (await client.call_tool("status", {})).structured_content
+            assert first is not None and status is not None
+            if status["readiness"]["phase"] != "ready":  # still catching up when asked
+                assert "results may be incomplete" in first["warnings"][0]
+            await watch_readiness(f"http://127.0.0.1:{port}")
+            after = (await client.call_tool("search", {"query": "gardens"})).structured_content
+            assert after is not None and after["warnings"] == [] and after["results"]
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 20)
+
+
+def test_sigterm_lets_the_request_in_flight_finish(tmp_path: Path) -> None:
+    """A transcript save that takes seconds is under way when SIGTERM arrives: it is answered
+    200 and on disk; the process then exits 0, and a request after the signal is refused."""
+    vault = tmp_path / "vault"
+    shutil.copytree(REPO / "sample_vault", vault, ignore=shutil.ignore_patterns(".memcore"))
+    port = free_port()
+    env = {**os.environ, "MEMCORE_EMBEDDER_PROVIDER": "static"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "memcore", "--vault", str(vault), "serve", "--port", str(port)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"{url}/ready", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            time.sleep(0.1)
+        roles = ("user", "assistant")
+        messages = [{"role": roles[n % 2], "content": f"turn {n} of a long talk"}
+                    for n in range(6000)]  # fmt: skip
+
+        async def save_then_signal() -> httpx.Response:
+            async with httpx.AsyncClient(base_url=url, timeout=60) as http:
+                saving = asyncio.ensure_future(
+                    http.put("/api/conversations/long", json={"messages": messages})
+                )
+                await asyncio.sleep(0.4)  # the server is reading or writing it now
+                assert not saving.done(), "the save finished before the signal: make it longer"
+                proc.send_signal(signal.SIGTERM)
+                return await saving
+
+        answered = asyncio.run(save_then_signal())
+        assert answered.status_code == 200 and answered.json() == {"saved": 6000}
+        assert proc.wait(30) == 0
+        transcript = "".join(
+            p.read_text(encoding="utf-8") for p in (vault / "memory").rglob("*.md")
+        )
+        assert "turn 5999 of a long talk" in transcript
+        with pytest.raises(httpx.TransportError):
+            httpx.get(f"{url}/health", timeout=2)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
