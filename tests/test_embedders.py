@@ -185,3 +185,28 @@ async def test_concurrent_callers_share_one_semaphore() -> None:
         await asyncio.gather(*(runner.embed([f"t{i}", f"u{i}"]) for i in range(4)))
         await runner.aclose()
     assert srv.behaviour.max_in_flight == 2
+
+
+async def test_concurrent_queries_share_model_calls_and_repeats_come_from_the_cache() -> None:
+    fake = FakeEmbedder()
+    runner = EmbeddingRunner(fake, retries=0, query_prefix="q: ")
+    queries = [f"question {n}" for n in range(40)]
+    rows = await asyncio.gather(*(runner.embed_queries([q]) for q in queries))
+    # 40 searches at once: batches of batch_size (16), not 40 calls; each row its own query's
+    assert fake.calls == 3
+    for q, row in zip(queries, rows, strict=True):
+        assert np.array_equal(row[0], hash_vector("q: " + q))
+    again = await runner.embed_queries(["question 7", "question 7", "question 99"])
+    assert fake.calls == 4 and fake.texts[-1:] == ["q: question 99"]  # only the new one
+    assert np.array_equal(again[0], again[1]) and np.array_equal(again[0], rows[7][0])
+
+
+async def test_a_failed_batch_fails_every_query_waiting_on_it_then_recovers() -> None:
+    fake = FakeEmbedder(down=True)
+    runner = EmbeddingRunner(fake, retries=0)
+    answers = await asyncio.gather(
+        *(runner.embed_queries([f"q{n}"]) for n in range(5)), return_exceptions=True
+    )
+    assert all(isinstance(a, EmbedderUnavailable) for a in answers)
+    fake.down = False
+    assert (await runner.embed_queries(["q1"])).shape == (1, len(hash_vector("q1")))

@@ -12,11 +12,13 @@ import numpy as np
 import numpy.typing as npt
 
 from memcore.core.errors import EmbedderUnavailable, MemcoreError
+from memcore.core.lru import LRU
 
 log = logging.getLogger(__name__)
 
 Matrix = npt.NDArray[np.float32]
 DOWN_FOR_S = 30.0  # how long callers skip an embedder that failed before trying it again
+QUERY_CACHE = 2048  # query vectors kept: a query asked again is not embedded again
 
 
 class Embedder(Protocol):
@@ -71,6 +73,10 @@ class EmbeddingRunner:
         self._down_until = 0.0
         self.down_reason = ""  # the error that marked it down, for logs and reports
         self._dimension: int | None = None  # learned from the first vectors made
+        self._queries: LRU[str, npt.NDArray[np.float32]] = LRU(QUERY_CACHE)
+        # queries waiting for the model: whoever arrives while a batch runs goes in the next
+        self._waiting: list[tuple[str, asyncio.Future[npt.NDArray[np.float32]]]] = []
+        self._flusher: asyncio.Task[None] | None = None
 
     @property
     def down(self) -> bool:
@@ -115,10 +121,50 @@ class EmbeddingRunner:
         return await self._embed(texts, progress)
 
     async def embed_queries(self, queries: Sequence[str]) -> Matrix:
-        """Vectors for search queries (query prefix applied), one row per query, in order."""
-        if self.query_prefix:
-            queries = [self.query_prefix + q for q in queries]
-        return await self._embed(queries, None)
+        """Vectors for search queries (query prefix applied), one row per query, in order.
+
+        A query asked before comes from a cache (a model's vector for a text never changes).
+        Queries that arrive together, from concurrent searches, are embedded in one batch:
+        one model call for eight short queries costs little more than one, so under load a
+        search waits for the model far less than it would in a queue of single calls."""
+        texts = [self.query_prefix + q for q in queries]
+        rows: list[npt.NDArray[np.float32] | None] = [self._queries.get(t) for t in texts]
+        missing = [t for t, row in zip(texts, rows, strict=True) if row is None]
+        if missing:
+            loop = asyncio.get_running_loop()
+            asked = {t: loop.create_future() for t in dict.fromkeys(missing)}
+            self._waiting += list(asked.items())
+            if self._flusher is None or self._flusher.done():
+                self._flusher = asyncio.ensure_future(self._embed_waiting())
+            answers = await asyncio.gather(*asked.values(), return_exceptions=True)
+            got: dict[str, npt.NDArray[np.float32]] = {}
+            for text, answer in zip(asked, answers, strict=True):
+                if isinstance(answer, BaseException):
+                    raise answer
+                got[text] = answer
+            rows = [got[t] if row is None else row for t, row in zip(texts, rows, strict=True)]
+        return np.stack([row for row in rows if row is not None])
+
+    async def _embed_waiting(self) -> None:
+        """Embed the waiting queries, a batch at a time, until none waits."""
+        while self._waiting:
+            size = max(1, self.embedder.batch_size)
+            batch, self._waiting = self._waiting[:size], self._waiting[size:]
+            try:
+                vectors = await self._embed([t for t, _ in batch], None)
+            except BaseException as exc:
+                fail = batch + (self._waiting if isinstance(exc, asyncio.CancelledError) else [])
+                for _, future in fail:
+                    if not future.done():
+                        future.set_exception(exc)
+                if isinstance(exc, asyncio.CancelledError):
+                    self._waiting = []
+                    raise
+                continue
+            for (text, future), vector in zip(batch, vectors, strict=True):
+                self._queries.put(text, vector.copy())  # not a view that keeps the batch
+                if not future.done():
+                    future.set_result(vector)
 
     async def _embed(self, texts: Sequence[str], progress: Callable[[int], None] | None) -> Matrix:
         if not texts:
