@@ -249,3 +249,61 @@ async def test_context_is_empty_for_nonsense_and_scoped(
     assert code == 0 and json.loads(out) == {"count": 9}  # turns are not memories
     code, out, _ = await run("count", "--category", "conversation", "--json")
     assert json.loads(out)["count"] == 3
+
+
+async def test_entities_and_feedback_on_every_front(
+    parity_vault: tuple[Path, MemoryService], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """users() and feedback() exist on all five fronts: the same entities everywhere, and a
+    rating on any front is one more FSRS review of the memory, seen by every other."""
+    monkeypatch.setenv("MEM0_TELEMETRY", "false")
+    from mem0 import MemoryClient
+
+    vault, svc = parity_vault
+    m = svc.memories
+    target = (await m.get_all(user_id="alice", category="prefs"))[0].id
+    python = sorted((e.kind, e.name, e.memories) for e in await m.entities())
+    assert ("user", "alice", 4) in python and ("agent", "bot", 2) in python
+    seen: dict[str, list[tuple[str, str, int]]] = {}
+    code, out, err = await asyncio.to_thread(cli, "--vault", str(vault), "entities", "--json")
+    assert code == 0, err
+    seen["cli"] = sorted((e["type"], e["name"], e["total_memories"]) for e in json.loads(out))
+    code, out, err = await asyncio.to_thread(
+        cli, "--vault", str(vault), "feedback", target, "positive", "--json"
+    )
+    assert code == 0, err
+    reviews = [json.loads(out)[0]["strength"]["reviews"]]
+    auth = httpx2.AsyncClient(headers={"Authorization": "Bearer t"}, timeout=30)
+    async with (
+        server(svc, token="t") as url,
+        httpx.AsyncClient(base_url=url, headers={"Authorization": "Bearer t"}) as http,
+        auth,
+        Client(streamable_http_client(url + "/mcp", http_client=auth)) as mcp,
+    ):
+        rows = (await http.get("/api/entities")).json()["results"]
+        seen["native"] = sorted((e["type"], e["name"], e["total_memories"]) for e in rows)
+        rated = await http.post(f"/api/memories/{target}/feedback", json={"feedback": "NEGATIVE"})
+        reviews.append(rated.json()["strength"]["reviews"])
+        rows = payload(await mcp.call_tool("entities", {}))
+        seen["mcp"] = sorted((e["type"], e["name"], e["total_memories"]) for e in rows)
+        rated = payload(await mcp.call_tool("feedback", {"memory_id": target,
+                                                         "feedback": "POSITIVE"}))  # fmt: skip
+        reviews.append(rated["strength"]["reviews"])
+
+        def mem0() -> tuple[list[tuple[str, str, int]], int]:
+            client = MemoryClient(api_key="t", host=url)
+            try:
+                rows = client.users()["results"]
+                rated = client.feedback(target, "POSITIVE")
+                return sorted((e["type"], e["name"], e["total_memories"]) for e in rows), int(
+                    rated["strength"]["reviews"]
+                )
+            finally:
+                client.client.close()
+
+        seen["mem0"], last = await asyncio.to_thread(mem0)
+        reviews.append(last)
+    assert all(found == python for found in seen.values()), seen
+    assert reviews == [2, 3, 4, 5]  # each front's rating is one more review of the one memory
+    bad = await asyncio.to_thread(cli, "--vault", str(vault), "feedback", target, "meh")
+    assert bad[0] == 2

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON")]
 
 
-def _with_service(
+def with_service(
     ctx: typer.Context,
     use: Callable[[MemoryService], Coroutine[Any, Any, Any]],
     *,
@@ -40,7 +40,7 @@ def _with_service(
     return run(ctx, job)
 
 
-def _show(records: list[MemoryRecord], as_json: bool) -> None:
+def show_records(records: list[MemoryRecord], as_json: bool) -> None:
     if as_json:
         typer.echo(json.dumps([r.to_dict() for r in records], ensure_ascii=False, indent=2))
         return
@@ -102,7 +102,7 @@ def add(
         return
     text = typer.get_text_stream("stdin").read() if content == "-" else str(content)
     metadata = metadata_of(meta)
-    records = _with_service(
+    records = with_service(
         ctx,
         lambda s: s.memories.add(
             text, user_id=user, agent_id=agent, run_id=run_id, metadata=metadata,
@@ -116,7 +116,7 @@ def add(
         if not records:
             typer.echo("nothing new to remember")
         return
-    _show(records, as_json)
+    show_records(records, as_json)
 
 
 BATCH = 1000  # memories a write takes at a time from --file (each applied or refused whole)
@@ -160,7 +160,7 @@ def _add_file(
                 bar.update(task, completed=len(added))
         return added
 
-    added = _with_service(ctx, job)
+    added = with_service(ctx, job)
     if as_json:
         typer.echo(json.dumps({"added": [r.to_dict() for r in added],
                                "skipped": [dataclasses.asdict(b) for b in bad]},
@@ -178,7 +178,7 @@ def get(
     as_json: JsonOpt = False,
 ) -> None:
     """Show one memory."""
-    _show([_with_service(ctx, lambda s: s.memories.get(memory_id), writes=False)], as_json)
+    show_records([with_service(ctx, lambda s: s.memories.get(memory_id), writes=False)], as_json)
 
 
 @app.command(name="list")
@@ -195,7 +195,7 @@ def list_memories(
     as_json: JsonOpt = False,
 ) -> None:
     """List memories, oldest first (conversation turns only with --category conversation)."""
-    records = _with_service(
+    records = with_service(
         ctx,
         lambda s: s.memories.get_all(
             user_id=user, agent_id=agent, run_id=run_id, category=category, tag=tag,
@@ -203,7 +203,7 @@ def list_memories(
         ),
         writes=False,
     )  # fmt: skip
-    _show(records, as_json)
+    show_records(records, as_json)
 
 
 @app.command()
@@ -216,8 +216,8 @@ def update(
 ) -> None:
     """Change a memory's text (and/or replace its metadata); its id stays."""
     metadata = metadata_of(meta)
-    record = _with_service(ctx, lambda s: s.memories.update(memory_id, content, metadata))
-    _show([record], as_json)
+    record = with_service(ctx, lambda s: s.memories.update(memory_id, content, metadata))
+    show_records([record], as_json)
 
 
 BelowOpt = typer.Option(
@@ -245,14 +245,14 @@ def forget(
     if below is not None:
         if target is not None:
             raise fail("give a memory id or --below, not both", 2)
-        weak = _with_service(
+        weak = with_service(
             ctx,
             lambda s: s.memories.forget_below(
                 below, user_id=user, agent_id=agent, run_id=run_id, category=category,
                 dry_run=dry_run,
             ),
         )  # fmt: skip
-        _show(weak, as_json)
+        show_records(weak, as_json)
         if not as_json:
             verb = "would archive" if dry_run else "archived"
             typer.echo(f"{verb} {len(weak)} memories below retrievability {below}", err=True)
@@ -267,7 +267,7 @@ def forget(
         await s.memories.delete(target)
         return True
 
-    if not _with_service(ctx, use):
+    if not with_service(ctx, use):
         raise fail(f"no memory under key {target!r} in that scope")
     typer.echo(f"forgot {target}")
 
@@ -279,7 +279,7 @@ def restore(
     as_json: JsonOpt = False,
 ) -> None:
     """Bring a memory that `forget --below` archived back to its file."""
-    _show([_with_service(ctx, lambda s: s.memories.restore(memory_id))], as_json)
+    show_records([with_service(ctx, lambda s: s.memories.restore(memory_id))], as_json)
 
 
 @app.command()
@@ -289,7 +289,7 @@ def reinforce(
     as_json: JsonOpt = False,
 ) -> None:
     """Count a use of these memories (an FSRS review): they decay more slowly from now on."""
-    _show(_with_service(ctx, lambda s: s.memories.reinforce(*memory_ids)), as_json)
+    show_records(with_service(ctx, lambda s: s.memories.reinforce(*memory_ids)), as_json)
 
 
 @app.command()
@@ -299,7 +299,7 @@ def history(
     as_json: JsonOpt = False,
 ) -> None:
     """What happened to a memory: ADD / UPDATE / DELETE / ARCHIVE / RESTORE, when, by whom."""
-    events = _with_service(ctx, lambda s: s.memories.history(memory_id), writes=False)
+    events = with_service(ctx, lambda s: s.memories.history(memory_id), writes=False)
     if as_json:
         typer.echo(json.dumps(events, ensure_ascii=False, indent=2))
         return
@@ -322,7 +322,7 @@ def count(
 ) -> None:
     """How many memories a scope holds (conversation turns count only with --category
     conversation)."""
-    n = _with_service(
+    n = with_service(
         ctx,
         lambda s: s.memories.count(
             user_id=user, agent_id=agent, run_id=run_id, category=category,
@@ -355,7 +355,7 @@ def conversation_save(
         raise fail(f"the messages are not JSON: {exc}", 2) from None
     if not isinstance(messages, list):
         raise fail("the messages must be a JSON list", 2)
-    records = _with_service(ctx, lambda s: s.conversations.save(session, messages))
+    records = with_service(ctx, lambda s: s.conversations.save(session, messages))
     typer.echo(f"saved {len(records)} turns of {session}")
 
 
@@ -366,7 +366,7 @@ def conversation_load(
     limit: Annotated[int | None, typer.Option("--limit", "-n", min=1, help="Last N")] = None,
 ) -> None:
     """Print a session's transcript as JSON chat messages, oldest first."""
-    messages = _with_service(ctx, lambda s: s.conversations.load(session, limit), writes=False)
+    messages = with_service(ctx, lambda s: s.conversations.load(session, limit), writes=False)
     typer.echo(json.dumps(messages, ensure_ascii=False, indent=2))
 
 

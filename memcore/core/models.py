@@ -207,6 +207,21 @@ class Strength:
 
 
 @dataclass(frozen=True, slots=True)
+class Entity:
+    """A user, agent or run that holds memories (Mem0's entities), with how many."""
+
+    kind: str  # user | agent | run
+    name: str
+    memories: int
+    created: str | None  # its first memory's
+    updated: str | None  # its latest change's
+
+    def to_dict(self) -> dict[str, object]:
+        return {"type": self.kind, "name": self.name, "total_memories": self.memories,
+                "created_at": self.created, "updated_at": self.updated}  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
 class MemoryQuery:
     """Which memories to list or count (no text query): scope, category, key, metadata."""
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Awaitable, Callable
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -58,7 +58,7 @@ class MemcoreMCP(MCPServer):
             raise
 
 
-def build_mcp(service: MemoryService) -> MCPServer:
+def build_mcp(service: MemoryService) -> MCPServer:  # noqa: C901 - a tool table
     mcp = MemcoreMCP("memcore", instructions=INSTRUCTIONS, version=__version__)
     m = service.memories
 
@@ -186,6 +186,21 @@ def build_mcp(service: MemoryService) -> MCPServer:
     async def history(memory_id: str) -> list[dict[str, Any]]:
         """What happened to a memory: ADD / UPDATE / DELETE, when, by the API or a person."""
         return await m.history(memory_id)
+
+    @mcp.tool()
+    @one_line_errors
+    async def entities() -> list[dict[str, Any]]:
+        """Every user, agent and run that holds memories, with how many."""
+        return [e.to_dict() for e in await m.entities()]
+
+    @mcp.tool()
+    @one_line_errors
+    async def feedback(
+        memory_id: str, feedback: Literal["POSITIVE", "NEGATIVE", "VERY_NEGATIVE"]
+    ) -> dict[str, Any]:
+        """Rate a memory after using it: POSITIVE (it helped) strengthens it, NEGATIVE (it did
+        not) weakens it, VERY_NEGATIVE (it is wrong) makes it fade and be archived."""
+        return (await m.feedback(memory_id, feedback)).to_dict()
 
     @mcp.tool()
     @one_line_errors

@@ -11,8 +11,8 @@ import dataclasses
 import datetime as dt
 from collections.abc import Mapping, Sequence
 
-from memcore.core.errors import ConfigError, InputError
-from memcore.core.models import Hit, MemoryQuery, MemoryRecord
+from memcore.core.errors import ConfigError, InputError, NotFound
+from memcore.core.models import Entity, Hit, MemoryQuery, MemoryRecord
 from memcore.llm.base import LLM
 from memcore.memory import infer
 from memcore.memory.archive import Archive
@@ -21,6 +21,7 @@ from memcore.memory.writer import MemoryWriter, NewMemory
 from memcore.search.filters import read_filters
 from memcore.search.recall import Recall, note_key
 from memcore.search.searcher import Searcher
+from memcore.search.strength import AGAIN, EASY, HARD
 from memcore.storage.base import Store, Vector
 from memcore.vault.memory_format import Scope, check_name
 
@@ -149,6 +150,39 @@ class MemoryApi:
         records = [await self.writer.get(mid) for mid in memory_ids]
         await self.recall.review([r.id for r in records])
         return await self.with_strength(records)
+
+    async def feedback(self, memory_id: str, feedback: str | None) -> MemoryRecord:
+        """Mem0's feedback as an FSRS review of the memory: POSITIVE (it helped) rates it
+        Easy, NEGATIVE (it did not) Hard, VERY_NEGATIVE (it is wrong) Again, a lapse after
+        which it fades within days and the forget loop archives it. None records nothing.
+        Returns the memory with its strength now."""
+        grades = {"POSITIVE": EASY, "NEGATIVE": HARD, "VERY_NEGATIVE": AGAIN}
+        if feedback is not None and feedback.upper() not in grades:
+            raise InputError(f"feedback must be one of {', '.join(grades)} or null")
+        record = await self.writer.get(memory_id)
+        if feedback is not None:
+            await self.recall.review([record.id], grade=grades[feedback.upper()])
+        return (await self.with_strength([record]))[0]
+
+    async def entities(self) -> list[Entity]:
+        """Every user, agent and run that holds memories, with how many (Mem0's users())."""
+        async with self._store.snapshot() as reader:
+            return await reader.entities()
+
+    async def delete_entity(self, kind: str, name: str) -> int:
+        """Delete every memory of one user, agent or run (Mem0's delete_users); how many.
+        Raises NotFound when it holds none."""
+        if kind not in ("user", "agent", "run"):
+            raise InputError(f"an entity is a user, agent or run, not {kind!r}")
+        check_name(name, f"{kind}_id")
+        gone = await self.delete_all(
+            user_id=name if kind == "user" else None,
+            agent_id=name if kind == "agent" else None,
+            run_id=name if kind == "run" else None,
+        )
+        if not gone:
+            raise NotFound(f"no memories of {kind} {name!r}")
+        return gone
 
     async def with_strength(
         self, records: Sequence[MemoryRecord], now: dt.datetime | None = None

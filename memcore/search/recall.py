@@ -21,7 +21,7 @@ from pathlib import Path
 
 from memcore.core.errors import VaultError
 from memcore.core.models import MemoryRecord, Strength
-from memcore.search.strength import parse_time, strength_of, tier_of
+from memcore.search.strength import GOOD, Review, parse_time, strength_of, tier_of
 from memcore.storage.base import ChunkRow
 from memcore.vault.files import check_writable
 
@@ -40,17 +40,23 @@ class ReviewLog:
     def __init__(self, vault: Path) -> None:
         self.path = vault / REVIEWS_PATH
         self._lock = asyncio.Lock()
-        self._times: dict[str, list[dt.datetime]] = {}
+        self._times: dict[str, list[Review]] = {}
         self._offset = 0
         self._inode: int | None = None
         self._warned = False
 
-    async def append(self, keys: Sequence[str], at: dt.datetime | None = None) -> None:
-        """Record one review of each key (now, unless ``at``)."""
+    async def append(
+        self, keys: Sequence[str], at: dt.datetime | None = None, grade: int = GOOD
+    ) -> None:
+        """Record one review of each key (now, unless ``at``), rated ``grade`` (FSRS 1-4; a
+        line without "rating" is a Good one, as every line written before ratings was)."""
         if not keys:
             return
         stamp = (at or dt.datetime.now(dt.UTC)).isoformat(timespec="seconds")
-        data = "".join(json.dumps({"id": k, "at": stamp}) + "\n" for k in dict.fromkeys(keys))
+        rated = {} if grade == GOOD else {"rating": grade}
+        data = "".join(
+            json.dumps({"id": k, "at": stamp, **rated}) + "\n" for k in dict.fromkeys(keys)
+        )
         async with self._lock:
             await asyncio.to_thread(self._append, data.encode("utf-8"))
 
@@ -78,7 +84,7 @@ class ReviewLog:
         except OSError:
             return 0
 
-    async def times(self) -> Mapping[str, list[dt.datetime]]:
+    async def times(self) -> Mapping[str, list[Review]]:
         """Every key's review times, including lines other processes appended since."""
         async with self._lock:
             await asyncio.to_thread(self._refresh)
@@ -103,10 +109,11 @@ class ReviewLog:
             try:
                 row = json.loads(line)
                 key, at = str(row["id"]), parse_time(str(row["at"]))
-            except (ValueError, KeyError, TypeError):
+                grade = int(row.get("rating", GOOD))
+            except (ValueError, KeyError, TypeError, AttributeError):
                 continue  # a hand-mangled line costs that review, nothing more
-            if at is not None:
-                self._times.setdefault(key, []).append(at)
+            if at is not None and 1 <= grade <= 4:
+                self._times.setdefault(key, []).append(at if grade == GOOD else (at, grade))
 
 
 class Recall:
@@ -115,8 +122,10 @@ class Recall:
     def __init__(self, vault: Path) -> None:
         self.log = ReviewLog(vault)
 
-    async def review(self, keys: Sequence[str], at: dt.datetime | None = None) -> None:
-        await self.log.append(keys, at)
+    async def review(
+        self, keys: Sequence[str], at: dt.datetime | None = None, grade: int = GOOD
+    ) -> None:
+        await self.log.append(keys, at, grade)
 
     async def of_records(
         self, records: Sequence[MemoryRecord], now: dt.datetime | None = None
@@ -149,7 +158,7 @@ class Recall:
 
 
 def _record_strength(
-    r: MemoryRecord, times: Mapping[str, list[dt.datetime]], now: dt.datetime
+    r: MemoryRecord, times: Mapping[str, list[Review]], now: dt.datetime
 ) -> Strength:
     born = parse_time(r.created) or now
     return strength_of(tier_of(r.path, r.category, r.metadata), born, times.get(r.id, []), now)

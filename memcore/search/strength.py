@@ -1,7 +1,8 @@
 """Memory strength: FSRS-6 stability, difficulty and retrievability from a review history. Pure.
 
 A memory is born with one review (its creation) and gains one each time it is used: put in a
-context block, read with ``get``, or reinforced explicitly. Every review is rated Good; FSRS-6
+context block, read with ``get``, or reinforced explicitly. Every such review is rated Good;
+feedback rates one Easy (useful), Hard (not useful) or Again (wrong: a lapse, it fades fast). FSRS-6
 (the maintained ``fsrs`` package, default parameters) turns the dates into stability (days
 until recall falls to 90%) and retrievability now. Reviews on the same day barely move
 stability; reviews spread over days grow it, as spaced repetition does for people.
@@ -21,6 +22,12 @@ from fsrs import Card, Rating, Scheduler
 from memcore.core.models import Strength, Tier
 
 CORE_FILES = frozenset({"MEMORY.md", "memory.md"})
+AGAIN, HARD, GOOD, EASY = 1, 2, 3, 4  # FSRS grades
+Review = dt.datetime | tuple[dt.datetime, int]  # a bare time is a Good review
+
+
+def _graded(review: Review) -> tuple[dt.datetime, int]:
+    return (review, GOOD) if isinstance(review, dt.datetime) else review
 
 
 @lru_cache(maxsize=1)
@@ -38,19 +45,19 @@ def tier_of(path: str, category: str | None, metadata: Mapping[str, object]) -> 
     return "decaying"
 
 
-def card_of(born: dt.datetime, reviews: Sequence[dt.datetime]) -> Card:
+def card_of(born: dt.datetime, reviews: Sequence[Review]) -> Card:
     """The FSRS card after the creation review and every later review, in time order."""
     scheduler = _scheduler()
     card, _ = scheduler.review_card(Card(card_id=0), Rating.Good, _utc(born))
-    for at in sorted(_utc(r) for r in reviews):
+    for at, grade in sorted((_utc(t), g) for t, g in map(_graded, reviews)):
         last = card.last_review or at
         # a review dated before the last one (a skewed clock) counts as made at the last one
-        card, _ = scheduler.review_card(card, Rating.Good, max(at, last))
+        card, _ = scheduler.review_card(card, Rating(grade), max(at, last))
     return card
 
 
 def strength_of(
-    tier: Tier, born: dt.datetime, reviews: Sequence[dt.datetime], now: dt.datetime
+    tier: Tier, born: dt.datetime, reviews: Sequence[Review], now: dt.datetime
 ) -> Strength:
     """Strength at ``now``. Core memories report retrievability 1.0 whatever their age."""
     card = card_of(born, reviews)

@@ -20,6 +20,7 @@ import numpy.typing as npt
 
 from memcore.core.models import (
     Chunk,
+    Entity,
     FileState,
     MemoryQuery,
     MemoryRecord,
@@ -141,6 +142,11 @@ class IndexReader(Protocol):
         ...
 
     async def count_memories(self, query: MemoryQuery) -> int: ...
+
+    async def entities(self) -> list[Entity]:
+        """Every user, agent and run that holds a memory, with how many (turns included),
+        ordered by kind then name."""
+        ...
 
     async def memories_of_chunks(self, ids: Sequence[int]) -> dict[int, MemoryRecord]:
         """The memory each of these chunks holds (chunks of plain notes are left out)."""

@@ -30,6 +30,10 @@ MEMORY_SELECT = (
 )
 
 
+# Mem0's entities: the kind of each scope column of the memories table
+ENTITY_COLUMNS = (("agent", "agent_id"), ("run", "run_id"), ("user", "user_id"))
+
+
 # Columns stored_files reads, in order; the embedding comes as the backend's own value.
 STORED_CHUNK_COLUMNS = (
     "source_file, chunk_index, heading_path, start_line, end_line, content, content_hash, tags, "

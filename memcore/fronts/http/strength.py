@@ -7,12 +7,13 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from memcore.fronts.http.common import SCOPE_KEYS, contract, handle, owned, parsed, reply, within
-from memcore.fronts.http.schemas import ForgetBody, MemoriesOut, MemoryOut
+from memcore.fronts.http.schemas import FeedbackBody, ForgetBody, MemoriesOut, MemoryOut
 from memcore.service import MemoryService
 
 
 def strength_routes(service: MemoryService) -> list[Route]:
-    """POST /api/memories/{id}/reinforce, POST /api/memories/forget, POST .../{id}/restore."""
+    """POST /api/memories/{id}/reinforce, .../{id}/feedback, POST /api/memories/forget,
+    POST .../{id}/restore."""
     m = service.memories
 
     @contract(MemoryOut)
@@ -23,6 +24,16 @@ def strength_routes(service: MemoryService) -> list[Route]:
         owned(request, await m.get(memory_id, review=False))
         (record,) = await m.reinforce(memory_id)
         return reply(MemoryOut, record.to_dict())
+
+    @contract(MemoryOut, body=FeedbackBody)
+    @handle
+    async def feedback(request: Request) -> Response:
+        """Rate a memory: POSITIVE strengthens it, NEGATIVE weakens it, VERY_NEGATIVE (wrong)
+        makes it fade."""
+        memory_id = request.path_params["memory_id"]
+        owned(request, await m.get(memory_id, review=False))
+        data = await parsed(request, FeedbackBody)
+        return reply(MemoryOut, (await m.feedback(memory_id, data.feedback)).to_dict())
 
     @contract(MemoriesOut, body=ForgetBody)
     @handle
@@ -47,4 +58,5 @@ def strength_routes(service: MemoryService) -> list[Route]:
         Route("/api/memories/forget", forget, methods=["POST"]),
         Route("/api/memories/{memory_id}/reinforce", reinforce, methods=["POST"]),
         Route("/api/memories/{memory_id}/restore", restore, methods=["POST"]),
+        Route("/api/memories/{memory_id}/feedback", feedback, methods=["POST"]),
     ]

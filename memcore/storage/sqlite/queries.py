@@ -14,6 +14,7 @@ import numpy.typing as npt
 
 from memcore.core.models import (
     Chunk,
+    Entity,
     FileState,
     MemoryQuery,
     MemoryRecord,
@@ -40,6 +41,7 @@ from memcore.storage.base import ChunkRow, PendingChunk, StoredFile, StoreStats,
 from memcore.storage.filters_sql import SQLITE, filter_sql, memory_query_sql
 from memcore.storage.rows import (
     CHUNK_ROW_COLUMNS,
+    ENTITY_COLUMNS,
     MEMORY_SELECT,
     OLD_CHUNK_COLUMNS,
     STORED_CHUNK_COLUMNS,
@@ -422,6 +424,17 @@ class SqliteReader(_Queries):
             params,
         )
         return int(rows[0][0])
+
+    async def entities(self) -> list[Entity]:
+        rows = await self._all(
+            " UNION ALL ".join(
+                f"SELECT '{kind}', {column}, count(*), min(created), max(updated) "
+                f"FROM memories WHERE {column} IS NOT NULL GROUP BY {column}"
+                for kind, column in ENTITY_COLUMNS
+            )
+            + " ORDER BY 1, 2"
+        )
+        return [Entity(r[0], r[1], int(r[2]), r[3], r[4]) for r in rows]
 
     async def memories_of_chunks(self, ids: Sequence[int]) -> dict[int, MemoryRecord]:
         out: dict[int, MemoryRecord] = {}
