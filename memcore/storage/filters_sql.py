@@ -7,6 +7,7 @@ in as parameters, never into the SQL text.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -22,6 +23,8 @@ class Dialect:
     prefix: str  # c.source_file starts with a string: two parameters (length, prefix)
     tag: str  # one of c.tags, lowercased, equals a parameter
     json_value: Callable[[str], str]  # a JSON column's value at a key given as a parameter
+    json_text: Callable[[str], str]  # the same value as text (a string without its quotes)
+    holds: str  # "text {} holds a parameter as a substring" (case-sensitive), with {} the text
     json_key: Callable[[str], object]  # the key parameter for a metadata key
     json_arg: Callable[[object], object]  # a comparison value as a parameter
     arg_mark: str  # the placeholder of a comparison value
@@ -37,6 +40,8 @@ SQLITE = Dialect(
     prefix="substr(c.source_file, 1, ?) = ?",
     tag="EXISTS (SELECT 1 FROM json_each(c.tags) WHERE lower(value) = ?)",
     json_value=lambda column: f"json_extract({column}, ?)",
+    json_text=lambda column: f"CAST(json_extract({column}, ?) AS TEXT)",
+    holds="instr({}, ?) > 0",
     json_key=lambda key: "$." + json.dumps(key, ensure_ascii=False),
     json_arg=lambda value: value,
     arg_mark="?",
@@ -50,6 +55,8 @@ POSTGRES = Dialect(
     tag="EXISTS (SELECT 1 FROM jsonb_array_elements_text(c.tags::jsonb) t(v) "
     "WHERE lower(t.v) = %s)",
     json_value=lambda column: f"NULLIF(({column})::jsonb -> %s, 'null'::jsonb)",
+    json_text=lambda column: f"(({column})::jsonb ->> %s)",
+    holds="strpos({}, %s) > 0",
     json_key=lambda key: key,
     json_arg=lambda value: json.dumps(value, ensure_ascii=False),
     arg_mark="%s::jsonb",
@@ -147,39 +154,146 @@ def scope_sql(f: SearchFilters, d: Dialect) -> tuple[str, list[object]]:
 
 
 _OPS = {"eq": "=", "gt": ">", "gte": ">=", "lt": "<", "lte": "<="}
+# Mem0 filter keys that are the memory's own fields, not its metadata (m = the memories table)
+COLUMNS = {"user_id": "user_id", "agent_id": "agent_id", "run_id": "run_id",
+           "created_at": "created", "updated_at": "updated", "categories": "category",
+           "category": "category"}  # fmt: skip
 
 
 def metadata_sql(
-    spec: Mapping[str, object], d: Dialect, column: str = "m.metadata"
+    spec: Mapping[str, object], d: Dialect, column: str = "m.metadata", fields: bool = True
 ) -> tuple[str, list[object]]:
-    """A Mem0-style metadata filter as SQL over a JSON column. Raises InputError."""
+    """A Mem0-style filter as SQL: ``AND`` / ``OR`` / ``NOT`` over conditions, each on a
+    metadata key (``{"topic": "travel"}``, ``{"score": {"gte": 3}}``) or, with ``fields``, on
+    the memory's own fields (``user_id``, ``agent_id``, ``run_id``, ``created_at``,
+    ``updated_at``, ``categories``); ``{"metadata": {...}}`` holds metadata keys only.
+    Operators: eq, ne, gt, gte, lt, lte, in, nin, contains, icontains, and ``"*"`` for any
+    value. An operator it does not know is an InputError naming it, never ignored."""
     if not isinstance(spec, Mapping) or not spec:
         raise InputError("a metadata filter must be a non-empty JSON object")
     parts: list[str] = []
     params: list[object] = []
     for key, value in spec.items():
-        if key in ("AND", "OR"):
-            if not isinstance(value, list) or not value:
-                raise InputError(f"metadata filter {key} needs a non-empty list of filters")
-            subs = [metadata_sql(v, d, column) for v in value]
-            parts.append("(" + f" {key} ".join(sql for sql, _ in subs) + ")")
+        if key in ("AND", "OR", "NOT"):
+            subs = _logic(str(key), value, d, column, fields)
+            joined = " OR " if key == "OR" else " AND "
+            sql = "(" + joined.join(q for q, _ in subs) + ")"
+            # a condition on a missing value is unknown (NULL), and NOT of it unknown too:
+            # NOT {"agent_id": "coach"} must keep the memories without an agent
+            parts.append(f"NOT COALESCE({sql}, {d.never})" if key == "NOT" else sql)
             params += [p for _, ps in subs for p in ps]
-            continue
-        ops = value if isinstance(value, Mapping) else {"eq": value}
-        for op, arg in ops.items():
-            if op == "in":
-                if not isinstance(arg, list) or not arg or not all(map(_scalar, arg)):
-                    raise InputError(f"metadata filter {key}.in needs a list of plain values")
-                marks = ",".join([d.arg_mark] * len(arg))
-                parts.append(f"{d.json_value(column)} IN ({marks})")
-                params += [d.json_key(str(key)), *map(d.json_arg, arg)]
-            elif (op in _OPS or op == "ne") and _scalar(arg):
-                sign = d.distinct if op == "ne" else _OPS[op]
-                parts.append(f"{d.json_value(column)} {sign} {d.arg_mark}")
-                params += [d.json_key(str(key)), d.json_arg(arg)]
-            else:
-                raise InputError(f"metadata filter {key}: unsupported {op!r} or value {arg!r}")
+        elif key == "metadata" and isinstance(value, Mapping):
+            sql, more = metadata_sql(value, d, column, fields=False)
+            parts.append(sql)
+            params += more
+        elif fields and key in COLUMNS:
+            sql, more = _field_sql(
+                f"{column.split('.')[0]}.{COLUMNS[str(key)]}", str(key), value, d
+            )
+            parts.append(sql)
+            params += more
+        else:
+            sql, more = _json_sql(column, str(key), value, d)
+            parts.append(sql)
+            params += more
     return "(" + " AND ".join(parts) + ")", params
+
+
+def _logic(
+    key: str, value: object, d: Dialect, column: str, fields: bool
+) -> list[tuple[str, list[object]]]:
+    items = [value] if key == "NOT" and isinstance(value, Mapping) else value
+    if not isinstance(items, list) or not items:
+        raise InputError(f"filter {key} needs a non-empty list of filters")
+    return [metadata_sql(v, d, column, fields) for v in items]
+
+
+def _conditions(key: str, value: object) -> list[tuple[str, object]]:
+    if value == "*":
+        return [("*", None)]
+    if isinstance(value, Mapping):
+        if not value:
+            raise InputError(f"filter {key} has no operator")
+        return [(str(op), arg) for op, arg in value.items()]
+    return [("eq", value)]
+
+
+def _json_sql(column: str, key: str, value: object, d: Dialect) -> tuple[str, list[object]]:
+    """Conditions on one metadata key."""
+    parts: list[str] = []
+    params: list[object] = []
+    target = d.json_value(column)
+    for op, arg in _conditions(key, value):
+        if op == "*":
+            parts.append(f"{target} IS NOT NULL")
+            params.append(d.json_key(key))
+        elif op in ("in", "nin"):
+            if not isinstance(arg, list) or not arg or not all(map(_scalar, arg)):
+                raise InputError(f"metadata filter {key}.{op} needs a list of plain values")
+            marks = ",".join([d.arg_mark] * len(arg))
+            parts.append(f"{target} {'NOT IN' if op == 'nin' else 'IN'} ({marks})")
+            params += [d.json_key(key), *map(d.json_arg, arg)]
+        elif op in ("contains", "icontains") and isinstance(arg, str):
+            sql, arg = _holds(d, d.json_text(column), op, arg)
+            parts.append(sql)
+            params += [d.json_key(key), arg]
+        elif (op in _OPS or op == "ne") and _scalar(arg):
+            sign = d.distinct if op == "ne" else _OPS[op]
+            parts.append(f"{target} {sign} {d.arg_mark}")
+            params += [d.json_key(key), d.json_arg(arg)]
+        else:
+            raise InputError(f"metadata filter {key}: unsupported {op!r} or value {arg!r}")
+    return "(" + " AND ".join(parts) + ")", params
+
+
+def _field_sql(field: str, key: str, value: object, d: Dialect) -> tuple[str, list[object]]:
+    """Conditions on one of the memory's own text fields (scope names, category, dates)."""
+    parts: list[str] = []
+    params: list[object] = []
+    for op, arg in _conditions(key, value):
+        if op == "*":
+            parts.append(f"{field} IS NOT NULL")
+        elif op in ("in", "nin") and isinstance(arg, list) and arg:
+            if not all(isinstance(a, str) for a in arg):
+                raise InputError(f"filter {key}.{op} needs a list of names")
+            parts.append(f"{field} {'NOT IN' if op == 'nin' else 'IN'} ({d.marks(len(arg))})")
+            params += arg
+        elif op in ("contains", "icontains") and isinstance(arg, str) and key == "categories":
+            parts.append(f"{field} = {d.mark}")  # a memory has one category
+            params.append(arg)
+        elif op in ("contains", "icontains") and isinstance(arg, str):
+            sql, arg = _holds(d, field, op, arg)
+            parts.append(sql)
+            params.append(arg)
+        elif (op in _OPS or op == "ne") and isinstance(arg, str):
+            if key in ("created_at", "updated_at") and op != "ne":
+                op, arg = _day_bound(op, arg)
+            parts.append(f"{field} {d.distinct if op == 'ne' else _OPS[op]} {d.mark}")
+            params.append(arg)
+        else:
+            raise InputError(f"filter {key}: unsupported {op!r} or value {arg!r}")
+    return "(" + " AND ".join(parts) + ")", params
+
+
+def _holds(d: Dialect, text: str, op: str, arg: str) -> tuple[str, str]:
+    """``text`` holds ``arg``: as it is (contains) or ignoring case (icontains; SQLite folds
+    the case of ASCII letters only)."""
+    if op == "icontains":
+        return d.holds.format(f"lower({text})"), arg.lower()
+    return d.holds.format(text), arg
+
+
+def _day_bound(op: str, value: str) -> tuple[str, str]:
+    """A comparison of a stored timestamp with a bare date: "lte 2024-05-31" takes the whole
+    day (lt the next day), "gt 2024-05-31" starts the day after."""
+    if len(value) != 10:
+        return op, value
+    try:
+        day = dt.date.fromisoformat(value)
+    except ValueError:
+        raise InputError(f"{value!r} is not a date like 2024-05-31") from None
+    following = (day + dt.timedelta(days=1)).isoformat()
+    return {"lte": ("lt", following), "gt": ("gte", following)}.get(op, (op, value))
 
 
 def memory_query_sql(q: MemoryQuery, d: Dialect) -> tuple[str, list[object]]:
