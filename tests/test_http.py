@@ -118,7 +118,9 @@ JSON = {"Content-Type": "application/json"}
         ("POST", "/v3/memories/search/", {"json": {"query": "x", "filters": {"AND": 5}}}, 400,
          "filters.AND must be a list"),
         ("POST", "/v3/memories/search/", {"json": {"query": "x", "filters": {"OR": [
-            {"user_id": "a"}]}}}, 400, "filters.OR is not supported"),
+            {"user_id": {"regex": "a.*"}}]}}}, 400, "filter user_id: unsupported 'regex'"),
+        ("POST", "/v3/memories/search/", {"json": {"query": "x", "filters": {"topic": {}}}},
+         400, "filter topic has no operator"),
         ("POST", "/v3/memories/", {"json": {"page": 1e30}}, 400, "page"),
         ("POST", "/v3/memories/?page=100000000000000000000", {"json": {}}, 400, "page"),
         ("POST", "/v3/memories/add/", {"content": b'{"messages": "a \\udfff b", "user_id": "u"}',

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import os
 import shutil
 import sys
@@ -540,3 +541,69 @@ async def test_a_transcript_in_openais_full_message_shape_loads_back_exactly(
         async with make_service(settings, embedder) as svc:
             with pytest.raises(InputError, match=why):
                 await svc.conversations.save("s-bad", [bad])
+
+
+async def test_entities_count_each_user_agent_and_run_and_go_with_their_memories(
+    service: MemoryService,
+) -> None:
+    m = service.memories
+    await m.add("Alice hikes", user_id="alice")
+    await m.add("Alice climbs", user_id="alice", agent_id="coach", run_id="s1")
+    await m.add("Bob plays chess", user_id="bob", agent_id="coach")
+    found = [(e.kind, e.name, e.memories) for e in await m.entities()]
+    assert found == [("agent", "coach", 2), ("run", "s1", 1), ("user", "alice", 2),
+                     ("user", "bob", 1)]  # fmt: skip
+    assert all(e.created and e.updated for e in await m.entities())
+    assert await m.delete_entity("agent", "coach") == 2
+    assert [(e.kind, e.name) for e in await m.entities()] == [("user", "alice")]
+    with pytest.raises(NotFound, match="no memories of user 'bob'"):
+        await m.delete_entity("user", "bob")
+    with pytest.raises(InputError, match="user, agent or run"):
+        await m.delete_entity("app", "x")
+
+
+async def test_filters_or_not_ranges_and_text_operators_on_every_backend(
+    service: MemoryService,
+) -> None:
+    """Mem0's filter grammar, evaluated in SQL: the same answers on SQLite and PostgreSQL."""
+    m = service.memories
+    await m.add("Alice hikes", user_id="alice", metadata={"topic": "Sport", "level": 3})
+    await m.add("Alice reads", user_id="alice", agent_id="coach", metadata={"topic": "books"})
+    await m.add("Bob plays chess", user_id="bob", metadata={"topic": "games", "level": 5})
+    await m.add("Shared note", category="prefs")
+
+    async def texts(flt: dict[str, object]) -> list[str]:
+        return sorted(r.text for r in await m.get_all(filters=flt))
+
+    today = dt.date.today()
+    tomorrow = (today + dt.timedelta(days=1)).isoformat()
+    assert await texts({"OR": [{"user_id": "alice"}, {"user_id": "bob"}]}) == [
+        "Alice hikes", "Alice reads", "Bob plays chess"]  # fmt: skip
+    assert await texts({"AND": [{"user_id": "alice"}, {"NOT": {"agent_id": "coach"}}]}) == [
+        "Alice hikes"]  # fmt: skip
+    assert await texts({"user_id": {"in": ["bob", "carol"]}}) == ["Bob plays chess"]
+    assert await texts({"user_id": "*"}) == ["Alice hikes", "Alice reads", "Bob plays chess"]
+    assert await texts({"agent_id": "*", "user_id": {"nin": ["bob"]}}) == ["Alice reads"]
+    assert (
+        len(await texts({"created_at": {"gte": today.isoformat(), "lte": today.isoformat()}})) == 4
+    )
+    assert await texts({"created_at": {"gt": today.isoformat()}}) == []
+    assert await texts({"updated_at": {"lt": tomorrow}, "categories": {"in": ["prefs"]}}) == [
+        "Shared note"]  # fmt: skip
+    assert await texts({"topic": {"icontains": "SPO"}}) == ["Alice hikes"]
+    assert await texts({"topic": {"contains": "SPO"}}) == []
+    assert await texts({"level": {"gte": 3}, "NOT": [{"topic": "games"}]}) == ["Alice hikes"]
+    assert await texts({"metadata": {"topic": "books"}}) == ["Alice reads"]
+    assert await texts({"level": "*"}) == ["Alice hikes", "Bob plays chess"]
+    assert await texts({"topic": {"contains": "100%_"}}) == []  # LIKE wildcards are text here
+    found = await m.search("hikes chess", filters={"OR": [{"user_id": "bob"},
+                                                          {"topic": "Sport"}]})  # fmt: skip
+    assert {r.text for r in found} == {"Alice hikes", "Bob plays chess"}
+    for bad, says in [
+        ({"user_id": {"regex": "a"}}, "unsupported 'regex'"),
+        ({"topic": {}}, "has no operator"),
+        ({"OR": []}, "OR needs a non-empty list"),
+        ({"created_at": {"gte": "2024-13-45"}}, "is not a date"),
+    ]:
+        with pytest.raises(InputError, match=says):
+            await m.get_all(filters=bad)

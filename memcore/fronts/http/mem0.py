@@ -31,11 +31,16 @@ from memcore.fronts.http.common import (
 )
 from memcore.fronts.http.schemas import (
     MEM0_IGNORED,
+    DeletedCountOut,
+    EntitiesOut,
     Mem0AddBody,
     Mem0BatchBody,
     Mem0DeleteQuery,
+    Mem0Feedback,
+    Mem0FeedbackOut,
     Mem0HistoryEvent,
     Mem0ListBody,
+    Mem0ListQuery,
     Mem0MemoriesOut,
     Mem0MemoryOut,
     Mem0PageOut,
@@ -49,7 +54,6 @@ from memcore.fronts.http.schemas import (
 from memcore.service import MemoryService
 
 IGNORED = set(MEM0_IGNORED)
-LOGIC = ("OR", "NOT")  # Mem0 operators memcore does not evaluate yet: refused, never ignored
 
 
 def record(r: MemoryRecord) -> dict[str, Any]:
@@ -89,33 +93,35 @@ def split_read_filters(filters: Any) -> tuple[dict[str, Any], Any]:
 
 
 def split_filters(filters: Any) -> tuple[dict[str, str | None], dict[str, Any] | None]:
-    """Mem0 filters -> (scope, memcore metadata filter)."""
+    """Mem0 filters -> (scope, the rest as a filter memcore evaluates in SQL).
+
+    A scope key with a plain name, at the top or in a top-level AND, is the scope (a scoped
+    read: the scope's memories, and its notes); ``"*"`` means any. Everything else: OR, NOT,
+    operators (``{"user_id": {"in": [...]}}``), ``created_at`` / ``updated_at`` ranges,
+    ``categories`` and metadata keys becomes one filter over the memories
+    (storage/filters_sql.py), whose unknown operators are refused by name."""
     if filters is None:
         return {}, None
     if not isinstance(filters, Mapping):
         raise BadRequest("filters must be an object")
     if "AND" in filters and not isinstance(filters["AND"], list):
         raise BadRequest("filters.AND must be a list of objects")
-    if logic := [k for k in LOGIC if k in filters]:
-        raise BadRequest(f"filters.{logic[0]} is not supported (use AND, or separate searches)")
     parts = list(filters["AND"]) if set(filters) == {"AND"} else [filters]
     scope: dict[str, str | None] = {}
-    meta: list[dict[str, Any]] = []
+    rest: list[dict[str, Any]] = []
     for part in parts:
         if not isinstance(part, Mapping):
             raise BadRequest("each AND filter must be an object")
         for key, value in part.items():
-            if key in SCOPE_KEYS:
-                if not isinstance(value, str):
-                    raise BadRequest(f"{key} must be a string")
+            if key in SCOPE_KEYS and isinstance(value, str):
+                if scope.get(key, value) != value:
+                    raise BadRequest(f"filters name two values of {key}")
                 scope[key] = None if value == "*" else value
-            elif key == "metadata" and isinstance(value, Mapping):
-                meta += [{k: v} for k, v in value.items()]
-            elif key in IGNORED:
+            elif key in IGNORED and key != "categories":
                 continue
             else:
-                meta.append({key: value})
-    return scope, ({"AND": meta} if meta else None)
+                rest.append({key: value})
+    return scope, ({"AND": rest} if rest else None)
 
 
 def mem0_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a route table
@@ -175,6 +181,10 @@ def mem0_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a route 
         data = await parsed(request, Mem0SearchBody)
         read, rest = split_read_filters(data.filters)
         given, meta = split_filters(rest)
+        for key, value in data.model_dump(include=set(SCOPE_KEYS)).items():
+            if value is not None and given.get(key, value) != value:
+                raise BadRequest(f"{key} differs between the body and its filters")
+            given.setdefault(key, value)
         scope = within(request, given)
         rows = await m.search(
             data.query, **scope, **read, filters=meta, limit=data.top_k or data.limit or 10,
@@ -199,7 +209,10 @@ def mem0_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a route 
         memory_id = request.path_params["memory_id"]
         owned(request, await m.get(memory_id, review=False))
         data = await parsed(request, Mem0UpdateBody)
-        return reply(Mem0MemoryOut, record(await m.update(memory_id, data.text, data.metadata)))
+        if data.text is not None and data.content is not None and data.text != data.content:
+            raise BadRequest("give text or content, not two different texts")
+        text = data.text if data.text is not None else data.content
+        return reply(Mem0MemoryOut, record(await m.update(memory_id, text, data.metadata)))
 
     @contract(MessageOut)
     @handle
@@ -210,16 +223,69 @@ def mem0_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a route 
         await m.delete(memory_id)
         return reply(MessageOut, {"message": "Memory deleted successfully!"})
 
-    @contract(MessageOut, query=Mem0DeleteQuery)
+    @contract(DeletedCountOut, query=Mem0DeleteQuery)
     @handle
     async def delete_all(request: Request) -> Response:
-        """Delete every memory of a scope."""
+        """Delete every memory of a scope (a scope is required)."""
         q = query_of(request, Mem0DeleteQuery)
         unknown = set(q.model_extra or {}) - IGNORED
         if unknown:
             raise BadRequest(f"unknown parameter(s): {', '.join(sorted(unknown))}")
         gone = await m.delete_all(**within(request, q.model_dump(include=set(SCOPE_KEYS))))
-        return reply(MessageOut, {"message": f"Memories deleted successfully! ({gone})"})
+        return reply(
+            DeletedCountOut, {"message": "Memories deleted successfully!", "deleted": gone}
+        )
+
+    @contract(Mem0PageOut, query=Mem0ListQuery)
+    @handle
+    async def list_v1(request: Request) -> Response:
+        """Mem0's v1 listing: GET /v1/memories?user_id=..."""
+        q = query_of(request, Mem0ListQuery)
+        scope = within(request, q.model_dump(include=set(SCOPE_KEYS)))
+        total = await m.count(**scope)
+        rows = await m.get_all(**scope, limit=q.limit, offset=(q.page - 1) * q.limit)
+        more = q.page * q.limit < total
+        return reply(Mem0PageOut, {
+            "count": total,
+            "next": f"?page={q.page + 1}&limit={q.limit}" if more else None,
+            "previous": f"?page={q.page - 1}&limit={q.limit}" if q.page > 1 else None,
+            "results": [record(r) for r in rows],
+        })  # fmt: skip
+
+    @contract(EntitiesOut)
+    @handle
+    async def entities(request: Request) -> Response:
+        """Every user, agent and run that holds memories (Mem0's users())."""
+        binding = bound(request)
+        rows = [
+            e.to_dict() for e in await m.entities()
+            if not binding or binding.get(f"{e.kind}_id") == e.name
+        ]  # fmt: skip
+        out = [{"id": e["name"], **e} for e in rows]
+        return reply(EntitiesOut, {"count": len(out), "next": None, "previous": None,
+                                   "results": out})  # fmt: skip
+
+    @contract(DeletedCountOut)
+    @handle
+    async def delete_entity(request: Request) -> Response:
+        """Delete every memory of one user, agent or run (Mem0's delete_users())."""
+        kind, name = request.path_params["kind"], request.path_params["name"]
+        if kind in ("user", "agent", "run"):
+            within(request, {f"{kind}_id": name})  # a bound token: its own scope only
+        gone = await m.delete_entity(kind, name)
+        return reply(DeletedCountOut, {"message": "Entity deleted successfully!", "deleted": gone})
+
+    @contract(Mem0FeedbackOut, body=Mem0Feedback)
+    @handle
+    async def feedback(request: Request) -> Response:
+        """Feedback on a memory: an FSRS review rated by it (see MemoryApi.feedback)."""
+        data = await parsed(request, Mem0Feedback)
+        owned(request, await m.get(data.memory_id, review=False))
+        rated = await m.feedback(data.memory_id, data.feedback)
+        strength = rated.strength.to_dict() if rated.strength is not None else None
+        return reply(Mem0FeedbackOut, {"id": rated.id, "feedback": data.feedback,
+                                       "feedback_reason": data.feedback_reason,
+                                       "strength": strength})  # fmt: skip
 
     @contract(list[Mem0HistoryEvent])
     @handle
@@ -254,17 +320,29 @@ def mem0_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a route 
             await m.delete(item.memory_id)
         return reply(MessageOut, {"message": f"Successfully deleted {len(data.memories)} memories"})
 
+    one = [("GET", get_one), ("PUT", update), ("DELETE", delete)]
     return [
         Route("/v1/ping/", ping, methods=["GET"]),
         Route("/v3/memories/add/", add, methods=["POST"]),
-        Route("/v1/memories/", add, methods=["POST"]),
         Route("/v3/memories/", get_all, methods=["POST"]),
         Route("/v3/memories/search/", search, methods=["POST"]),
-        Route("/v1/memories/", delete_all, methods=["DELETE"]),
-        Route("/v1/memories/{memory_id}/", get_one, methods=["GET"]),
-        Route("/v1/memories/{memory_id}/", update, methods=["PUT"]),
-        Route("/v1/memories/{memory_id}/", delete, methods=["DELETE"]),
         Route("/v1/memories/{memory_id}/history/", history, methods=["GET"]),
         Route("/v1/batch/", batch_update, methods=["PUT"]),
         Route("/v1/batch/", batch_delete, methods=["DELETE"]),
+        Route("/v1/entities/", entities, methods=["GET"]),
+        Route("/v2/entities/{kind}/{name}/", delete_entity, methods=["DELETE"]),
+        Route("/v1/entities/{kind}/{name}/", delete_entity, methods=["DELETE"]),  # deleteUser
+        Route("/v1/feedback/", feedback, methods=["POST"]),
+        # Mem0's v1 REST, with and without the trailing slash (seed 000's adapter omits it)
+        *(
+            Route(path, handler, methods=[method], name=f"{handler.__name__}{slash}")
+            for slash in ("/", "")
+            for path, method, handler in [
+                (f"/v1/memories{slash}", "POST", add),
+                (f"/v1/memories/search{slash}", "POST", search),
+                (f"/v1/memories{slash}", "GET", list_v1),
+                (f"/v1/memories{slash}", "DELETE", delete_all),
+                *((f"/v1/memories/{{memory_id}}{slash}", verb, fn) for verb, fn in one),
+            ]
+        ),
     ]

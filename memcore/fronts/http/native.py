@@ -32,6 +32,7 @@ from memcore.fronts.http.schemas import (
     ConversationQuery,
     CountOut,
     DeletedOut,
+    EntitiesOut,
     HistoryOut,
     ListQuery,
     MemoriesOut,
@@ -160,6 +161,18 @@ def native_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a rout
             owned(request, await m.get(memory_id, review=False))  # deleted: full access only
         return reply(HistoryOut, {"results": await m.history(memory_id)})
 
+    @contract(EntitiesOut)
+    @handle
+    async def entities(request: Request) -> Response:
+        """Every user, agent and run that holds memories, with how many."""
+        binding = bound(request)
+        rows = [
+            {"id": e.name, **e.to_dict()} for e in await m.entities()
+            if not binding or binding.get(f"{e.kind}_id") == e.name
+        ]  # fmt: skip
+        return reply(EntitiesOut, {"count": len(rows), "next": None, "previous": None,
+                                   "results": rows})  # fmt: skip
+
     def session_of(request: Request) -> str:
         session = str(request.path_params["session_id"])
         binding = bound(request)
@@ -199,6 +212,7 @@ def native_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a rout
         Route("/api/status", status, methods=["GET"]),
         Route("/api/memories", add, methods=["POST"]),
         Route("/api/memories", list_all, methods=["GET"]),
+        Route("/api/entities", entities, methods=["GET"]),
         Route("/api/memories/{memory_id}", get_one, methods=["GET"]),
         Route("/api/memories/{memory_id}", update, methods=["PUT"]),
         Route("/api/memories/{memory_id}", delete, methods=["DELETE"]),

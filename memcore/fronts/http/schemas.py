@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from memcore.search.searcher import MAX_LIMIT
 
@@ -55,9 +55,17 @@ class Body(BaseModel):
 
 
 class Query(BaseModel):
-    """Query-string parameters: text converted to the field's type, no unknown parameters."""
+    """Query-string parameters: text converted to the field's type, no unknown parameters;
+    an empty one (``user_id=``, what some clients send for "none") is left out."""
 
     model_config = ConfigDict(extra="forbid")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _drop_empty(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            return {k: v for k, v in data.items() if v != ""}
+        return data
 
 
 class Out(BaseModel):
@@ -174,6 +182,10 @@ class ConversationQuery(Query):
 
 class ConversationBody(Body):
     messages: list[Message]
+
+
+class FeedbackBody(Body):
+    feedback: Literal["POSITIVE", "NEGATIVE", "VERY_NEGATIVE"] | None
 
 
 class ForgetBody(ScopeFields):
@@ -351,6 +363,9 @@ class Mem0PageQuery(Query):
 class Mem0SearchBody(Mem0Body):
     query: Text
     filters: JSONObject | None = None
+    user_id: Name | None = None  # Mem0's v1 search (and seed 000's adapter) name the scope here
+    agent_id: Name | None = None
+    run_id: Name | None = None
     top_k: Limit | None = None
     limit: Limit | None = None
     threshold: Score | None = None
@@ -358,6 +373,7 @@ class Mem0SearchBody(Mem0Body):
 
 class Mem0UpdateBody(Mem0Body):
     text: Content | None = None
+    content: Content | None = Field(None, description="the same as text (seed 000's adapter)")
     metadata: JSONObject | None = None
 
 
@@ -367,6 +383,45 @@ class Mem0DeleteQuery(Query):
     user_id: Name | None = None
     agent_id: Name | None = None
     run_id: Name | None = None
+
+
+class Mem0ListQuery(Query):
+    """GET /v1/memories?user_id=...: Mem0's v1 listing."""
+
+    user_id: Name | None = None
+    agent_id: Name | None = None
+    run_id: Name | None = None
+    limit: Annotated[int, Field(ge=1, le=10_000)] = 100
+    page: Annotated[int, Field(ge=1, le=1_000_000)] = 1
+
+
+class Mem0Feedback(Body):
+    memory_id: Word
+    feedback: Literal["POSITIVE", "NEGATIVE", "VERY_NEGATIVE"] | None = None
+    feedback_reason: Annotated[str, Field(max_length=10_000)] | None = None
+
+
+class Mem0FeedbackOut(Out):
+    id: str
+    feedback: str | None
+    feedback_reason: str | None
+    strength: StrengthOut | None
+
+
+class EntityOut(Out):
+    id: str
+    name: str
+    type: Literal["user", "agent", "run"]
+    total_memories: int
+    created_at: str | None
+    updated_at: str | None
+
+
+class EntitiesOut(Out):
+    count: int
+    next: str | None
+    previous: str | None
+    results: list[EntityOut]
 
 
 class Mem0BatchItem(BaseModel):
@@ -403,6 +458,11 @@ class Mem0HistoryEvent(HistoryEvent):
 
 class MessageOut(Out):
     message: str
+
+
+class DeletedCountOut(Out):
+    message: str
+    deleted: int
 
 
 class PingOut(Out):

@@ -1,0 +1,60 @@
+"""The official Mem0 TypeScript client (npm ``mem0ai``, pinned in tests/ts/package.json)
+against `memcore serve`: add, search, OR filters, get, update, history, users, batch update,
+delete_users, delete; an unsupported operator is an error the client raises."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from memcore.service import MemoryService
+from tests.test_http import server
+
+TS = Path(__file__).resolve().parent / "ts"
+NODE = shutil.which("node")
+NPM = shutil.which("npm")
+
+
+@pytest.fixture(scope="module")
+def ts_client() -> Path:
+    """tests/ts with its node_modules, installed from the lock file on first use."""
+    if NODE is None or NPM is None:
+        pytest.skip("node and npm are not installed: the TypeScript client cannot run")
+    if not (TS / "node_modules" / "mem0ai").is_dir():
+        subprocess.run(
+            [NPM, "ci", "--no-audit", "--no-fund", "--silent"], cwd=TS, check=True, timeout=300
+        )
+    return TS / "mem0_client.mjs"
+
+
+async def test_the_official_typescript_client_works_against_memcore(
+    service: MemoryService, ts_client: Path
+) -> None:
+    async with server(service, token="ts-key") as url:
+        run = await asyncio.to_thread(
+            subprocess.run,
+            [str(NODE), str(ts_client), url, "ts-key"],
+            capture_output=True, text=True, timeout=120,
+            env={**os.environ, "MEM0_TELEMETRY": "false"},
+        )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    out = json.loads(run.stdout)
+    assert out["added"]["results"][0]["memory"] == "Erin sails on weekends"
+    assert [r["memory"] for r in out["search"]["results"]] == ["Erin sails on weekends"]
+    # the client hands answers back in camelCase (userId, createdAt)
+    assert sorted(r["userId"] for r in out["either"]["results"]) == ["erin", "frank"]
+    assert out["get"]["metadata"] == {"topic": "sport"}
+    assert [e["event"] for e in out["history"]] == ["ADD", "UPDATE"]
+    assert {(e["type"], e["name"]) for e in out["users"]["results"]} == {
+        ("user", "erin"), ("user", "frank")}  # fmt: skip
+    assert out["after"]["memory"] == "Erin sails often"
+    assert "unsupported 'regex'" in out["bad"]
+    assert out["deleteUsers"] == {"message": "Entity deleted successfully."}
+    assert out["left"]["results"] == []
+    assert await service.memories.count() == 0
