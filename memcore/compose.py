@@ -90,6 +90,7 @@ def build_store(settings: Settings) -> Store:
             settings.database_url,
             settings.namespace,
             busy_timeout_s=settings.storage.busy_timeout_s,
+            readers=settings.storage.pool_size,
         )
     from memcore.storage.sqlite.store import SqliteStore
 

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from memcore.compose import build_store
-from memcore.core.errors import NotFound, StorageError
+from memcore.core.errors import ConfigError, NotFound, StorageError
 from memcore.core.models import FileState, SearchFilters
 from memcore.core.settings import Settings, load_settings
 from memcore.storage.postgres.queries import as_list, nearest_query
@@ -230,3 +230,32 @@ async def test_a_restarted_server_connection_is_replaced(
         assert report.indexed == ("memory/a.md",) and not report.failed
         hits = (await svc.search("second note")).hits
         assert hits and hits[0].text.endswith("second note")
+
+
+async def test_pool_size_bounds_the_connections_concurrent_reads_take(
+    tmp_path: Path, postgres_url: str, namespace: str
+) -> None:
+    import psycopg
+
+    async def connections() -> int:
+        async with await psycopg.AsyncConnection.connect(postgres_url) as probe:
+            cur = await probe.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+            )
+            row = await cur.fetchone()
+            return int(row[0]) - 1 if row else 0  # not the probe itself
+
+    (tmp_path / "memory").mkdir()
+    before = await connections()
+    opened = {}
+    for size in (2, 5):
+        settings = load_settings(tmp_path, {"storage.url": postgres_url,
+                                            "storage.namespace": namespace,
+                                            "storage.pool_size": size})  # fmt: skip
+        async with make_service(settings, FakeEmbedder()) as svc:
+            await svc.memories.add("pooled reads", user_id="p")
+            await asyncio.gather(*(svc.search(f"pooled {n}") for n in range(12)))
+            opened[size] = await connections() - before
+    assert opened[2] <= 3 < opened[5] <= 6  # the readers, and the one writer
+    with pytest.raises(ConfigError, match=r"storage\.pool_size: must be 1-100, got 0"):
+        load_settings(tmp_path, {"storage.pool_size": 0})

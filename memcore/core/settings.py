@@ -116,6 +116,8 @@ class StorageSettings:
     ann_min_vectors: int = 50_000
     # SQLite page cache of each search connection (up to 3), filled only as pages are read
     cache_mb: int = 128
+    # PostgreSQL: connections for concurrent reads (seed 000's pool_size); writes take one more
+    pool_size: int = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -483,6 +485,8 @@ def _storage_problems(s: StorageSettings) -> Iterator[str]:
         yield "storage.url: must be a postgresql:// URL"
     if s.namespace and not _NAMESPACE.fullmatch(s.namespace):
         yield "storage.namespace: 1-64 letters, digits, '.', '_' or '-'"
+    if not 1 <= s.pool_size <= 100:
+        yield f"storage.pool_size: must be 1-100, got {s.pool_size}"
 
 
 def _search_problems(s: SearchSettings) -> Iterator[str]:

@@ -94,6 +94,7 @@ class PostgresStore:
         self._writer: psycopg.AsyncConnection[tuple[object, ...]] | None = None
         self._readers: asyncio.Queue[psycopg.AsyncConnection[tuple[object, ...]]] | None = None
         self._all_readers: list[psycopg.AsyncConnection[tuple[object, ...]]] = []
+        self._opening = 0  # reader connections being opened right now
         self._write_lock = asyncio.Lock()
         self.vector_indexes: set[str] = set()  # HNSW indexes known to exist
         self.pending_memo: dict[tuple[int, str], int] = {}
@@ -223,11 +224,16 @@ class PostgresStore:
             if not conn.broken and not conn.closed:
                 return conn
             self._all_readers.remove(conn)
-        if len(self._all_readers) < self._max_readers:
+        if len(self._all_readers) + self._opening < self._max_readers:
+            # the slot is taken before the await: searches arriving together must not each
+            # see room for one more and open a connection apiece (12 searches opened 12)
+            self._opening += 1
             try:
                 conn = await self._connect()
             except psycopg.Error as exc:
                 raise translate(exc, "read") from exc
+            finally:
+                self._opening -= 1
             self._all_readers.append(conn)
             return conn
         return await self._readers.get()
