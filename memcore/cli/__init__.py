@@ -167,7 +167,17 @@ def hoist_global_options(args: list[str]) -> list[str]:
 
 def main(args: list[str] | None = None) -> None:
     """The `memcore` entry point: every usage error is one line on stderr and exit code 2."""
-    from memcore.cli import entities, hook, index, mcp, memory, search, serve, watch  # noqa: F401
+    from memcore.cli import (  # noqa: F401
+        entities,
+        hook,
+        index,
+        mcp,
+        memory,
+        search,
+        serve,
+        transfer,
+        watch,
+    )
 
     argv = hoist_global_options(list(sys.argv[1:] if args is None else args))
     command = typer.main.get_command(app)

@@ -75,6 +75,9 @@ class NewMemory:
     key: str | None = None
     metadata: Mapping[str, object] | None = None
     id: str = field(default_factory=new_id)
+    # kept from elsewhere (an import); a new memory is created and updated now
+    created: str | None = None
+    updated: str | None = None
 
 
 @dataclass(slots=True)
@@ -557,7 +560,10 @@ def _adder(group: Sequence[NewMemory], rel: str, requests: Mapping[str, str]) ->
                 )
                 edit.ids.append(first)
                 continue
-            item = MemoryItem(m.id, m.content, m.key, stamp, stamp, m.metadata or {})
+            created = m.created or stamp
+            item = MemoryItem(
+                m.id, m.content, m.key, created, m.updated or created, m.metadata or {}
+            )
             if m.key is not None:
                 pending[m.key] = (len(edit.append), m.id)
             edit.append.append(render_item(item))

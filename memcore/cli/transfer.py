@@ -1,0 +1,88 @@
+"""`memcore export` and `memcore import`: every memory as JSON Lines, and back."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from memcore.cli import app, fail
+from memcore.cli.memory import with_service
+
+
+@app.command(name="export")
+def export_command(
+    ctx: typer.Context,
+    out: Annotated[
+        Path | None, typer.Argument(help="File to write (default: standard output)")
+    ] = None,
+    history: Annotated[bool, typer.Option("--history", help="Add each memory's events")] = False,
+) -> None:
+    """Write every memory (every scope, ids, metadata, categories, timestamps) as JSON Lines;
+    `memcore import` reads it back into any vault."""
+    from memcore.memory.transfer import export_rows
+
+    async def rows(service: Any) -> list[dict[str, Any]]:
+        return [row async for row in export_rows(service.memories.writer, history)]
+
+    found = with_service(ctx, rows, writes=False)
+    lines = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in found)
+    if out is None:
+        sys.stdout.write(lines)
+        return
+    try:
+        out.write_text(lines, encoding="utf-8")
+    except OSError as exc:
+        raise fail(f"cannot write {out}: {exc.strerror or exc}", 2) from None
+    typer.echo(f"exported {len(found)} memories to {out}", err=True)
+
+
+@app.command(name="import")
+def import_command(
+    ctx: typer.Context,
+    source: Annotated[
+        str, typer.Argument(help="JSON Lines from `memcore export`, or Mem0's export ('-': stdin)")
+    ],
+) -> None:
+    """Add the memories of an export, keeping their ids, scopes, metadata and timestamps. Ids
+    the vault already holds are skipped (importing twice adds nothing); a line that is not a
+    memory is named and skipped."""
+    from memcore.memory.transfer import import_rows, read_rows
+
+    try:
+        text = sys.stdin.read() if source == "-" else Path(source).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise fail(f"cannot read {source}: {exc}", 2) from None
+    rows = list(read_rows(text))
+    bar = _bar(len(rows))
+
+    async def job(service: Any) -> Any:
+        return await import_rows(service.memories.writer, rows, bar)
+
+    report = with_service(ctx, job)
+    for number, why in report.bad:
+        typer.echo(f"memcore: line {number}: {why}", err=True)
+    typer.echo(report.summary())
+    if report.bad:
+        raise typer.Exit(1)
+
+
+def _bar(total: int) -> Any:
+    """A progress callback drawing a bar on a terminal's stderr (nothing otherwise)."""
+    if not sys.stderr.isatty() or total < 1000:
+        return None
+    from rich.progress import Progress
+
+    progress = Progress(transient=True)
+    task = progress.add_task("importing", total=total)
+    progress.start()
+
+    def advance(n: int) -> None:
+        progress.advance(task, n)
+        if progress.tasks[0].finished:
+            progress.stop()
+
+    return advance

@@ -1,0 +1,199 @@
+"""Export and import: every memory as one JSON object per line, and back.
+
+An exported row carries what makes the memory itself, in Mem0's field names: ``id``,
+``memory``, ``user_id``, ``agent_id``, ``run_id``, ``category`` (and Mem0's ``categories``),
+``key``, ``metadata``, ``created_at``, ``updated_at``; with history, its ADD/UPDATE/DELETE
+events. Import takes such rows, or Mem0's own export (a JSON list, or ``{"results": [...]}``
+as Mem0's get_all answers), and writes each memory into the Markdown with its id, scope,
+metadata and timestamps. A memory whose id the vault already holds is skipped (an import run
+twice adds nothing); a row that is not a memory is reported by its line and skipped.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from memcore.core.errors import InputError, MemcoreError, NotFound
+from memcore.core.models import MemoryQuery, MemoryRecord
+from memcore.memory.writer import MemoryWriter, NewMemory
+from memcore.vault.memory_format import Scope, check_content, check_name
+
+PAGE = 1000  # memories read, or written, at a time
+MAX_ID = 128
+
+
+@dataclass(slots=True)
+class ImportReport:
+    """What an import did: memories added, ids already there, and lines it could not use."""
+
+    added: int = 0
+    present: int = 0
+    bad: list[tuple[int, str]] = field(default_factory=list)  # (line or item number, why)
+
+    def summary(self) -> str:
+        parts = [f"imported {self.added}", f"{self.present} already there"]
+        if self.bad:
+            parts.append(f"{len(self.bad)} skipped")
+        return ", ".join(parts)
+
+
+def export_row(record: MemoryRecord) -> dict[str, Any]:
+    return {
+        "id": record.id,
+        "memory": record.text,
+        "user_id": record.user_id,
+        "agent_id": record.agent_id,
+        "run_id": record.run_id,
+        "category": record.category,
+        "categories": [record.category],
+        "key": record.key,
+        "metadata": dict(record.metadata),
+        "created_at": record.created,
+        "updated_at": record.updated,
+    }
+
+
+async def export_rows(writer: MemoryWriter, history: bool = False) -> AsyncIterator[dict[str, Any]]:
+    """Every memory of the vault (every scope, conversation turns too), oldest first."""
+    offset = 0
+    while True:
+        page = await writer.get_all(MemoryQuery(include_turns=True, limit=PAGE, offset=offset))
+        for record in page:
+            row = export_row(record)
+            if history:
+                row["history"] = await writer.history_of(record.id)
+            yield row
+        if len(page) < PAGE:
+            return
+        offset += PAGE
+
+
+def read_rows(text: str) -> Iterator[tuple[int, Any]]:
+    """(line or item number, value) of each row: JSON Lines, or one JSON document that is a
+    list of memories or Mem0's ``{"results": [...]}``."""
+    stripped = text.lstrip()
+    if stripped.startswith(("[", "{")):
+        try:
+            whole = json.loads(text)
+        except ValueError:
+            whole = None  # JSON Lines whose first line is an object
+        else:
+            if isinstance(whole, Mapping) and isinstance(whole.get("results"), list):
+                whole = whole["results"]
+            if isinstance(whole, list):
+                yield from enumerate(whole, 1)
+                return
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            yield number, json.loads(line)
+        except ValueError as exc:
+            yield number, InputError(f"not JSON ({exc})")
+
+
+def new_memory(row: Any) -> NewMemory:
+    """The memory a row describes. Raises InputError saying what is wrong with it."""
+    if isinstance(row, InputError):
+        raise row
+    if not isinstance(row, Mapping):
+        raise InputError("not a JSON object")
+    text = row.get("memory", row.get("content", row.get("text")))
+    if not isinstance(text, str):
+        raise InputError("no memory text (memory, content or text)")
+    check_content(text)
+    memory_id = row.get("id")
+    if memory_id is not None and (
+        not isinstance(memory_id, str)
+        or not 0 < len(memory_id) <= MAX_ID
+        or any(ch.isspace() or not ch.isprintable() for ch in memory_id)
+    ):
+        raise InputError(f"id must be 1-{MAX_ID} printable characters without spaces")
+    scope = Scope(*(_name(row, k) for k in ("user_id", "agent_id", "run_id")))
+    category = row.get("category")
+    if category is None and isinstance(row.get("categories"), list) and row["categories"]:
+        category = row["categories"][0]
+    metadata = row.get("metadata") or {}
+    if not isinstance(metadata, Mapping):
+        raise InputError("metadata must be an object")
+    key = row.get("key")
+    if key is not None and not isinstance(key, str):
+        raise InputError("key must be text")
+    created, updated = _stamp(row, "created_at"), _stamp(row, "updated_at")
+    return NewMemory(
+        content=text, scope=scope, category=check_name(str(category or "core"), "category"),
+        key=key, metadata=dict(metadata), created=created, updated=updated or created,
+        **({"id": memory_id} if memory_id else {}),
+    )  # fmt: skip
+
+
+def _name(row: Mapping[str, Any], key: str) -> str | None:
+    value = row.get(key)
+    return None if value in (None, "") else check_name(str(value), key)
+
+
+def _stamp(row: Mapping[str, Any], key: str) -> str | None:
+    value = row.get(key)
+    if value in (None, ""):
+        return None
+    try:
+        when = dt.datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    except ValueError:
+        raise InputError(f"{key} is not an ISO timestamp: {value!r}") from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=dt.UTC)
+    return when.isoformat(timespec="milliseconds")
+
+
+async def import_rows(
+    writer: MemoryWriter,
+    rows: Iterable[tuple[int, Any]],
+    progress: Callable[[int], None] | None = None,
+) -> ImportReport:
+    """Write the rows' memories, a page at a time (one write per file per page)."""
+    report = ImportReport()
+    page: list[NewMemory] = []
+    for number, row in rows:
+        try:
+            memory = new_memory(row)
+        except MemcoreError as exc:
+            report.bad.append((number, str(exc)))
+            continue
+        page.append(memory)
+        if len(page) >= PAGE:
+            await _write(writer, page, report, progress)
+            page = []
+    if page:
+        await _write(writer, page, report, progress)
+    return report
+
+
+async def _write(
+    writer: MemoryWriter,
+    page: list[NewMemory],
+    report: ImportReport,
+    progress: Callable[[int], None] | None,
+) -> None:
+    fresh: dict[str, NewMemory] = {}
+    for memory in page:
+        if memory.id in fresh or await _present(writer, memory.id):
+            report.present += 1
+        else:
+            fresh[memory.id] = memory
+    if fresh:
+        await writer.add_batch(list(fresh.values()))
+        report.added += len(fresh)
+    if progress is not None:
+        progress(len(page))
+
+
+async def _present(writer: MemoryWriter, memory_id: str) -> bool:
+    try:
+        await writer.get(memory_id)
+    except NotFound:
+        return False
+    return True

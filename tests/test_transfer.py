@@ -1,0 +1,92 @@
+"""memcore export / import: every memory leaves as JSON Lines and comes back into a fresh
+vault the same (ids, scopes, metadata, categories, keys, timestamps), an import run twice adds
+nothing, bad lines are named and skipped, and Mem0's own export reads too."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+from memcore.compose import open_service
+from memcore.core.settings import load_settings
+from memcore.vault.memory_format import Scope
+from tests.test_cli import cli
+
+
+def fields(row: dict[str, object]) -> tuple[object, ...]:
+    return tuple(row[k] for k in ("id", "memory", "user_id", "agent_id", "run_id", "category",
+                                  "key", "metadata", "created_at", "updated_at"))  # fmt: skip
+
+
+async def test_export_then_import_into_a_fresh_vault_gives_the_same_memories(
+    tmp_path: Path,
+) -> None:
+    source, target = tmp_path / "a", tmp_path / "b"
+    for vault in (source, target):
+        (vault / "memory").mkdir(parents=True)
+        (vault / "memcore.toml").write_text('[embedder]\nprovider = "static"\n')
+    async with open_service(load_settings(source)) as svc:
+        m = svc.memories
+        await m.add("Alice likes tea <!-- not a comment -->", user_id="alice",
+                    metadata={"topic": "drinks", "n": 2})  # fmt: skip
+        await m.add("Deploys on Thursday", agent_id="ops", run_id="s-1", category="plans",
+                    key="deploy-day")  # fmt: skip
+        (changed,) = await m.add("first text", user_id="bob")
+        await m.update(changed.id, "second text")
+        talk = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]
+        await svc.conversations.save("chat-1", talk)
+    out = tmp_path / "memories.jsonl"
+    code, _, err = await asyncio.to_thread(
+        cli, "--vault", str(source), "export", str(out), "--history"
+    )
+    assert code == 0, err
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(rows) == 5 and all(r["history"] for r in rows)
+    assert [e["event"] for r in rows if r["id"] == changed.id for e in r["history"]] == [
+        "ADD", "UPDATE"]  # fmt: skip
+
+    code, said, err = await asyncio.to_thread(cli, "--vault", str(target), "import", str(out))
+    assert code == 0, err
+    assert said.strip() == "imported 5, 0 already there"
+    code, again, _ = await asyncio.to_thread(cli, "--vault", str(target), "import", str(out))
+    assert again.strip() == "imported 0, 5 already there"
+    code, back, err = await asyncio.to_thread(cli, "--vault", str(target), "export")
+    assert code == 0, err
+    imported = [json.loads(line) for line in back.splitlines()]
+    assert sorted(map(fields, imported), key=str) == sorted(map(fields, rows), key=str)
+    async with open_service(load_settings(target)) as svc:
+        loaded = await svc.conversations.load("chat-1")
+        assert [m["content"] for m in loaded] == ["hi", "hello"]
+        found = await svc.memories.search("tea", user_id="alice")
+        assert found[0].metadata == {"topic": "drinks", "n": 2}
+        assert svc.memories.writer.file_for(Scope(user_id="alice"), "core") == (found[0].path)
+
+
+async def test_import_reads_mem0_exports_and_names_bad_lines(tmp_path: Path) -> None:
+    vault = tmp_path / "v"
+    (vault / "memory").mkdir(parents=True)
+    (vault / "memcore.toml").write_text('[embedder]\nprovider = "static"\n')
+    mem0 = {"count": 2, "next": None, "results": [
+        {"id": "6f1c0a52-8f0b-4b7e-9d1a-111111111111", "memory": "Gina likes jazz",
+         "user_id": "gina", "metadata": {"src": "mem0"}, "categories": ["music"],
+         "created_at": "2025-03-01T10:00:00-08:00", "updated_at": "2025-03-02T10:00:00Z"},
+        {"id": "bad id with spaces", "memory": "x", "user_id": "gina"},
+    ]}  # fmt: skip
+    export = tmp_path / "mem0.json"
+    export.write_text(json.dumps(mem0))
+    code, said, err = await asyncio.to_thread(cli, "--vault", str(vault), "import", str(export))
+    assert code == 1 and said.strip() == "imported 1, 0 already there, 1 skipped"
+    assert err.strip() == "memcore: line 2: id must be 1-128 printable characters without spaces"
+    lines = tmp_path / "mixed.jsonl"
+    lines.write_text('{"memory": "Hal runs", "user_id": "hal"}\nnot json\n{"memory": ""}\n'
+                     '{"memory": "ok", "user_id": "../x"}\n')  # fmt: skip
+    code, said, err = await asyncio.to_thread(cli, "--vault", str(vault), "import", str(lines))
+    assert code == 1 and said.strip() == "imported 1, 0 already there, 3 skipped"
+    assert [e.split(":")[1].strip() for e in err.strip().splitlines()] == [
+        "line 2", "line 3", "line 4"]  # fmt: skip
+    async with open_service(load_settings(vault)) as svc:
+        (jazz,) = await svc.memories.get_all(user_id="gina", category="music")
+        assert jazz.id == "6f1c0a52-8f0b-4b7e-9d1a-111111111111"
+        assert jazz.created == "2025-03-01T10:00:00.000-08:00"
+        assert [r.text for r in await svc.memories.get_all(user_id="hal")] == ["Hal runs"]
