@@ -50,6 +50,7 @@ CONFINED = {
     "usearch": {"storage/ann.py"},
     "psycopg": {"storage/postgres/"},
     "pydantic": {"fronts/http/", "fronts/mcp.py"},
+    "mem0": {"cli/transfer.py"},  # the official client, optional: import --from-mem0
 }
 # pure transforms: no I/O layer, no event loop
 PURE = {

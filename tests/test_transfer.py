@@ -8,10 +8,13 @@ import asyncio
 import json
 from pathlib import Path
 
+import pytest
+
 from memcore.compose import open_service
 from memcore.core.settings import load_settings
 from memcore.vault.memory_format import Scope
 from tests.test_cli import cli
+from tests.test_http import server
 
 
 def fields(row: dict[str, object]) -> tuple[object, ...]:
@@ -90,3 +93,41 @@ async def test_import_reads_mem0_exports_and_names_bad_lines(tmp_path: Path) -> 
         assert jazz.id == "6f1c0a52-8f0b-4b7e-9d1a-111111111111"
         assert jazz.created == "2025-03-01T10:00:00.000-08:00"
         assert [r.text for r in await svc.memories.get_all(user_id="hal")] == ["Hal runs"]
+
+
+async def test_import_straight_from_a_mem0_server_through_the_official_client(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Mem0 server here is another memcore serve: what it holds arrives with its ids."""
+    monkeypatch.setenv("MEM0_TELEMETRY", "false")
+    monkeypatch.setenv("REMOTE_KEY", "r-key")
+    source, target = tmp_path / "remote", tmp_path / "local"
+    for vault in (source, target):
+        (vault / "memory").mkdir(parents=True)
+        (vault / "memcore.toml").write_text('[embedder]\nprovider = "static"\n')
+    async with open_service(load_settings(source)) as svc:
+        added = [
+            *(await svc.memories.add("Ivy paints", user_id="ivy", metadata={"medium": "oil"})),
+            *(await svc.memories.add("The bot retries twice", agent_id="bot")),
+            *(await svc.memories.add("Sprint goal: ship", run_id="s-9", category="plans")),
+        ]
+        async with server(svc, token="r-key") as url:
+            code, said, err = await asyncio.to_thread(
+                cli, "--vault", str(target), "import", url, "--from-mem0",
+                "--api-key-env", "REMOTE_KEY",
+            )  # fmt: skip
+    assert code == 0, err
+    assert said.strip() == "imported 3, 0 already there"
+    async with open_service(load_settings(target)) as svc:
+        got = {r.id: r for r in await svc.memories.get_all(user_id=None)}
+        got |= {r.id: r for r in await svc.memories.get_all(agent_id="bot")}
+        got |= {r.id: r for r in await svc.memories.get_all(run_id="s-9", category="plans")}
+    assert {r.id: (r.text, r.user_id, r.agent_id, r.run_id, r.category, dict(r.metadata),
+                   r.created) for r in added} == {
+        i: (r.text, r.user_id, r.agent_id, r.run_id, r.category, dict(r.metadata), r.created)
+        for i, r in got.items()}  # fmt: skip
+    code, _, err = await asyncio.to_thread(
+        cli, "--vault", str(target), "import", "http://127.0.0.1:9", "--from-mem0",
+        "--api-key-env", "NO_SUCH_VARIABLE",
+    )  # fmt: skip
+    assert code == 2 and "needs the server's API key in $NO_SUCH_VARIABLE" in err

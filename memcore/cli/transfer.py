@@ -44,19 +44,35 @@ def export_command(
 def import_command(
     ctx: typer.Context,
     source: Annotated[
-        str, typer.Argument(help="JSON Lines from `memcore export`, or Mem0's export ('-': stdin)")
+        str,
+        typer.Argument(
+            help="JSON Lines from `memcore export`, Mem0's export ('-': stdin), or with "
+            "--from-mem0 a Mem0 server's URL"
+        ),
     ],
+    from_mem0: Annotated[
+        bool,
+        typer.Option(
+            "--from-mem0", help="SOURCE is a Mem0 server (the platform, or a memcore serve)"
+        ),
+    ] = False,
+    api_key_env: Annotated[
+        str, typer.Option("--api-key-env", help="With --from-mem0: the variable with its key")
+    ] = "MEM0_API_KEY",
 ) -> None:
     """Add the memories of an export, keeping their ids, scopes, metadata and timestamps. Ids
     the vault already holds are skipped (importing twice adds nothing); a line that is not a
     memory is named and skipped."""
     from memcore.memory.transfer import import_rows, read_rows
 
-    try:
-        text = sys.stdin.read() if source == "-" else Path(source).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise fail(f"cannot read {source}: {exc}", 2) from None
-    rows = list(read_rows(text))
+    if from_mem0:
+        rows = list(enumerate(_from_mem0(source, api_key_env), 1))
+    else:
+        try:
+            text = sys.stdin.read() if source == "-" else Path(source).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise fail(f"cannot read {source}: {exc}", 2) from None
+        rows = list(read_rows(text))
     bar = _bar(len(rows))
 
     async def job(service: Any) -> Any:
@@ -68,6 +84,41 @@ def import_command(
     typer.echo(report.summary())
     if report.bad:
         raise typer.Exit(1)
+
+
+# every memory that belongs to someone: Mem0 holds none that belongs to nobody
+EVERYONE = {"OR": [{"user_id": "*"}, {"agent_id": "*"}, {"run_id": "*"}]}
+
+
+def _from_mem0(host: str, api_key_env: str) -> list[Any]:
+    """Every memory a Mem0 server holds, read a page at a time through the official client
+    (``pip install mem0ai``)."""
+    import os
+
+    try:
+        from mem0 import MemoryClient
+    except ImportError:
+        raise fail("--from-mem0 needs the official Mem0 client: pip install mem0ai", 2) from None
+    key = os.environ.get(api_key_env)
+    if not key:
+        raise fail(f"--from-mem0 needs the server's API key in ${api_key_env}", 2)
+    try:
+        client = MemoryClient(api_key=key, host=host)
+    except Exception as exc:  # the client's own errors: unreachable, refused key
+        raise fail(f"cannot reach Mem0 at {host}: {' '.join(str(exc).split())}", 1) from None
+    rows: list[Any] = []
+    try:
+        page = 1
+        while True:
+            answer = client.get_all(filters=EVERYONE, page=page, page_size=1000)
+            rows += answer.get("results", [])
+            if not answer.get("next"):
+                return rows
+            page += 1
+    except Exception as exc:
+        raise fail(f"reading Mem0 at {host} failed: {' '.join(str(exc).split())}", 1) from None
+    finally:
+        client.client.close()
 
 
 def _bar(total: int) -> Any:
