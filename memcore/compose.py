@@ -6,6 +6,7 @@ opens the index (``--version``, a search answered by the running daemon) starts 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from collections.abc import AsyncIterator
@@ -13,12 +14,13 @@ from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING
 
 from memcore.core.errors import ConfigError, MemcoreError, VaultError
-from memcore.core.settings import Settings
+from memcore.core.settings import MEMORY_DB, Settings
 from memcore.embedders.prefixes import task_prefixes
 
 if TYPE_CHECKING:
     from memcore.embedders.base import Embedder
     from memcore.llm.base import LLM
+    from memcore.memory.port import Memory
     from memcore.service import MemoryService
     from memcore.storage.base import Store
 
@@ -125,7 +127,33 @@ def build_service(settings: Settings, embedder: Embedder | None = None) -> Memor
         query_prefix=query_prefix,
         document_prefix=document_prefix,
     )
-    return MemoryService(settings, build_store(settings), runner, build_llm(settings))
+    if settings.memory.kind == "none":  # nothing is written anywhere: the index is in memory
+        settings = dataclasses.replace(
+            settings, storage=dataclasses.replace(settings.storage, db=MEMORY_DB, url="")
+        )
+    return MemoryService(
+        settings, build_store(settings), runner, build_llm(settings), build_memory(settings)
+    )
+
+
+def build_memory(settings: Settings) -> Memory | None:
+    """The memory adapter of ``memory.adapter`` (None: the vault's own Markdown)."""
+    m = settings.memory
+    if m.kind == "none":
+        from memcore.memory.noop import NoopMemory
+
+        return NoopMemory()
+    if m.kind == "mem0":
+        from memcore.memory.mem0_remote import Mem0Memory
+
+        key = os.environ.get(m.api_key_env)
+        if not key:
+            raise ConfigError(
+                f"memory.adapter = mem0 needs the server's API key: set {m.api_key_env} "
+                "(memory.api_key_env names another variable)"
+            )
+        return Mem0Memory(m.base_url, key, m.org_id, m.project_id)
+    return None
 
 
 def ensure_state_dir(settings: Settings, *, daemon: bool = False) -> None:
@@ -170,6 +198,10 @@ async def open_service(
     index that holds one file. ``fresh`` (a one-shot command with no daemon keeping the index
     current): an existing index is brought up to date with the files changed since, first;
     if that cannot be done (a read-only index), the command answers from it as it is."""
+    if settings.memory.kind == "none":  # memory is off: no index, no folder, nothing to catch up
+        async with build_service(settings, embedder) as service:
+            yield service
+        return
     new = not index_exists(settings)
     if not create and new:
         raise VaultError(

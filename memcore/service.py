@@ -24,6 +24,8 @@ from memcore.index.indexer import Indexer, Progress, no_progress
 from memcore.llm.base import LLM
 from memcore.memory.conversations import Conversations
 from memcore.memory.operations import MemoryApi
+from memcore.memory.port import Memory
+from memcore.memory.remote_hits import DISABLED, with_remote_memories
 from memcore.memory.writer import MemoryWriter
 from memcore.search.context import relevant_memories
 from memcore.search.recall import Recall
@@ -81,7 +83,10 @@ class MemoryService:
         store: Store,
         embedder: EmbeddingRunner,
         llm: LLM | None = None,
+        memories: Memory | None = None,
     ) -> None:
+        """``memories``: where memories live when not in this vault (a Mem0 server, or none:
+        memory switched off); by default the vault's Markdown."""
         self.settings = settings
         self.store = store
         self.embedder = embedder
@@ -89,9 +94,12 @@ class MemoryService:
         self.indexer = Indexer(settings, store, embedder, HistoryLog(settings.vault))
         self.recall = Recall(settings.vault)  # FSRS strength from memory/reviews.jsonl
         self.searcher = Searcher(settings, store, embedder, self.recall)
-        writer = MemoryWriter(settings.vault, store, self.indexer)
-        self.memories = MemoryApi(store, writer, self.searcher, llm, self.recall)
-        self.conversations = Conversations(writer)  # transcripts, chat and tool-call items
+        # writes to the vault's Markdown: notes (the git hook), transcripts, import and export
+        self.writer = MemoryWriter(settings.vault, store, self.indexer)
+        self.memories: Memory = memories or MemoryApi(
+            store, self.writer, self.searcher, llm, self.recall
+        )
+        self.conversations = Conversations(self.writer)  # transcripts, chat and tool-call items
         self.readiness = Readiness()
 
     async def __aenter__(self) -> Self:
@@ -106,6 +114,7 @@ class MemoryService:
     ) -> None:
         try:
             await self.embedder.aclose()
+            await self.memories.aclose()
             if self.llm is not None:
                 await self.llm.aclose()
         finally:
@@ -168,9 +177,17 @@ class MemoryService:
     ) -> SearchResult:
         """See ``Searcher.search``: hybrid, degrading to keyword-only with a warning; while
         the vault is still being caught up, with a warning that results may be incomplete."""
+        kind = self.memories.kind
+        if kind == "none":
+            return SearchResult(query, (), "keyword", (DISABLED,))
         result = await self.searcher.search(
             query, limit, filters, fusion_name, min_score, query_vector, as_of
         )
+        if kind != "markdown":  # the memories live elsewhere: the notes here, and theirs
+            result = await with_remote_memories(
+                self.memories, result, query, limit or self.settings.search.limit,
+                filters or SearchFilters(), min_score,
+            )  # fmt: skip
         pending = self.readiness.warning()
         if pending is None:
             return result
@@ -204,6 +221,7 @@ class MemoryService:
         daemon's own state (``daemon``) where they know it."""
         return {
             "vault": str(self.settings.vault),
+            "memory": self.memories.kind,
             "indexed": True,
             **(await self.status()).to_dict(),
             "readiness": self.readiness.to_dict(),

@@ -50,7 +50,7 @@ CONFINED = {
     "usearch": {"storage/ann.py"},
     "psycopg": {"storage/postgres/"},
     "pydantic": {"fronts/http/", "fronts/mcp.py"},
-    "mem0": {"cli/transfer.py"},  # the official client, optional: import --from-mem0
+    "mem0": {"cli/transfer.py", "memory/mem0_remote.py"},  # the official client, optional
 }
 # pure transforms: no I/O layer, no event loop
 PURE = {

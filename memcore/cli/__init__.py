@@ -37,7 +37,7 @@ _ClickException: type[Exception] = next(
 
 # Global options a user may also put after the command (`memcore search x --vault DIR`):
 # main() moves them in front of it, where click expects them.
-GLOBAL_VALUE_OPTIONS = frozenset({"--vault", "-V", "--db", "--embedder"})
+GLOBAL_VALUE_OPTIONS = frozenset({"--vault", "-V", "--db", "--embedder", "--memory"})
 GLOBAL_FLAGS = frozenset({"--verbose", "-v"})
 
 
@@ -79,6 +79,10 @@ def root(
     embedder: Annotated[
         str | None, typer.Option("--embedder", help="local, static, ollama or openai")
     ] = None,
+    memory: Annotated[
+        str | None,
+        typer.Option("--memory", help="Where memories live: markdown (the vault), mem0 or none"),
+    ] = None,
     verbose: Annotated[
         bool, typer.Option("--verbose", "-v", help="Log what memcore does (to stderr)")
     ] = False,
@@ -89,7 +93,11 @@ def root(
 ) -> None:
     ctx.obj = CliState(
         vault=vault,
-        overrides={"storage.db": db or None, "embedder.provider": embedder},
+        overrides={
+            "storage.db": db or None,
+            "embedder.provider": embedder,
+            "memory.adapter": memory,
+        },
         verbose=verbose,
     )
     # memcore's own debug lines; the libraries under it (aiosqlite, asyncio) stay at warnings
@@ -102,8 +110,14 @@ def root(
 
 
 def settings_of(ctx: typer.Context, **extra: object) -> Settings:
+    """The command's settings. With memory switched off (memory.adapter = none, or
+    memory.enabled = false) every command says so in one line and ends, successfully."""
     state: CliState = ctx.obj
-    return load_settings(state.vault, {**state.overrides, **extra})
+    settings = load_settings(state.vault, {**state.overrides, **extra})
+    if settings.memory.kind == "none":
+        typer.echo("memcore: memory is disabled (memory.adapter = none); nothing to do")
+        raise typer.Exit(0)
+    return settings
 
 
 def fail(message: str, code: int = 1) -> typer.Exit:

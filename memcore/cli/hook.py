@@ -60,7 +60,7 @@ def run_hook(
                 return
             entry = githook.summary(commit, settings.hook.markers)
             async with open_service(settings) as service:
-                added = await service.memories.writer.rewrite_note(
+                added = await service.writer.rewrite_note(
                     settings.hook.file, lambda text: githook.with_entry(text, commit.sha, entry)
                 )
             done = "added to" if added else "already in"
@@ -90,7 +90,7 @@ def rewritten(
                 entry = githook.summary(commit, settings.hook.markers) if marked else None
                 rewrites.append((old, commit.sha, entry))
             async with open_service(settings) as service:
-                changed = await service.memories.writer.rewrite_note(
+                changed = await service.writer.rewrite_note(
                     settings.hook.file, lambda text: githook.with_rewrites(text, rewrites)
                 )
             if changed:

@@ -26,7 +26,8 @@ def export_command(
     from memcore.memory.transfer import export_rows
 
     async def rows(service: Any) -> list[dict[str, Any]]:
-        return [row async for row in export_rows(service.memories.writer, history)]
+        _markdown_only(service, "export")
+        return [row async for row in export_rows(service.writer, history)]
 
     found = with_service(ctx, rows, writes=False)
     lines = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in found)
@@ -76,7 +77,8 @@ def import_command(
     bar = _bar(len(rows))
 
     async def job(service: Any) -> Any:
-        return await import_rows(service.memories.writer, rows, bar)
+        _markdown_only(service, "import")
+        return await import_rows(service.writer, rows, bar)
 
     report = with_service(ctx, job)
     for number, why in report.bad:
@@ -84,6 +86,17 @@ def import_command(
     typer.echo(report.summary())
     if report.bad:
         raise typer.Exit(1)
+
+
+def _markdown_only(service: Any, what: str) -> None:
+    """Export and import move the vault's own memories: refused when memories live elsewhere."""
+    from memcore.core.errors import NotSupported
+
+    if service.memories.kind != "markdown":
+        raise NotSupported(
+            f"memory.adapter = {service.memories.kind}: {what} moves the memories of a "
+            "markdown vault (use the Mem0 server's own export)"
+        )
 
 
 # every memory that belongs to someone: Mem0 holds none that belongs to nobody

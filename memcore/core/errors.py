@@ -52,6 +52,11 @@ class InputError(MemcoreError):
     was changed."""
 
 
+class NotSupported(InputError):
+    """The configured memory adapter cannot do this (a Mem0 server keeps no FSRS strength,
+    memory switched off keeps nothing); nothing was changed."""
+
+
 class NotFound(MemcoreError):
     """No memory has that id (or key); nothing was changed."""
 

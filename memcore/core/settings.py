@@ -147,6 +147,25 @@ class HookSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class MemorySettings:
+    """Where memories live (seed 000's adapters): ``markdown`` (the vault, indexed here),
+    ``mem0`` (a Mem0 server, reached through the official client) or ``none`` (memory off:
+    writes are dropped, reads are empty; ``enabled = false`` is the same)."""
+
+    adapter: str = "markdown"
+    enabled: bool = True
+    base_url: str = "https://api.mem0.ai"  # mem0: the platform, a self-hosted server, a serve
+    api_key_env: str = "MEM0_API_KEY"  # mem0: the variable that holds the API key
+    org_id: str = ""
+    project_id: str = ""
+
+    @property
+    def kind(self) -> str:
+        """The adapter in use: ``none`` whenever memory is switched off."""
+        return self.adapter if self.enabled else "none"
+
+
+@dataclass(frozen=True, slots=True)
 class Settings:
     vault: Path
     index: IndexSettings = field(default_factory=IndexSettings)
@@ -159,6 +178,7 @@ class Settings:
     watch: WatchSettings = field(default_factory=WatchSettings)
     hook: HookSettings = field(default_factory=HookSettings)
     llm: LLMSettings = field(default_factory=LLMSettings)
+    memory: MemorySettings = field(default_factory=MemorySettings)
 
     @property
     def state_dir(self) -> Path:
@@ -243,9 +263,11 @@ SECTIONS: dict[str, type[Any]] = {
 _NAMESPACE = re.compile(r"[A-Za-z0-9._-]{1,64}")
 VAULT_FORBIDDEN = frozenset(
     {"ollama.host", "openai.base_url", "openai.api_key_env", "storage.db", "storage.url",
-     "storage.namespace", "llm.host", "llm.base_url", "llm.api_key_env"}
+     "storage.namespace", "llm.host", "llm.base_url", "llm.api_key_env", "memory.base_url",
+     "memory.api_key_env", "memory.org_id", "memory.project_id"}
 )  # fmt: skip
 LLM_PROVIDERS = ("", "ollama", "openai")
+MEMORY_ADAPTERS = ("markdown", "mem0", "none")
 VAULT_PROVIDERS = ("local", "static", "ollama")
 
 ENV_ALIASES = {"MEMCORE_DB": "storage.db", "MEMCORE_EMBEDDER": "embedder.provider"}
@@ -324,6 +346,11 @@ def load_settings(
             raise ConfigError(
                 f"{vault_file}: embedder.provider = {provider!r} sends memory off this machine; "
                 "set it in your user config, MEMCORE_EMBEDDER or --embedder instead"
+            )
+        if found.values["memory"].get("adapter") == "mem0":
+            raise ConfigError(
+                f"{vault_file}: memory.adapter = 'mem0' sends memory off this machine; "
+                "set it in your user config, MEMCORE_MEMORY_ADAPTER or --memory instead"
             )
         if found.values["llm"].get("provider") == "openai":
             raise ConfigError(
@@ -507,6 +534,7 @@ def _problems(s: Settings) -> Iterator[str]:
         "llm.provider": (s.llm.provider, LLM_PROVIDERS),
         "index.split": (s.index.split, SPLITS),
         "search.fusion": (s.search.fusion, FUSIONS),
+        "memory.adapter": (s.memory.adapter, MEMORY_ADAPTERS),
     }
     for name, (value, allowed) in choices.items():
         if value not in allowed:

@@ -17,6 +17,7 @@ from memcore.llm.base import LLM
 from memcore.memory import infer
 from memcore.memory.archive import Archive
 from memcore.memory.conversations import message_text
+from memcore.memory.port import Memory
 from memcore.memory.writer import MemoryWriter, NewMemory
 from memcore.search.filters import read_filters
 from memcore.search.recall import Recall, note_key
@@ -29,7 +30,10 @@ Message = Mapping[str, object]
 MAX_LIST = 10_000
 
 
-class MemoryApi:
+class MemoryApi(Memory):
+    """The markdown adapter: memories written into the vault's Markdown and indexed here, with
+    FSRS strength, an archive and history."""
+
     def __init__(
         self,
         store: Store,
@@ -235,6 +239,10 @@ class MemoryApi:
         """Bring an archived memory back to its file, with its id, fields and strength."""
         await self.archive.restore(memory_id)
         return (await self.with_strength([await self.writer.get(memory_id)]))[0]
+
+    async def archived(self, memory_id: str) -> MemoryRecord:
+        """An archived memory, as it was when archived (NotFound when it is not archived)."""
+        return await self.archive.peek(memory_id)
 
     async def reinforce_hits(self, hits: Sequence[Hit]) -> None:
         """Count a use of search hits: a memory by its id, a note by its note key."""

@@ -23,5 +23,6 @@ def relevant_memories(hits: Sequence[Hit]) -> str:
         body = " ".join(hit.text.split())
         if len(body) > MAX_CHARS_PER_MEMORY:
             body = body[:MAX_CHARS_PER_MEMORY].rsplit(" ", 1)[0] + " ..."
-        lines.append(f"{n}. {date}{title}{body} ({hit.path}:{hit.start_line}-{hit.end_line})")
+        where = f"{hit.path}:{hit.start_line}-{hit.end_line}" if hit.start_line else hit.path
+        lines.append(f"{n}. {date}{title}{body} ({where})")
     return "\n".join(lines) + "\n"

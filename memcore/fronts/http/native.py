@@ -76,7 +76,7 @@ def native_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a rout
             min_score=data.threshold, query_vector=vector_of(data.query_vector),
         )  # fmt: skip
         if data.reinforce:
-            await m.recall.review([h.id for h in result.hits])
+            await m.reinforce_hits(result.hits)
         out = result.to_dict()
         for row in out["results"]:  # type: ignore[attr-defined]
             row["memory_id"] = None if row["id"].startswith("note:") else row["id"]

@@ -287,6 +287,7 @@ class CountOut(Out):
 
 class StatusOut(Out):
     vault: str
+    memory: Literal["markdown", "mem0", "none"] = Field(description="memory.adapter in use")
     indexed: bool
     files: int
     chunks: int

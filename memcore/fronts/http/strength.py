@@ -51,7 +51,7 @@ def strength_routes(service: MemoryService) -> list[Route]:
     async def restore(request: Request) -> Response:
         """Bring an archived memory back."""
         memory_id = request.path_params["memory_id"]
-        owned(request, await m.archive.peek(memory_id))
+        owned(request, await m.archived(memory_id))
         return reply(MemoryOut, (await m.restore(memory_id)).to_dict())
 
     return [

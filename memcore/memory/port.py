@@ -1,0 +1,174 @@
+"""The memory port (seed 000): the Mem0-style operations every front calls, whatever holds
+the memories. Adapters: ``MemoryApi`` (markdown: the vault, indexed here; operations.py),
+``Mem0Memory`` (a Mem0 server; mem0_remote.py) and ``NoopMemory`` (memory switched off).
+
+Every operation here refuses by default, with a message naming the adapter and what it cannot
+do; an adapter overrides what it can. A front never needs to know which adapter it talks to.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from memcore.core.errors import NotSupported
+from memcore.core.models import Entity, Hit, MemoryRecord
+
+if TYPE_CHECKING:
+    from memcore.memory.writer import NewMemory
+    from memcore.storage.base import Vector
+
+Message = Mapping[str, Any]
+
+
+class Memory:
+    """The operations on memories. ``kind`` names the adapter (``memory.adapter``)."""
+
+    kind = "markdown"
+
+    async def aclose(self) -> None:
+        """Let go of connections (a remote adapter's client)."""
+        return None
+
+    def _refuse(self, what: str) -> NotSupported:
+        return NotSupported(f"memory.adapter = {self.kind} cannot {what}")
+
+    async def add(
+        self,
+        content: str | Sequence[Message],
+        *,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        run_id: str | None = None,
+        metadata: Mapping[str, object] | None = None,
+        category: str = "core",
+        key: str | None = None,
+        infer: bool = False,
+        idempotency_key: str | None = None,
+    ) -> list[MemoryRecord]:
+        raise self._refuse("add memories")
+
+    async def add_batch(self, memories: Sequence[NewMemory]) -> list[MemoryRecord]:
+        raise self._refuse("add a batch of memories")
+
+    async def get(self, memory_id: str, *, review: bool = True) -> MemoryRecord:
+        raise self._refuse("read a memory")
+
+    async def get_all(
+        self,
+        *,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        run_id: str | None = None,
+        category: str | None = None,
+        key: str | None = None,
+        tag: str | None = None,
+        filters: Mapping[str, object] | None = None,
+        limit: int = 100,
+        offset: int = 0,
+    ) -> list[MemoryRecord]:
+        raise self._refuse("list memories")
+
+    async def count(
+        self,
+        *,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        run_id: str | None = None,
+        category: str | None = None,
+        filters: Mapping[str, object] | None = None,
+    ) -> int:
+        raise self._refuse("count memories")
+
+    async def search(
+        self,
+        query: str,
+        *,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        run_id: str | None = None,
+        include_shared: bool = False,
+        include_turns: bool = True,
+        category: str | None = None,
+        filters: Mapping[str, object] | None = None,
+        tag: str | None = None,
+        path: str | None = None,
+        since: str | None = None,
+        until: str | None = None,
+        limit: int = 5,
+        threshold: float | None = None,
+        query_vector: Vector | None = None,
+        reinforce: bool = False,
+    ) -> list[MemoryRecord]:
+        raise self._refuse("search memories")
+
+    async def update(
+        self,
+        memory_id: str,
+        content: str | None = None,
+        metadata: Mapping[str, object] | None = None,
+    ) -> MemoryRecord:
+        raise self._refuse("update a memory")
+
+    async def delete(self, memory_id: str) -> None:
+        raise self._refuse("delete a memory")
+
+    async def delete_all(
+        self,
+        *,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        run_id: str | None = None,
+        all: bool = False,
+    ) -> int:
+        raise self._refuse("delete memories")
+
+    async def forget(
+        self,
+        key: str,
+        *,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        run_id: str | None = None,
+        category: str | None = None,
+    ) -> bool:
+        raise self._refuse("forget a memory by key")
+
+    async def history(self, memory_id: str) -> list[dict[str, object]]:
+        raise self._refuse("show a memory's history")
+
+    async def entities(self) -> list[Entity]:
+        raise self._refuse("list users, agents and runs")
+
+    async def delete_entity(self, kind: str, name: str) -> int:
+        raise self._refuse("delete a user, agent or run")
+
+    async def feedback(self, memory_id: str, feedback: str | None) -> MemoryRecord:
+        raise self._refuse("take feedback")
+
+    async def reinforce(self, *memory_ids: str) -> list[MemoryRecord]:
+        raise self._refuse("reinforce memories (FSRS strength lives in a markdown vault)")
+
+    async def reinforce_hits(self, hits: Sequence[Hit]) -> None:
+        """Count search hits put to use (a context block): nothing where strength is not kept."""
+        return None
+
+    async def forget_below(
+        self,
+        threshold: float,
+        *,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        run_id: str | None = None,
+        category: str | None = None,
+        dry_run: bool = False,
+        now: dt.datetime | None = None,
+    ) -> list[MemoryRecord]:
+        raise self._refuse("archive weak memories (FSRS strength lives in a markdown vault)")
+
+    async def archived(self, memory_id: str) -> MemoryRecord:
+        raise self._refuse("keep an archive")
+
+    async def restore(self, memory_id: str) -> MemoryRecord:
+        raise self._refuse("restore an archived memory")
