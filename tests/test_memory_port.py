@@ -143,6 +143,11 @@ async def test_memory_off_keeps_nothing_writes_nothing_and_every_front_says_so(
             "",
         )
     assert sorted(p.relative_to(vault) for p in vault.rglob("*")) == before  # nothing written
+    (vault / "memcore.toml").write_text("[memory]\nenabled = false\n")  # the vault's own say
+    before = sorted(p.relative_to(vault) for p in vault.rglob("*"))
+    code, out, err = await asyncio.to_thread(cli, "--vault", str(vault), "add", "x")
+    assert code == 0 and out.startswith("memcore: memory is disabled") and err == ""
+    assert sorted(p.relative_to(vault) for p in vault.rglob("*")) == before
 
 
 async def test_every_front_works_on_the_mem0_adapter(
@@ -171,6 +176,7 @@ async def test_every_front_works_on_the_mem0_adapter(
         assert code == 0, err
         (added,) = json.loads(out)
         assert (await remote.memories.get(added["id"])).text == "Ivy's renderer is Vulkan"
+        assert list((vault / "memory").rglob("*")) == []  # nothing of it is kept locally
         code, out, err = await asyncio.to_thread(cli, *flags, "list", "--user", "ivy", "--json")
         assert [r["id"] for r in json.loads(out)] == [added["id"]]
         code, out, err = await asyncio.to_thread(
