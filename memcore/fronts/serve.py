@@ -175,7 +175,7 @@ async def serve(
     mcp = build_mcp(service)
     mcp_routes = mcp.streamable_http_app(streamable_http_path="/mcp", host=host).routes
     config = uvicorn.Config(
-        build_app(service, token, mcp_routes, scoped, hosts), host=host, port=port,
+        build_app(service, token, mcp_routes, scoped, hosts, pages=True), host=host, port=port,
         log_level="warning",
         lifespan="off", access_log=False, timeout_graceful_shutdown=5,
     )  # fmt: skip

@@ -21,7 +21,14 @@ from pathlib import Path
 
 from memcore.core.errors import VaultError
 from memcore.core.models import MemoryRecord, Strength
-from memcore.search.strength import GOOD, Review, parse_time, strength_of, tier_of
+from memcore.search.strength import (
+    GOOD,
+    Review,
+    parse_time,
+    recall_curve,
+    strength_of,
+    tier_of,
+)
 from memcore.storage.base import ChunkRow
 from memcore.vault.files import check_writable
 
@@ -126,6 +133,16 @@ class Recall:
         self, keys: Sequence[str], at: dt.datetime | None = None, grade: int = GOOD
     ) -> None:
         await self.log.append(keys, at, grade)
+
+    async def curve(
+        self, record: MemoryRecord, now: dt.datetime | None = None
+    ) -> list[tuple[dt.datetime, float]]:
+        """The memory's retrievability over time, from its birth to two months ahead."""
+        times = await self.log.times()
+        now = now or dt.datetime.now(dt.UTC)
+        born = parse_time(record.created) or now
+        tier = tier_of(record.path, record.category, record.metadata)
+        return recall_curve(tier, born, times.get(record.id, []), now)
 
     async def of_records(
         self, records: Sequence[MemoryRecord], now: dt.datetime | None = None

@@ -73,6 +73,26 @@ def strength_of(
     )
 
 
+def recall_curve(
+    tier: Tier,
+    born: dt.datetime,
+    reviews: Sequence[Review],
+    now: dt.datetime,
+    ahead_days: float = 60.0,
+    points: int = 60,
+) -> list[tuple[dt.datetime, float]]:
+    """Retrievability from the memory's birth to ``ahead_days`` past ``now``, at ``points``
+    evenly spaced times: each review lifts it, time lowers it (core memories stay at 1.0)."""
+    start, end = _utc(born), _utc(now) + dt.timedelta(days=ahead_days)
+    graded = sorted((_utc(t), g) for t, g in map(_graded, reviews))
+    out = []
+    for n in range(points):
+        at = start + (end - start) * n / max(1, points - 1)
+        card = card_of(born, [(t, g) for t, g in graded if t <= at])
+        out.append((at, 1.0 if tier == "core" else retrievability(card, at)))
+    return out
+
+
 def retrievability(card: Card, now: dt.datetime) -> float:
     """FSRS-6 probability of recall at ``now`` (1.0 at or before the last review)."""
     now = _utc(now)

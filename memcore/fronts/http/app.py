@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hmac
 import re
+import urllib.parse
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
@@ -18,7 +19,7 @@ from pydantic import TypeAdapter
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -30,6 +31,7 @@ from memcore.fronts.http.schemas import ErrorOut, HealthOut, ReadyOut
 from memcore.service import MemoryService
 
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]", "::1")
+OPEN_PATHS = ("/health", "/ready", "/login")  # answered without the token
 WRITES = ("POST", "PUT", "PATCH", "DELETE")
 
 
@@ -87,8 +89,10 @@ class Guard:
         if refused is not None:
             await refused(scope, receive, send)
             return
-        if self.tokens and scope["path"] not in ("/health", "/ready"):
+        if self.tokens and scope["path"] not in OPEN_PATHS and not _static(scope["path"]):
             scheme, _, value = headers.get("authorization", "").partition(" ")
+            if not scheme and (cookie := _token_cookie(headers.get("cookie", ""))):
+                scheme, value = "bearer", cookie  # the web page's (see /login)
             binding = next(
                 (
                     b for t, b in self.tokens.items()
@@ -97,6 +101,9 @@ class Guard:
                 None,
             ) if scheme.lower() in ("bearer", "token") else None  # fmt: skip
             if binding is None:
+                if scope["method"] == "GET" and "text/html" in headers.get("accept", ""):
+                    await _to_login(scope, receive, send)  # a person at the web page
+                    return
                 await error(401, "missing or wrong token")(scope, receive, send)
                 return
             if binding and scope["path"].startswith("/mcp"):
@@ -108,6 +115,22 @@ class Guard:
             await error(413, f"request body over {MAX_BODY:,} bytes")(scope, receive, send)
             return
         await self.app(scope, _capped(receive), send)
+
+
+def _static(path: str) -> bool:
+    return path.startswith("/static/")
+
+
+def _token_cookie(header: str) -> str | None:
+    for part in header.split(";"):
+        name, _, value = part.strip().partition("=")
+        if name == "memcore_token" and value:
+            return urllib.parse.unquote(value)
+    return None
+
+
+async def _to_login(scope: Scope, receive: Receive, send: Send) -> None:
+    await RedirectResponse("/login", status_code=303)(scope, receive, send)
 
 
 def _capped(receive: Receive) -> Receive:
@@ -130,9 +153,11 @@ def build_app(
     extra: Sequence[BaseRoute] = (),
     scoped: Mapping[str, Mapping[str, str]] | None = None,
     hosts: Collection[str] | None = None,
+    pages: bool = False,
 ) -> Starlette:
-    """The whole HTTP app: health, memcore's routes, Mem0's, and ``extra`` (the MCP endpoint).
-    ``hosts``: the names the Host header may carry (see Guard)."""
+    """The whole HTTP app: health, memcore's routes, Mem0's, and ``extra`` (the MCP endpoint);
+    with ``pages``, the web page at /. ``hosts``: the names the Host header may carry (see
+    Guard)."""
 
     @contract(HealthOut)
     async def health(request: Request) -> Response:
@@ -149,6 +174,10 @@ def build_app(
         Route("/health", health, methods=["GET"]), Route("/ready", ready, methods=["GET"]),
         *native_routes(service), *mem0_routes(service), *extra,
     ]  # fmt: skip
+    if pages:
+        from memcore.fronts.http.web import web_routes  # Jinja2 loads only for the page
+
+        routes += web_routes(service)
     schema = openapi(routes)
 
     async def openapi_json(request: Request) -> Response:

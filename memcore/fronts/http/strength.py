@@ -6,7 +6,16 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from memcore.fronts.http.common import SCOPE_KEYS, contract, handle, owned, parsed, reply, within
+from memcore.fronts.http.common import (
+    SCOPE_KEYS,
+    bound,
+    contract,
+    handle,
+    owned,
+    parsed,
+    reply,
+    within,
+)
 from memcore.fronts.http.schemas import FeedbackBody, ForgetBody, MemoriesOut, MemoryOut
 from memcore.service import MemoryService
 
@@ -51,7 +60,8 @@ def strength_routes(service: MemoryService) -> list[Route]:
     async def restore(request: Request) -> Response:
         """Bring an archived memory back."""
         memory_id = request.path_params["memory_id"]
-        owned(request, await m.archived(memory_id))
+        if bound(request):  # a bound token restores its own archived memories only
+            owned(request, await m.archived(memory_id))
         return reply(MemoryOut, (await m.restore(memory_id)).to_dict())
 
     return [
