@@ -230,6 +230,21 @@ def error_message(resp: Any) -> str:
     return str(error["message"])
 
 
+def wait_ready(url: str, seconds: float = 60) -> bool:
+    """Poll a `memcore serve` at ``url`` until /ready answers 200; whether it did in time."""
+    import httpx
+
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{url}/ready", timeout=2).status_code == 200:
+                return True
+        except httpx.TransportError:
+            pass
+        time.sleep(0.1)
+    return False
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that nothing listens on right now."""
     with socket.socket() as s:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shlex
@@ -11,7 +10,6 @@ import socket
 import stat
 import subprocess
 import sys
-import time
 from pathlib import Path
 from xml.etree import ElementTree
 
@@ -21,7 +19,7 @@ import pytest
 from memcore.cli.watch import unit_name
 from memcore.core.settings import load_settings
 from memcore.fronts.daemon import daemon_status
-from tests.support import free_port, wait_until, write
+from tests.support import free_port, wait_ready, wait_until, write
 
 
 def memcore(*args: str, vault: Path) -> subprocess.CompletedProcess[str]:
@@ -303,12 +301,7 @@ def test_service_install_serve_writes_a_unit_whose_command_serves(
     # the unit's command, run as systemd would: it serves, with the token from the file
     proc = subprocess.Popen(words, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            with contextlib.suppress(httpx.TransportError):
-                if httpx.get(f"http://127.0.0.1:{port}/ready", timeout=2).status_code == 200:
-                    break
-            time.sleep(0.2)
+        assert wait_ready(f"http://127.0.0.1:{port}")
         url = f"http://127.0.0.1:{port}/api/status"
         assert httpx.get(url).status_code == 401
         assert httpx.get(url, headers={"Authorization": "Bearer s3cret"}).status_code == 200

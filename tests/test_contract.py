@@ -8,7 +8,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,7 +16,7 @@ import httpx
 import pytest
 
 from tests.conftest import REPO
-from tests.support import free_port
+from tests.support import free_port, wait_ready
 
 SCHEMATHESIS = shutil.which("schemathesis", path=str(Path(sys.executable).parent))
 
@@ -37,16 +36,7 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]
         )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"{url}/ready", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            time.sleep(0.2)
-        else:
-            raise AssertionError(f"serve never got ready: {log.read_text()}")
+        assert wait_ready(url), f"serve never got ready: {log.read_text()}"
         yield url, log
     finally:
         proc.terminate()

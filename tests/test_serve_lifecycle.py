@@ -11,7 +11,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +23,7 @@ from memcore.fronts.daemon import Daemon
 from memcore.fronts.serve import serve
 from memcore.service import MemoryService
 from tests.conftest import REPO
-from tests.support import free_port, write
+from tests.support import free_port, wait_ready, write
 
 FILES = 400
 
@@ -132,14 +131,7 @@ def test_sigterm_lets_the_request_in_flight_finish(tmp_path: Path) -> None:
     )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"{url}/ready", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            time.sleep(0.1)
+        assert wait_ready(url)
         roles = ("user", "assistant")
         messages = [{"role": roles[n % 2], "content": f"turn {n} of a long talk"}
                     for n in range(6000)]  # fmt: skip

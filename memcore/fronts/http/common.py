@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -26,7 +26,7 @@ from memcore.core.errors import (
     WriteConflict,
     validation_message,
 )
-from memcore.core.models import MemoryRecord
+from memcore.core.models import Entity, MemoryRecord
 from memcore.storage.base import Vector
 
 MAX_BODY = 2_000_000  # a memory may hold 1 MB of text; JSON escaping can double it
@@ -73,6 +73,18 @@ CODES = {
     405: "method_not_allowed", 409: "conflict", 413: "too_large", 415: "unsupported_media_type",
     421: "misdirected_request", 500: "internal", 502: "upstream_failed", 503: "busy",
 }  # fmt: skip
+
+
+def visible(request: Request, entities: Sequence[Entity]) -> list[Entity]:
+    """The users, agents and runs a request may see: all, or a bound token's own."""
+    binding = bound(request)
+    return [e for e in entities if not binding or binding.get(f"{e.kind}_id") == e.name]
+
+
+def entities_page(request: Request, entities: Sequence[Entity]) -> dict[str, Any]:
+    """Mem0's users() answer for what the request may see."""
+    rows = [{"id": e.name, **e.to_dict()} for e in visible(request, entities)]
+    return {"count": len(rows), "next": None, "previous": None, "results": rows}
 
 
 def error(status: int, message: str) -> JSONResponse:

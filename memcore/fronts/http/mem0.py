@@ -22,6 +22,7 @@ from memcore.fronts.http.common import (
     BadRequest,
     bound,
     contract,
+    entities_page,
     handle,
     owned,
     parsed,
@@ -256,14 +257,7 @@ def mem0_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a route 
     @handle
     async def entities(request: Request) -> Response:
         """Every user, agent and run that holds memories (Mem0's users())."""
-        binding = bound(request)
-        rows = [
-            e.to_dict() for e in await m.entities()
-            if not binding or binding.get(f"{e.kind}_id") == e.name
-        ]  # fmt: skip
-        out = [{"id": e["name"], **e} for e in rows]
-        return reply(EntitiesOut, {"count": len(out), "next": None, "previous": None,
-                                   "results": out})  # fmt: skip
+        return reply(EntitiesOut, entities_page(request, await m.entities()))
 
     @contract(DeletedCountOut)
     @handle

@@ -16,6 +16,7 @@ from memcore.fronts.http.common import (
     Forbidden,
     bound,
     contract,
+    entities_page,
     handle,
     owned,
     parsed,
@@ -165,13 +166,7 @@ def native_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a rout
     @handle
     async def entities(request: Request) -> Response:
         """Every user, agent and run that holds memories, with how many."""
-        binding = bound(request)
-        rows = [
-            {"id": e.name, **e.to_dict()} for e in await m.entities()
-            if not binding or binding.get(f"{e.kind}_id") == e.name
-        ]  # fmt: skip
-        return reply(EntitiesOut, {"count": len(rows), "next": None, "previous": None,
-                                   "results": rows})  # fmt: skip
+        return reply(EntitiesOut, entities_page(request, await m.entities()))
 
     def session_of(request: Request) -> str:
         session = str(request.path_params["session_id"])

@@ -23,7 +23,7 @@ from memcore.core.errors import MemcoreError, NotFound, NotSupported
 from memcore.core.models import MemoryRecord
 from memcore.core.version import __version__
 from memcore.fronts.daemon import daemon_status
-from memcore.fronts.http.common import bound, owned, within
+from memcore.fronts.http.common import bound, owned, visible, within
 from memcore.memory.operations import MemoryApi
 from memcore.search.filters import read_filters
 from memcore.service import MemoryService
@@ -134,11 +134,8 @@ def web_routes(service: MemoryService) -> list[Route | Mount]:  # noqa: C901 - a
                           archived=archived, history=history, plot=plot)  # fmt: skip
 
     async def browse(request: Request) -> Response:
-        binding = bound(request)
-        entities = [
-            e for e in await m.entities() if not binding or binding.get(f"{e.kind}_id") == e.name
-        ]
-        categories = await m.categories(**binding) if isinstance(m, MemoryApi) else {}
+        entities = visible(request, await m.entities())
+        categories = await m.categories(**bound(request)) if isinstance(m, MemoryApi) else {}
         return await page(request, "browse.html", entities=entities, categories=categories)
 
     async def conversation(request: Request) -> Response:
