@@ -15,7 +15,7 @@ import pytest
 from mcp import Client
 
 from memcore.compose import open_service
-from memcore.core.errors import NotFound, NotSupported
+from memcore.core.errors import MemcoreError, NotFound, NotSupported
 from memcore.core.settings import load_settings
 from memcore.memory.mem0_remote import Mem0Memory
 from memcore.memory.port import Memory
@@ -200,3 +200,21 @@ async def test_every_front_works_on_the_mem0_adapter(
     (vault / "memcore.toml").write_text('[memory]\nadapter = "mem0"\n')
     code, _, err = await asyncio.to_thread(cli, "--vault", str(vault), "status")
     assert code == 2 and "memory.adapter = 'mem0' sends memory off this machine" in err
+
+
+async def test_an_unreachable_mem0_server_leaves_the_notes_searchable_with_a_warning(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MEM0_TELEMETRY", "false")
+    monkeypatch.setenv("MEM0_API_KEY", "k")
+    vault = tmp_path / "vault"
+    (vault / "memory").mkdir(parents=True)
+    (vault / "MEMORY.md").write_text("# Engine\n\nDiveAdstra renders with DX12.\n")
+    settings = load_settings(vault, {"memory.adapter": "mem0",
+                                     "memory.base_url": "http://127.0.0.1:9"})  # fmt: skip
+    async with open_service(settings, FakeEmbedder()) as svc:
+        result = await svc.search("DX12 renders")
+        assert [h.path for h in result.hits] == ["MEMORY.md"]
+        assert any("memories from memory.adapter = mem0 left out" in w for w in result.warnings)
+        with pytest.raises(MemcoreError, match=r"Mem0 server at http://127\.0\.0\.1:9 failed"):
+            await svc.memories.add("x", user_id="u")

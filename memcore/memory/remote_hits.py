@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from memcore.core.errors import InputError, MemcoreError
 from memcore.core.models import Hit, MemoryRecord, SearchFilters, SearchResult
 from memcore.memory.port import Memory
 
@@ -30,13 +31,21 @@ async def with_remote_memories(
 ) -> SearchResult:
     """``local`` (the notes) and the adapter's best ``limit`` memories for the same query and
     scope, highest score first, cut at ``limit``. A filter the remote cannot apply (a path, a
-    tag, dates) keeps its memories out rather than answer without it."""
+    tag, dates) keeps its memories out rather than answer without it; a server that fails
+    leaves them out with a warning."""
     if filters.path_prefix or filters.tag or filters.date_from or filters.date_to:
         return local
-    records = await memories.search(
-        query, user_id=filters.user_id, agent_id=filters.agent_id, run_id=filters.run_id,
-        category=filters.category, filters=filters.metadata, limit=limit, threshold=min_score,
-    )  # fmt: skip
+    try:
+        records = await memories.search(
+            query, user_id=filters.user_id, agent_id=filters.agent_id, run_id=filters.run_id,
+            category=filters.category, filters=filters.metadata, limit=limit,
+            threshold=min_score,
+        )  # fmt: skip
+    except InputError:
+        raise  # the caller's mistake: said as for any search
+    except MemcoreError as exc:  # the server is away: the notes still answer, and say so
+        warning = f"memories from memory.adapter = {memories.kind} left out: {exc}"
+        return dataclasses.replace(local, warnings=(*local.warnings, warning))
     hits = [remote_hit(r, n) for n, r in enumerate(records)]
     merged = sorted([*local.hits, *hits], key=lambda h: -h.score)[:limit]
     return dataclasses.replace(local, hits=tuple(merged))
