@@ -116,3 +116,29 @@ async def test_search_memory_edit_forget_restore_browse_status_in_a_browser(
         await browser.close()
     assert all((SHOTS / f"{n}.png").stat().st_size > 5000 for n in
                ("search", "memory", "browse", "status", "conversation"))  # fmt: skip
+
+
+async def test_with_a_token_the_page_asks_for_it_and_takes_it_from_its_cookie(
+    tmp_path: Path,
+) -> None:
+    vault = tmp_path / "vault"
+    shutil.copytree(REPO / "sample_vault", vault, ignore=shutil.ignore_patterns(".memcore"))
+    (vault / "memcore.toml").write_text('[embedder]\nprovider = "static"\n')
+    html = {"Accept": "text/html"}
+    async with (
+        open_service(load_settings(vault)) as svc,
+        server(svc, token="page-t") as url,
+        httpx.AsyncClient(base_url=url) as http,
+    ):
+        asked = await http.get("/?q=DX12", headers=html)
+        assert asked.status_code == 303 and asked.headers["location"] == "/login"
+        assert (await http.get("/login", headers=html)).status_code == 200
+        assert (await http.get("/api/status")).status_code == 401  # an API client: no redirect
+        cookie = {"Cookie": "memcore_token=page-t", **html}
+        page = await http.get("/?q=render+engine", headers=cookie)
+        assert page.status_code == 200 and "DX12" in page.text
+        wrong = await http.get("/", headers={"Cookie": "memcore_token=nope", **html})
+        assert wrong.status_code == 303
+        cross = await http.post("/api/memories", json={"content": "x"}, headers={
+            "Cookie": "memcore_token=page-t", "Origin": "http://evil.example"})  # fmt: skip
+        assert cross.status_code == 403 and await svc.memories.count() == 0
