@@ -503,3 +503,27 @@ def test_one_shot_reads_with_no_daemon_first_catch_up_with_files_changed_since(
     path.write_text(path.read_text().replace("likes tea", "likes green tea"))
     code, out, _ = cli(*v, "list", "--user", "alice")
     assert code == 0 and "likes green tea" in out
+
+
+def test_the_command_table_names_each_commands_module() -> None:
+    """main() imports only the module of the command it runs (memcore.cli.COMMANDS): every
+    command is in the table, and importing its module alone defines it."""
+    import subprocess
+    import sys
+
+    from memcore.cli import COMMANDS
+
+    probe = (
+        "import importlib, sys, typer\n"
+        "from memcore.cli import app\n"
+        "importlib.import_module('memcore.cli.' + sys.argv[1])\n"
+        "print(' '.join(sorted(typer.main.get_command(app).commands)))\n"
+    )
+    defined: set[str] = set()
+    for module in sorted(set(COMMANDS.values())):
+        out = subprocess.run([sys.executable, "-c", probe, module], capture_output=True,
+                             text=True, check=True).stdout.split()  # fmt: skip
+        mine = {name for name, owner in COMMANDS.items() if owner == module}
+        assert mine <= set(out), (module, mine - set(out))
+        defined |= set(out)
+    assert defined == set(COMMANDS)

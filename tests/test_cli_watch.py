@@ -18,7 +18,7 @@ import pytest
 
 from memcore.cli.watch import unit_name
 from memcore.core.settings import load_settings
-from memcore.fronts.daemon import daemon_status
+from memcore.fronts.daemon_state import daemon_status
 from tests.support import free_port, wait_ready, wait_until, write
 
 

@@ -14,7 +14,8 @@ import pytest
 
 from memcore.core.errors import ConfigError, DaemonError
 from memcore.core.settings import Settings
-from memcore.fronts.daemon import Daemon, vault_lock
+from memcore.fronts.daemon import Daemon
+from memcore.fronts.daemon_state import vault_lock
 from memcore.fronts.serve import serve
 from memcore.service import MemoryService
 from tests.conftest import REPO
@@ -409,3 +410,16 @@ async def test_a_scoped_token_reaches_only_its_own_sessions_transcript(
         assert (await call("admin", "GET", "s-2")).status_code == 200
     assert (await service.conversations.load("s-1"))[0]["content"] == "first session"
     assert (await service.conversations.load("s-2"))[0]["content"] == "second session"
+
+
+def test_the_socket_client_reads_whole_and_chunked_http_answers() -> None:
+    from memcore.core.errors import MemcoreError
+    from memcore.fronts.remote import _response
+
+    whole = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\ncontent-type: application/json\r\n\r\n{}"
+    assert _response(whole, "s") == (200, "OK", b"{}")
+    chunked = (b"HTTP/1.1 404 Not Found\r\nTransfer-Encoding: chunked\r\n\r\n"
+               b"4\r\n{\"a\"\r\n3;x=1\r\n: 1\r\n1\r\n}\r\n0\r\n\r\n")  # fmt: skip
+    assert _response(chunked, "s") == (404, "Not Found", b'{"a": 1}')
+    with pytest.raises(MemcoreError, match="not HTTP"):
+        _response(b"garbage", "s")

@@ -23,7 +23,8 @@ from watchdog.observers import Observer
 
 from memcore.core.errors import DaemonError
 from memcore.core.settings import Settings, WatchSettings, load_settings
-from memcore.fronts.daemon import Daemon, daemon_status
+from memcore.fronts.daemon import Daemon
+from memcore.fronts.daemon_state import daemon_status
 from memcore.service import MemoryService
 from tests.conftest import make_service
 from tests.support import FakeEmbedder, write

@@ -181,23 +181,48 @@ def hoist_global_options(args: list[str], commands: Collection[str] | None = Non
     return front + rest
 
 
+# Each command and the module that defines it: a run imports only its command's module (every
+# module costs imports and typer's work to build it; tests/test_cli.py keeps this table true).
+COMMANDS = {
+    **dict.fromkeys(("add", "get", "list", "update", "forget", "restore", "reinforce",
+                     "history", "count", "conversation"), "memory"),
+    **dict.fromkeys(("entities", "feedback"), "entities"),
+    **dict.fromkeys(("init", "index", "reindex", "status", "migrate"), "index"),
+    **dict.fromkeys(("search", "context"), "search"),
+    **dict.fromkeys(("watch", "stop", "service"), "watch"),
+    **dict.fromkeys(("export", "import"), "transfer"),
+    "hook": "hook", "mcp": "mcp", "serve": "serve",
+}  # fmt: skip
+
+
+def _import_commands(argv: list[str]) -> None:
+    """Import the module of the command in ``argv``; all of them when there is none (help,
+    a typo: the whole list is shown)."""
+    import importlib
+
+    name = _command_of(argv)
+    for module in {COMMANDS[name]} if name in COMMANDS else set(COMMANDS.values()):
+        importlib.import_module(f"memcore.cli.{module}")
+
+
+def _command_of(argv: list[str]) -> str | None:
+    """The first word that is not a global option or its value (they come first: hoisted)."""
+    i = 0
+    while i < len(argv) and argv[i] != "--":
+        if argv[i] in GLOBAL_VALUE_OPTIONS:
+            i += 2
+        elif argv[i].startswith("-"):
+            i += 1
+        else:
+            return argv[i]
+    return None
+
+
 def main(args: list[str] | None = None) -> None:
     """The `memcore` entry point: every usage error is one line on stderr and exit code 2."""
-    from memcore.cli import (  # noqa: F401
-        entities,
-        hook,
-        index,
-        mcp,
-        memory,
-        search,
-        serve,
-        transfer,
-        watch,
-    )
-
-    command = typer.main.get_command(app)  # built once: ~20 ms
-    names = set(command.commands)  # type: ignore[attr-defined]
-    argv = hoist_global_options(list(sys.argv[1:] if args is None else args), names)
+    argv = hoist_global_options(list(sys.argv[1:] if args is None else args), COMMANDS)
+    _import_commands(argv)
+    command = typer.main.get_command(app)
     try:
         code = command.main(argv, prog_name="memcore", standalone_mode=False)
     except _UsageError as exc:

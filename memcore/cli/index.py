@@ -17,7 +17,7 @@ from memcore.cli import app, fail, run, settings_of
 from memcore.compose import ensure_state_dir, index_exists, open_service
 from memcore.core.models import IndexReport, plural
 from memcore.core.settings import VAULT_CONFIG, load_settings
-from memcore.fronts.daemon import daemon_status
+from memcore.fronts.daemon_state import daemon_status
 
 MEMORY_TEMPLATE = """# Memory
 

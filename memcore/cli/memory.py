@@ -30,7 +30,7 @@ def with_service(
     the index current, either catches it up with the files changed since, first."""
 
     async def job() -> Any:
-        from memcore.fronts.daemon import daemon_status
+        from memcore.fronts.daemon_state import daemon_status
 
         settings = settings_of(ctx)
         fresh = daemon_status(settings) is None

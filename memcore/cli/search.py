@@ -27,7 +27,7 @@ from memcore.core.models import SearchFilters, SearchResult
 from memcore.core.settings import FUSIONS, SearchSettings, Settings, embedder_signature
 from memcore.core.tokenize import has_words
 from memcore.fronts import remote
-from memcore.fronts.daemon import daemon_status
+from memcore.fronts.daemon_state import daemon_status
 from memcore.search.filters import read_filters
 
 

@@ -22,7 +22,8 @@ import typer
 from memcore.cli import app, fail, run, settings_of
 from memcore.compose import ensure_state_dir, open_service
 from memcore.core.settings import Settings, user_config_dir
-from memcore.fronts.daemon import Daemon, daemon_status, install_signal_handlers
+from memcore.fronts.daemon import Daemon, install_signal_handlers
+from memcore.fronts.daemon_state import daemon_status
 
 
 class _JsonFormatter(logging.Formatter):

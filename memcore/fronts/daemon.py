@@ -9,90 +9,29 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
-import fcntl
-import json
 import logging
 import os
 import signal
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import IO, TYPE_CHECKING
+from typing import TYPE_CHECKING
 
-from memcore.core.errors import DaemonError
 from memcore.core.models import IndexReport
 from memcore.core.settings import Settings, embedder_signature
+from memcore.fronts.daemon_state import LOCK_NAME, vault_lock, write_status
 from memcore.index.debounce import Debouncer
 
-if TYPE_CHECKING:  # `memcore status` reads daemon_status without loading these
+if TYPE_CHECKING:
     from memcore.index.watcher import ObserverFactory, VaultWatcher
     from memcore.service import MemoryService
 
 log = logging.getLogger("memcore.fronts.daemon")
 
-LOCK_NAME = "daemon.lock"
-STATUS_NAME = "daemon.json"
-
 
 def _now() -> str:
     return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
-
-
-@contextlib.contextmanager
-def vault_lock(settings: Settings) -> Iterator[IO[str]]:
-    """Hold the vault's daemon lock; raises DaemonError naming the process that has it."""
-    settings.state_dir.mkdir(parents=True, exist_ok=True)
-    path = settings.state_dir / LOCK_NAME
-    fh = path.open("a+", encoding="utf-8")
-    try:
-        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        fh.seek(0)
-        holder = fh.read().strip() or "another process"
-        fh.close()
-        raise DaemonError(
-            f"another memcore watch (pid {holder}) is already watching {settings.vault}"
-        ) from None
-    fh.seek(0)
-    fh.truncate()
-    fh.write(str(os.getpid()))
-    fh.flush()
-    try:
-        yield fh
-    finally:
-        with contextlib.suppress(OSError):
-            (settings.state_dir / STATUS_NAME).unlink()
-        fcntl.flock(fh, fcntl.LOCK_UN)
-        fh.close()
-
-
-def daemon_status(settings: Settings) -> dict[str, object] | None:
-    """What the running daemon last reported, or None when no daemon holds the vault."""
-    lock = settings.state_dir / LOCK_NAME
-    if not lock.exists():
-        return None
-    with lock.open("r", encoding="utf-8") as fh:
-        try:
-            fcntl.flock(fh, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            pass  # held: a daemon is running
-        else:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-            return None
-        pid = fh.read().strip()
-    try:
-        info = json.loads((settings.state_dir / STATUS_NAME).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        info = {}
-    return {"running": True, "pid": int(pid) if pid.isdigit() else None, **info}
-
-
-def _write_status(settings: Settings, info: dict[str, object]) -> None:
-    target = settings.state_dir / STATUS_NAME
-    tmp = target.with_suffix(".tmp")
-    tmp.write_text(json.dumps(info), encoding="utf-8")
-    os.replace(tmp, target)
 
 
 RETRY_BASE_S = 1.0
@@ -390,7 +329,7 @@ class Daemon:
             self._lose(f"cannot write {self.settings.state_dir}: {exc.strerror or exc}")
 
     def _publish(self) -> None:
-        _write_status(
+        write_status(
             self.settings,
             {
                 "pid": os.getpid(),

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import asyncio
-import http.client
 import json
 import socket
 from typing import Any
@@ -49,29 +48,53 @@ async def _post_http(
     return resp.status_code, resp.reason_phrase, resp.content
 
 
-class _UnixConnection(http.client.HTTPConnection):
-    def __init__(self, path: str) -> None:
-        super().__init__("memcore", timeout=60)
-        self.unix_path = path
-
-    def connect(self) -> None:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(self.timeout)
-        sock.connect(self.unix_path)
-        self.sock = sock
-
-
 def _post_unix(path: str, endpoint: str, payload: dict[str, Any]) -> tuple[int, str, bytes]:
-    """POST JSON to the daemon's Unix socket with the standard library (blocking)."""
-    conn = _UnixConnection(path)
+    """POST JSON to the daemon's Unix socket (blocking): one HTTP/1.1 request, the connection
+    closed after it. Written out rather than through http.client, whose import (email
+    parsing) costs a one-shot command about 10 ms; the daemon is memcore's own server."""
+    body = json.dumps(payload).encode()
+    head = (
+        f"POST {endpoint} HTTP/1.1\r\nHost: memcore\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    ).encode()
     try:
-        conn.request("POST", endpoint, json.dumps(payload), {"Content-Type": "application/json"})
-        resp = conn.getresponse()
-        return resp.status, resp.reason, resp.read()
-    except (OSError, http.client.HTTPException) as exc:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(60)
+            sock.connect(path)
+            sock.sendall(head + body)
+            chunks = []
+            while chunk := sock.recv(65536):
+                chunks.append(chunk)
+    except OSError as exc:
         raise MemcoreError(f"cannot reach the daemon at {path}: {exc}") from None
-    finally:
-        conn.close()
+    return _response(b"".join(chunks), path)
+
+
+def _response(raw: bytes, where: str) -> tuple[int, str, bytes]:
+    """(status, reason, body) of a whole HTTP/1.1 response (Content-Length or chunked)."""
+    head, sep, body = raw.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    parts = lines[0].split(" ", 2)
+    if not sep or len(parts) < 2 or not parts[1].isdigit():
+        raise MemcoreError(f"the daemon at {where} answered something that is not HTTP")
+    headers = {k.strip().lower(): v.strip() for k, _, v in (h.partition(":") for h in lines[1:])}
+    if headers.get("transfer-encoding", "").lower() == "chunked":
+        body = _unchunked(body)
+    elif (length := headers.get("content-length", "")).isdigit():
+        body = body[: int(length)]
+    return int(parts[1]), parts[2] if len(parts) > 2 else "", body
+
+
+def _unchunked(data: bytes) -> bytes:
+    out: list[bytes] = []
+    at = 0
+    while True:
+        end = data.index(b"\r\n", at)
+        size = int(data[at:end].split(b";")[0], 16)
+        if size == 0:
+            return b"".join(out)
+        out.append(data[end + 2 : end + 2 + size])
+        at = end + 2 + size + 2
 
 
 async def search(

@@ -9,7 +9,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from memcore.core.models import SearchFilters
-from memcore.fronts.daemon import daemon_status
+from memcore.fronts.daemon_state import daemon_status
 from memcore.fronts.http.common import (
     SCOPE_KEYS,
     BadRequest,

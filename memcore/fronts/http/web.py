@@ -22,7 +22,7 @@ from starlette.staticfiles import StaticFiles
 from memcore.core.errors import MemcoreError, NotFound, NotSupported
 from memcore.core.models import MemoryRecord
 from memcore.core.version import __version__
-from memcore.fronts.daemon import daemon_status
+from memcore.fronts.daemon_state import daemon_status
 from memcore.fronts.http.common import bound, owned, visible, within
 from memcore.memory.operations import MemoryApi
 from memcore.search.filters import read_filters

@@ -1,0 +1,73 @@
+"""The daemon's lock and its published state, read by every command that asks whether a
+`memcore watch` or `serve` runs (kept apart from daemon.py so that asking costs no imports)."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+from collections.abc import Iterator
+from typing import IO
+
+from memcore.core.errors import DaemonError
+from memcore.core.settings import Settings
+
+LOCK_NAME = "daemon.lock"
+STATUS_NAME = "daemon.json"
+
+
+@contextlib.contextmanager
+def vault_lock(settings: Settings) -> Iterator[IO[str]]:
+    """Hold the vault's daemon lock; raises DaemonError naming the process that has it."""
+    settings.state_dir.mkdir(parents=True, exist_ok=True)
+    path = settings.state_dir / LOCK_NAME
+    fh = path.open("a+", encoding="utf-8")
+    try:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        fh.seek(0)
+        holder = fh.read().strip() or "another process"
+        fh.close()
+        raise DaemonError(
+            f"another memcore watch (pid {holder}) is already watching {settings.vault}"
+        ) from None
+    fh.seek(0)
+    fh.truncate()
+    fh.write(str(os.getpid()))
+    fh.flush()
+    try:
+        yield fh
+    finally:
+        with contextlib.suppress(OSError):
+            (settings.state_dir / STATUS_NAME).unlink()
+        fcntl.flock(fh, fcntl.LOCK_UN)
+        fh.close()
+
+
+def daemon_status(settings: Settings) -> dict[str, object] | None:
+    """What the running daemon last reported, or None when no daemon holds the vault."""
+    lock = settings.state_dir / LOCK_NAME
+    if not lock.exists():
+        return None
+    with lock.open("r", encoding="utf-8") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            pass  # held: a daemon is running
+        else:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+            return None
+        pid = fh.read().strip()
+    try:
+        info = json.loads((settings.state_dir / STATUS_NAME).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        info = {}
+    return {"running": True, "pid": int(pid) if pid.isdigit() else None, **info}
+
+
+def write_status(settings: Settings, info: dict[str, object]) -> None:
+    target = settings.state_dir / STATUS_NAME
+    tmp = target.with_suffix(".tmp")
+    tmp.write_text(json.dumps(info), encoding="utf-8")
+    os.replace(tmp, target)
