@@ -129,7 +129,6 @@ def web_routes(service: MemoryService) -> list[Route | Mount]:  # noqa: C901 - a
         if record is not None and isinstance(m, MemoryApi) and not archived:
             curve = await service.recall.curve(record)
             plot = _plot(curve, service.settings.strength.forget_below)
-            (record,) = await m.with_strength([record])
         return await page(request, "memory.html", memory_id=memory_id, record=record,
                           archived=archived, history=history, plot=plot)  # fmt: skip
 
