@@ -306,14 +306,6 @@ class StatusOut(Out):
 
 # ---- Mem0's routes -------------------------------------------------------------------------
 
-# Mem0 fields memcore accepts and has no use for (they change nothing here)
-MEM0_IGNORED = (
-    "async_mode", "version", "output_format", "org_id", "project_id", "app_id", "includes",
-    "excludes", "custom_categories", "immutable", "timestamp", "expiration_date",
-    "enable_graph", "rerank", "keyword_search", "fields", "filter_memories", "latest_only",
-    "categories",
-)  # fmt: skip
-
 
 class Mem0Body(Body):
     """A Mem0 request: Mem0's own fields memcore has no use for are accepted and ignored."""
@@ -339,6 +331,10 @@ class Mem0Body(Body):
     filter_memories: Any = None
     latest_only: Any = None
     categories: Any = None
+
+
+# Mem0 fields memcore accepts and has no use for (they change nothing here)
+MEM0_IGNORED = tuple(Mem0Body.model_fields)
 
 
 class Mem0AddBody(Mem0Body):
