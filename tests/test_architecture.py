@@ -50,7 +50,7 @@ CONFINED = {
     "usearch": {"storage/ann.py"},
     "psycopg": {"storage/postgres/"},
     "pydantic": {"fronts/http/", "fronts/mcp.py"},
-    "mem0": {"cli/transfer.py", "memory/mem0_remote.py"},
+    "mem0": {"memory/mem0_remote.py"},
     "jinja2": {"fronts/http/web.py"},
     "markupsafe": {"fronts/http/web.py"},  # the official client, optional
 }

@@ -66,19 +66,19 @@ def import_command(
     memory is named and skipped."""
     from memcore.memory.transfer import import_rows, read_rows
 
-    if from_mem0:
-        rows = list(enumerate(_from_mem0(source, api_key_env), 1))
-    else:
+    rows: list[tuple[int, Any]] = []
+    if not from_mem0:
         try:
             text = sys.stdin.read() if source == "-" else Path(source).read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             raise fail(f"cannot read {source}: {exc}", 2) from None
         rows = list(read_rows(text))
-    bar = _bar(len(rows))
+    key = _api_key(api_key_env) if from_mem0 else ""
 
     async def job(service: Any) -> Any:
         _markdown_only(service, "import")
-        return await import_rows(service.writer, rows, bar)
+        found = list(enumerate(await _from_mem0(source, key), 1)) if from_mem0 else rows
+        return await import_rows(service.writer, found, _bar(len(found)))
 
     report = with_service(ctx, job)
     for number, why in report.bad:
@@ -99,39 +99,25 @@ def _markdown_only(service: Any, what: str) -> None:
         )
 
 
-# every memory that belongs to someone: Mem0 holds none that belongs to nobody
-EVERYONE = {"OR": [{"user_id": "*"}, {"agent_id": "*"}, {"run_id": "*"}]}
-
-
-def _from_mem0(host: str, api_key_env: str) -> list[Any]:
-    """Every memory a Mem0 server holds, read a page at a time through the official client
-    (``pip install mem0ai``)."""
+def _api_key(variable: str) -> str:
     import os
 
-    try:
-        from mem0 import MemoryClient
-    except ImportError:
-        raise fail("--from-mem0 needs the official Mem0 client: pip install mem0ai", 2) from None
-    key = os.environ.get(api_key_env)
+    key = os.environ.get(variable)
     if not key:
-        raise fail(f"--from-mem0 needs the server's API key in ${api_key_env}", 2)
+        raise fail(f"--from-mem0 needs the server's API key in ${variable}", 2)
+    return key
+
+
+async def _from_mem0(host: str, key: str) -> list[Any]:
+    """Every memory a Mem0 server holds, through the mem0 adapter (the official client)."""
+    from memcore.memory.mem0_remote import Mem0Memory
+    from memcore.memory.transfer import memory_rows
+
+    remote = Mem0Memory(host, key)
     try:
-        client = MemoryClient(api_key=key, host=host)
-    except Exception as exc:  # the client's own errors: unreachable, refused key
-        raise fail(f"cannot reach Mem0 at {host}: {' '.join(str(exc).split())}", 1) from None
-    rows: list[Any] = []
-    try:
-        page = 1
-        while True:
-            answer = client.get_all(filters=EVERYONE, page=page, page_size=1000)
-            rows += answer.get("results", [])
-            if not answer.get("next"):
-                return rows
-            page += 1
-    except Exception as exc:
-        raise fail(f"reading Mem0 at {host} failed: {' '.join(str(exc).split())}", 1) from None
+        return await memory_rows(remote)
     finally:
-        client.client.close()
+        await remote.aclose()
 
 
 def _bar(total: int) -> Any:

@@ -19,6 +19,7 @@ from typing import Any
 
 from memcore.core.errors import InputError, MemcoreError, NotFound
 from memcore.core.models import MemoryQuery, MemoryRecord
+from memcore.memory.port import Memory
 from memcore.memory.writer import MemoryWriter, NewMemory
 from memcore.vault.memory_format import Scope, check_content, check_name
 
@@ -70,6 +71,16 @@ async def export_rows(writer: MemoryWriter, history: bool = False) -> AsyncItera
         if len(page) < PAGE:
             return
         offset += PAGE
+
+
+async def memory_rows(memory: Memory) -> list[dict[str, Any]]:
+    """Every memory another adapter holds (a Mem0 server), a page at a time, as export rows."""
+    rows: list[dict[str, Any]] = []
+    while page := await memory.get_all(limit=PAGE, offset=len(rows)):
+        rows += [export_row(record) for record in page]
+        if len(page) < PAGE:
+            break
+    return rows
 
 
 def read_rows(text: str) -> Iterator[tuple[int, Any]]:
