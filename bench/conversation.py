@@ -1,5 +1,7 @@
 """Saving and loading one long session transcript: conversations.save of N messages (user,
-assistant with tool calls, tool results) in one call, then load, on a fresh vault.
+assistant with tool calls, tool results) in one call on a fresh vault, then load; when its
+turns are searchable and embedded (a large save indexes in the background); then saving it
+again with one message more (incremental).
 
     python bench/conversation.py [--n 20000] [--embedder static|local]
 """
@@ -19,7 +21,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.corpus import questions
 from memcore.compose import open_service
+from memcore.core.models import SearchFilters
 from memcore.core.settings import load_settings
+from memcore.memory.conversations import PAGE_TURNS
 
 
 def transcript(n: int) -> list[dict[str, object]]:
@@ -45,23 +49,38 @@ async def run(n: int, embedder: str) -> None:
     messages = transcript(n)
     with tempfile.TemporaryDirectory() as tmp:
         (Path(tmp) / "memory").mkdir()
-        settings = load_settings(
-            Path(tmp), {"embedder.provider": embedder, "index.max_file_bytes": 50_000_000}
-        )
+        settings = load_settings(Path(tmp), {"embedder.provider": embedder})
         async with open_service(settings) as svc:
             await svc.index()
+            convo = svc.conversations
             t0 = time.perf_counter()
-            await svc.conversations.save("long", messages)
+            await convo.save("long", messages)
             saved = time.perf_counter() - t0
-            t0 = time.perf_counter()
-            back = await svc.conversations.load("long")
-            loaded = time.perf_counter() - t0
+            t1 = time.perf_counter()
+            back = await convo.load("long")
+            loaded = time.perf_counter() - t1
             assert back == messages
-            size = (Path(tmp) / "memory/runs/long/conversation.md").stat().st_size
+            await svc.writer.indexed()  # the turns' text is in the index: keyword search finds them
+            searchable = time.perf_counter() - t0
+            await svc.writer.settle(vectors=True)
+            embedded = time.perf_counter() - t0
+            last = next(str(m["content"]) for m in reversed(messages) if m["role"] == "user")
+            found = await svc.search(last, filters=SearchFilters(run_id="long"))
+            assert found.hits, "the last question is not found"
+            assert not found.warnings, found.warnings
+            more = [*messages, {"role": "user", "content": "one more question (appended)"}]
+            t0 = time.perf_counter()
+            await convo.save("long", more)
+            again = time.perf_counter() - t0
+            assert await convo.load("long", limit=2) == more[-2:]
+            size = sum(p.stat().st_size for p in (Path(tmp) / "memory/runs/long").glob("*.md"))
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"{n} messages ({len(json.dumps(messages)) / 1e6:.1f} MB as JSON, "
-          f"{size / 1e6:.1f} MB of Markdown), embedder {embedder}: save {saved:.2f} s, "
-          f"load {loaded:.2f} s, peak RSS {peak:.0f} MB")  # fmt: skip
+          f"{size / 1e6:.1f} MB of Markdown in {-(-n // PAGE_TURNS)} pages), "
+          f"embedder {embedder}: save {saved:.2f} s, load {loaded:.2f} s, "
+          f"searchable by keyword after {searchable:.2f} s, embedded after {embedded:.2f} s; "
+          f"saved again with one more message in {again:.2f} s; "
+          f"peak RSS {peak:.0f} MB")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -113,6 +113,7 @@ class MemoryService:
         tb: TracebackType | None,
     ) -> None:
         try:
+            await self.writer.settle()  # what a large save left to index, before closing
             await self.embedder.aclose()
             await self.memories.aclose()
             if self.llm is not None:
@@ -180,6 +181,7 @@ class MemoryService:
         kind = self.memories.kind
         if kind == "none":
             return SearchResult(query, (), "keyword", (DISABLED,))
+        behind = self._indexing_warning()  # as the search starts: what it may not see
         result = await self.searcher.search(
             query, limit, filters, fusion_name, min_score, query_vector, as_of
         )
@@ -188,10 +190,21 @@ class MemoryService:
                 self.memories, result, query, limit or self.settings.search.limit,
                 filters or SearchFilters(), min_score,
             )  # fmt: skip
-        pending = self.readiness.warning()
-        if pending is None:
+        pending = [w for w in (self.readiness.warning(), behind) if w]
+        if not pending:
             return result
-        return dataclasses.replace(result, warnings=(pending, *result.warnings))
+        return dataclasses.replace(result, warnings=(*pending, *result.warnings))
+
+    def _indexing_warning(self) -> str | None:
+        """While files written by a large save are indexed in the background."""
+        files = sorted(self.writer.indexing)
+        if not files:
+            return None
+        more = f" and {len(files) - 2} more" if len(files) > 2 else ""
+        return (
+            f"{len(files)} file(s) written moments ago are still being indexed "
+            f"({', '.join(files[:2])}{more}); results may miss them"
+        )
 
     async def context(
         self,

@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from memcore.core.errors import InputError, NotFound
-from memcore.core.models import IndexReport, MemoryRecord
+from memcore.core.models import IndexReport, MemoryRecord, SearchFilters
 from memcore.core.settings import Settings, load_settings
+from memcore.memory import conversations
 from memcore.memory.conversations import as_messages
 from memcore.memory.writer import NewMemory
 from memcore.service import MemoryService
@@ -541,6 +542,79 @@ async def test_a_transcript_in_openais_full_message_shape_loads_back_exactly(
         async with make_service(settings, embedder) as svc:
             with pytest.raises(InputError, match=why):
                 await svc.conversations.save("s-bad", [bad])
+
+
+async def test_a_transcript_is_paged_and_saving_it_again_changes_only_what_changed(
+    vault: Path, service: MemoryService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Pages of PAGE_TURNS turns; a turn already in its place keeps its id and logs nothing;
+    a changed turn is an UPDATE in place; a shorter transcript deletes the rest."""
+    monkeypatch.setattr(conversations, "PAGE_TURNS", 3)
+    convo = service.conversations
+    talk = [{"role": "user" if n % 2 else "assistant", "content": f"turn {n}"} for n in range(8)]
+    assert await convo.save("s-p", talk) == 8
+    folder = vault / "memory/runs/s-p"
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "conversation.md", "conversation.p0002.md", "conversation.p0003.md"
+    ]  # fmt: skip
+    assert [len(await convo._read_page(rel)) for _, rel in await convo._pages("s-p")] == [3, 3, 2]
+    assert await convo.load("s-p") == talk and await convo.load("s-p", limit=4) == talk[-4:]
+    before = [r.id for r in await convo.retrieve("s-p")]
+    page1 = (folder / "conversation.md").read_bytes()
+    # one more turn: the last page takes it, nothing else is written or logged
+    talk.append({"role": "user", "content": "turn 8"})
+    await convo.save("s-p", talk)
+    items = await convo.retrieve("s-p")
+    assert [r.id for r in items[:8]] == before and (
+        folder / "conversation.md"
+    ).read_bytes() == page1
+    assert [e["event"] for e in await service.memories.history(before[0])] == ["ADD"]
+    # a changed turn is updated in place; the search finds its new text
+    talk[1] = {"role": "user", "content": "turn 1, asked again about the DX12 shader cache"}
+    await convo.save("s-p", talk)
+    assert [r.id for r in await convo.retrieve("s-p")] == [r.id for r in items]
+    assert [e["event"] for e in await service.memories.history(before[1])] == ["ADD", "UPDATE"]
+    found = await service.memories.search("shader cache", run_id="s-p")
+    assert found[0].id == before[1]
+    # a shorter transcript: the turns past it go (pages emptied), with their history
+    await convo.save("s-p", talk[:4])
+    assert await convo.load("s-p") == talk[:4]
+    assert await service.memories.count(run_id="s-p", category="conversation") == 4
+    assert [e["event"] for e in await service.memories.history(before[7])] == ["ADD", "DELETE"]
+    # an appended turn goes to the last page while it has room, then to a new one
+    await convo.add_message("s-p", "assistant", "turn 4")
+    await convo.add_message("s-p", "assistant", "turn 5")
+    await convo.add_tool_result("s-p", "c1", "turn 6")
+    assert [len(await convo._read_page(rel)) for _, rel in await convo._pages("s-p")] == [3, 3, 1]
+    await convo.add_message("s-p", "user", "turn 7")
+    assert [m["content"] for m in await convo.load("s-p")] == [
+        "turn 0", talk[1]["content"], "turn 2", "turn 3", "turn 4", "turn 5", "turn 6", "turn 7"
+    ]  # fmt: skip
+
+
+async def test_a_large_save_returns_once_written_and_is_indexed_in_the_background(
+    vault: Path, settings: Settings, embedder: FakeEmbedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past SYNC_TURNS changed turns, save returns when the Markdown and history are
+    written: load is exact at once, a search says the turns are still being indexed, and
+    then finds them; closing the service leaves them in the index."""
+    monkeypatch.setattr(conversations, "SYNC_TURNS", 5)
+    talk = [{"role": "user", "content": f"question {n} about the render farm"} for n in range(12)]
+    talk[7]["content"] = "where do the nightly DX12 crash dumps go"
+    async with make_service(settings, embedder) as svc:
+        await svc.conversations.save("s-big", talk)
+        assert await svc.conversations.load("s-big") == talk  # read from the Markdown
+        result = await svc.search("crash dumps", filters=SearchFilters(run_id="s-big"))
+        assert any("still being indexed" in w for w in result.warnings), result.warnings
+        await svc.writer.indexed()
+        after = await svc.search("crash dumps", filters=SearchFilters(run_id="s-big"))
+        assert not any("still being indexed" in w for w in after.warnings)
+        assert after.hits[0].text == talk[7]["content"]
+        await svc.conversations.save("s-big2", talk)  # closed right after: still indexed
+    async with make_service(settings, embedder) as svc:
+        assert await svc.memories.count(run_id="s-big2", category="conversation") == 12
+        report = await svc.index()
+        assert not report.indexed  # nothing was left for a later run to take in
 
 
 async def test_entities_count_each_user_agent_and_run_and_go_with_their_memories(

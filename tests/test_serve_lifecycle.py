@@ -134,7 +134,7 @@ def test_sigterm_lets_the_request_in_flight_finish(tmp_path: Path) -> None:
         assert wait_ready(url)
         roles = ("user", "assistant")
         messages = [{"role": roles[n % 2], "content": f"turn {n} of a long talk"}
-                    for n in range(6000)]  # fmt: skip
+                    for n in range(40_000)]  # fmt: skip
 
         async def save_then_signal() -> httpx.Response:
             async with httpx.AsyncClient(base_url=url, timeout=60) as http:
@@ -147,14 +147,15 @@ def test_sigterm_lets_the_request_in_flight_finish(tmp_path: Path) -> None:
                 return await saving
 
         answered = asyncio.run(save_then_signal())
-        assert answered.status_code == 200 and answered.json() == {"saved": 6000}
+        assert answered.status_code == 200 and answered.json() == {"saved": 40_000}
         assert proc.wait(30) == 0
         transcript = "".join(
             p.read_text(encoding="utf-8") for p in (vault / "memory").rglob("*.md")
         )
-        assert "turn 5999 of a long talk" in transcript
+        assert "turn 39999 of a long talk" in transcript
         with pytest.raises(httpx.TransportError):
             httpx.get(f"{url}/health", timeout=2)
     finally:
         if proc.poll() is None:
             proc.kill()
+            proc.wait(10)

@@ -355,8 +355,8 @@ def conversation_save(
         raise fail(f"the messages are not JSON: {exc}", 2) from None
     if not isinstance(messages, list):
         raise fail("the messages must be a JSON list", 2)
-    records = with_service(ctx, lambda s: s.conversations.save(session, messages))
-    typer.echo(f"saved {len(records)} turns of {session}")
+    saved = with_service(ctx, lambda s: s.conversations.save(session, messages))
+    typer.echo(f"saved {saved} turns of {session}")
 
 
 @conversation_app.command("load")

@@ -143,6 +143,7 @@ class Indexer:
         stop: asyncio.Event | None = None,
         history: bool = True,
         fill_pending: bool = True,
+        embed: bool = True,
     ) -> IndexReport:
         """Bring the index in line with the vault (or only with ``paths``, vault-relative).
 
@@ -152,7 +153,9 @@ class Indexer:
         that cannot be written right now (index busy) is reported in ``failed`` with
         ``transient`` set; the others still go in. With ``history``, changes to memories in
         files that were indexed before are logged as a person's edits. A whole-vault run
-        (no ``paths``) also embeds the chunks still waiting for a vector.
+        (no ``paths``) also embeds the chunks still waiting for a vector. ``embed=False``: the
+        chunks go in with the vectors already cached and the rest pending (``fill_pending``
+        embeds them later), so a large write is searchable by keyword at once.
         """
         started = time.perf_counter()
         s = self.settings
@@ -183,7 +186,12 @@ class Indexer:
             len(plan.to_read), len(plan.to_delete), len(plan.unchanged),
             len(plan.still_skipped), " (full)" if full else "",
         )  # fmt: skip
-        tally = Tally(unchanged=len(plan.unchanged), rebuild=full, embedder_down=self.embedder.down)
+        tally = Tally(
+            unchanged=len(plan.unchanged),
+            rebuild=full,
+            embedder_down=self.embedder.down,
+            embed=embed,
+        )
         if tally.embedder_down:
             tally.warnings.append(
                 f"embedder unavailable, vectors pending: {self.embedder.down_reason}"
@@ -419,6 +427,12 @@ class Indexer:
         tally.embedder_down = True
         tally.warnings.append(f"embedder unavailable, vectors pending: {exc}")
         self.embedder.mark_down(str(exc))
+
+    async def fill_vectors(self, stop: asyncio.Event | None = None) -> None:
+        """Embed the chunks still waiting for a vector (unless the embedder is down), until
+        ``stop`` is set (checked between batches)."""
+        if not self.embedder.down:
+            await self._fill_pending(Tally(), no_progress, stop)
 
     async def fill_pending(self) -> IndexReport:
         """Retry embedding for chunks stored while the embedder was down."""

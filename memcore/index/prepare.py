@@ -40,6 +40,7 @@ class Tally:
     warnings: list[str] = field(default_factory=list)
     touched: list[FileState] = field(default_factory=list)
     embedder_down: bool = False
+    embed: bool = True  # False: chunks without a cached vector stay pending (filled later)
     rebuild: bool = False  # re-chunk and rewrite even files whose content hash is unchanged
 
     @property
@@ -134,7 +135,7 @@ async def attach_vectors(
             if c.content_hash not in cached and (p.state.path, c.content_hash) not in kept:
                 missing.setdefault(c.content_hash, c.embed_text)
     error: EmbedderError | None = None
-    if missing and not tally.embedder_down:
+    if missing and tally.embed and not tally.embedder_down:
         try:
             cached.update(await embed_missing(store, embedder, missing, tally))
         except EmbedderError as exc:

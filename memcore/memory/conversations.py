@@ -1,41 +1,91 @@
 """Conversations: a session's chat messages and tool-call results as memory items.
 
-A session's transcript is the memory file ``memory/runs/<session>/conversation.md`` (scope
-``run_id = session``, category ``conversation``): one list item per turn, in order. Messages
-have OpenAI's chat shape: ``system``, ``user``, ``assistant`` and ``tool`` roles, ``name``,
-``tool_call_id``, an assistant's ``tool_calls``, and ``content`` as text, as a list of parts, or
-null. A turn's text is what a person reads and search finds (the content's text, or the tool
-calls an assistant made); its role, name and tool-call id ride in the item's fields, and a
-message that text cannot say exactly (parts, tool calls, other keys) is kept whole there too,
-so ``load`` returns exactly what was saved. Reached as ``service.conversations``.
+A session's transcript is a set of memory files under ``memory/runs/<session>/`` (scope
+``run_id = session``, category ``conversation``): one list item per turn, in order, a page of
+up to ``PAGE_TURNS`` turns per file (``conversation.md``, then ``conversation.p0002.md``, ...)
+so that no file grows past what the index takes and an appended turn rewrites one page only.
+Messages have OpenAI's chat shape: ``system``, ``user``, ``assistant`` and ``tool`` roles,
+``name``, ``tool_call_id``, an assistant's ``tool_calls``, and ``content`` as text, as a list
+of parts, or null. A turn's text is what a person reads and search finds (the content's text,
+or the tool calls an assistant made); its role, name and tool-call id ride in the item's
+fields, and a message that text cannot say exactly (parts, tool calls, other keys) is kept
+whole there too, so ``load`` returns exactly what was saved. ``load`` and ``retrieve`` read
+the Markdown itself, so they answer exactly and at once, whatever the index is doing.
+
+``save`` is incremental: turns that are already there, in place, stay as they are (same ids,
+no history); a turn that differs is updated, the rest added or deleted. A save that changes
+more than ``SYNC_TURNS`` turns returns once its Markdown and history are written and indexes
+in the background (searches say so meanwhile); smaller ones are searchable when it returns.
+Reached as ``service.conversations``.
 """
 
 from __future__ import annotations
 
-import json
+import asyncio
+import os
+import re
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from memcore.core.errors import InputError
-from memcore.core.models import TURNS_CATEGORY, MemoryQuery, MemoryRecord
-from memcore.memory.writer import MemoryWriter, NewMemory
-from memcore.vault.memory_format import Scope
+from memcore.core.models import TURNS_CATEGORY, MemoryRecord
+from memcore.memory.writer import Change, FileEdit, MemoryWriter, NewMemory, api_event
+from memcore.vault.chunker import split_front_matter
+from memcore.vault.history import now
+from memcore.vault.memory_format import (
+    MemoryFile,
+    MemoryItem,
+    Scope,
+    is_memory_file,
+    parse_memory_file,
+    render_item,
+)
+from memcore.vault.safe_file import decode, read_or_none
 
 CATEGORY = TURNS_CATEGORY
 ROLES = ("system", "user", "assistant", "tool")
-MAX_TURNS = 100_000
+MAX_TURNS = 1_000_000
+PAGE_TURNS = 1000  # turns per transcript file
+SYNC_TURNS = 1000  # a save changing more turns than this is indexed in the background
+_PAGE = re.compile(r"conversation(?:\.p(\d{4,}))?\.md")
 
 
 class Conversations:
     def __init__(self, writer: MemoryWriter) -> None:
         self.writer = writer
 
-    async def save(
-        self, session_id: str, messages: Sequence[Mapping[str, Any]]
-    ) -> list[MemoryRecord]:
-        """Replace the session's transcript with these messages (one write)."""
-        turns = [_turn(m, n) for n, m in enumerate(messages)]
-        return await self.writer.replace_all(Scope(run_id=session_id), CATEGORY, turns)
+    def _checked(
+        self, message: Mapping[str, Any], n: int, session_id: str | None = None
+    ) -> NewMemory:
+        try:
+            return self.writer.checked(_turn(message, n, session_id))
+        except InputError as exc:
+            if str(exc).startswith("message "):
+                raise
+            raise InputError(f"message {n}: {exc}") from None
+
+    def page_path(self, session_id: str, page: int) -> str:
+        """The vault path of a transcript's page (1 is ``conversation.md``)."""
+        first = self.writer.file_for(Scope(run_id=session_id), CATEGORY)
+        return first if page == 1 else f"{first.removesuffix('.md')}.p{page:04d}.md"
+
+    async def save(self, session_id: str, messages: Sequence[Mapping[str, Any]]) -> int:
+        """Make the session's transcript these messages; how many turns it holds now. Every
+        page is written or none; turns already saved in place are left as they are."""
+        if len(messages) > MAX_TURNS:
+            raise InputError(f"a transcript holds at most {MAX_TURNS:,} messages")
+        scope = Scope(run_id=session_id)
+        turns = [self._checked(m, n) for n, m in enumerate(messages)]
+        pages = [turns[i : i + PAGE_TURNS] for i in range(0, len(turns), PAGE_TURNS)]
+        have = await self._pages(session_id)
+        edits: list[tuple[str, Scope | None, str | None, Change]] = []
+        for k, group in enumerate(pages, 1):
+            rel = self.page_path(session_id, k)
+            edits.append((rel, scope, CATEGORY, _sync(group, rel)))
+        edits += [(rel, None, None, _sync([], rel)) for k, rel in have if k > len(pages)]
+        await self.writer.write_files(edits, background_over=SYNC_TURNS)
+        return len(turns)
 
     async def load(self, session_id: str, limit: int | None = None) -> list[dict[str, Any]]:
         """The transcript as chat messages, oldest first (the last ``limit`` turns)."""
@@ -45,32 +95,121 @@ class Conversations:
         self, session_id: str, role: str, content: str, name: str | None = None
     ) -> MemoryRecord:
         """Append a chat message to the session."""
-        (record,) = await self.writer.add_batch(
-            [_turn({"role": role, "content": content, "name": name}, 0, session_id)]
-        )
-        return record
+        message = {"role": role, "content": content, "name": name}
+        return await self._append(session_id, message)
 
     async def add_tool_result(
         self, session_id: str, tool_call_id: str, content: str, name: str | None = None
     ) -> MemoryRecord:
         """Append a tool call's result to the session."""
         message = {"role": "tool", "content": content, "tool_call_id": tool_call_id, "name": name}
-        (record,) = await self.writer.add_batch([_turn(message, 0, session_id)])
+        return await self._append(session_id, message)
+
+    async def _append(self, session_id: str, message: Mapping[str, Any]) -> MemoryRecord:
+        turn = self._checked(message, 0, session_id)
+        page, held = 1, 0  # the last page holding turns (pages a shorter save emptied stay)
+        for k, rel in reversed(await self._pages(session_id)):
+            page, held = k, len(await self._read_page(rel))
+            if held:
+                break
+        if held >= PAGE_TURNS:
+            page += 1
+        (record,) = await self.writer.add_batch(
+            [NewMemory(turn.content, turn.scope, CATEGORY, None, turn.metadata,
+                       file=self.page_path(session_id, page))]
+        )  # fmt: skip
         return record
 
     async def retrieve(self, session_id: str, limit: int | None = None) -> list[MemoryRecord]:
-        """The session's items in order: all of them, or the last ``limit``."""
+        """The session's items in order, as its Markdown holds them now: all of them, or the
+        last ``limit``."""
         Scope(run_id=session_id)  # validates the name
         if limit is not None and limit < 1:
             raise InputError("limit must be at least 1 (or None for every turn)")
-        query = MemoryQuery(run_id=session_id, category=CATEGORY, limit=MAX_TURNS)
-        items = await self.writer.get_all(query)
-        return items[-limit:] if limit else items
+        out: list[MemoryRecord] = []
+        for _, rel in reversed(await self._pages(session_id)):
+            out[:0] = await self._read_page(rel)
+            if limit and len(out) >= limit:
+                break
+        return out[-limit:] if limit else out
 
     async def reset(self, session_id: str) -> int:
         """Forget the session's transcript; how many turns went."""
         items = await self.retrieve(session_id)
         return await self.writer.delete_many(items)
+
+    async def _pages(self, session_id: str) -> list[tuple[int, str]]:
+        """The transcript's pages on disk: (page number, vault path), in order."""
+        first = self.page_path(session_id, 1)
+        folder = self.writer.vault / first.rsplit("/", 1)[0]
+        prefix = first.rsplit("/", 1)[0]
+        names = await asyncio.to_thread(_file_names, folder)
+        found = [(int(m[1] or 1), f"{prefix}/{n}") for n in names if (m := _PAGE.fullmatch(n))]
+        return sorted(found)
+
+    async def _read_page(self, rel: str) -> list[MemoryRecord]:
+        return await asyncio.to_thread(_records_of, self.writer.vault, rel)
+
+
+def _file_names(folder: Path) -> list[str]:
+    try:
+        with os.scandir(folder) as entries:
+            return [e.name for e in entries if e.is_file(follow_symlinks=False)]
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+
+
+def _records_of(vault: Path, rel: str) -> list[MemoryRecord]:
+    """The memories of one memory file as records (blocking)."""
+    data = read_or_none(vault / rel)
+    if data is None:
+        return []
+    text = decode(data, rel)
+    meta, first_line, _ = split_front_matter(text)
+    if not is_memory_file(meta):
+        return []
+    f = parse_memory_file(rel, meta, text, first_line)
+    return [_record(i, f, rel) for i in f.items]
+
+
+def _record(i: MemoryItem, f: MemoryFile, rel: str) -> MemoryRecord:
+    return MemoryRecord(
+        id=i.id, text=i.text, path=rel, start_line=i.start_line, end_line=i.end_line,
+        category=f.category, user_id=f.scope.user_id, agent_id=f.scope.agent_id,
+        run_id=f.scope.run_id, key=i.key, created=i.created, updated=i.updated,
+        metadata=i.metadata,
+    )  # fmt: skip
+
+
+def _sync(turns: Sequence[NewMemory], rel: str) -> Change:
+    """A change that makes a page hold exactly ``turns``: a turn already in its place stays
+    as it is, one that differs is updated in place, the rest added or deleted."""
+
+    def change(f: MemoryFile) -> FileEdit:
+        stamp = now()
+        edit = FileEdit()
+        for n, m in enumerate(turns):
+            old = f.items[n] if n < len(f.items) else None
+            meta = m.metadata or {}
+            if old is not None and old.text == m.content and dict(old.metadata) == meta:
+                edit.ids.append(old.id)
+                continue
+            if old is not None:
+                new = MemoryItem(old.id, m.content, None, old.created or stamp, stamp, meta)
+                edit.replace[old.id] = render_item(new)
+                edit.events.append(api_event(old.id, "UPDATE", old.text, m.content, rel, at=stamp))
+                edit.ids.append(old.id)
+                continue
+            item = MemoryItem(m.id, m.content, None, stamp, stamp, meta)
+            edit.append.append(render_item(item))
+            edit.events.append(api_event(item.id, "ADD", None, item.text, rel, at=stamp))
+            edit.ids.append(item.id)
+        for old in f.items[len(turns) :]:
+            edit.replace[old.id] = []
+            edit.events.append(api_event(old.id, "DELETE", old.text, None, rel, at=stamp))
+        return edit
+
+    return change
 
 
 def _turn(message: Mapping[str, Any], n: int, session_id: str | None = None) -> NewMemory:
@@ -91,10 +230,7 @@ def _turn(message: Mapping[str, Any], n: int, session_id: str | None = None) -> 
         raise InputError(f"message {n}: a tool result needs its tool_call_id")
     fields["kind"] = "tool_result" if role == "tool" else "message"
     if not _plain(message):
-        try:
-            fields["message"] = json.loads(json.dumps(dict(message), allow_nan=False))
-        except (TypeError, ValueError) as exc:
-            raise InputError(f"message {n} is not JSON: {exc}") from None
+        fields["message"] = dict(message)  # made plain JSON by the writer's check
     scope = Scope(run_id=session_id) if session_id is not None else Scope()
     return NewMemory(text, scope, CATEGORY, None, fields)
 

@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import dataclasses
 import datetime as dt
+import logging
 import secrets
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -62,6 +63,7 @@ from memcore.vault.safe_file import (
 )
 
 WRITE_ATTEMPTS = 20
+log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
@@ -78,6 +80,7 @@ class NewMemory:
     # kept from elsewhere (an import); a new memory is created and updated now
     created: str | None = None
     updated: str | None = None
+    file: str | None = None  # the memory file it goes to (default: ``file_for`` its scope)
 
 
 @dataclass(slots=True)
@@ -121,6 +124,11 @@ class MemoryWriter:
         self._requests = PathLocks()  # one call per idempotency key at a time
         self._draining: set[str] = set()
         self._drains: set[asyncio.Task[None]] = set()
+        self._texts: set[asyncio.Task[None]] = set()  # background index runs (index_later)
+        self._filler: asyncio.Task[None] | None = None
+        self._vectors_wanted = False
+        self._stop_filling = asyncio.Event()
+        self.indexing: dict[str, int] = {}  # files written, being indexed in the background
 
     # --- adding -------------------------------------------------------------------------
 
@@ -139,7 +147,7 @@ class MemoryWriter:
         returns that call's memories and writes nothing."""
         if not memories:
             return []
-        checked = [self._checked(m) for m in memories]
+        checked = [self.checked(m) for m in memories]
         if request is None:
             return await self._add_checked(checked, None)
         if not isinstance(request, str) or not request.strip() or len(request) > 256:
@@ -156,7 +164,7 @@ class MemoryWriter:
     ) -> list[MemoryRecord]:
         by_file: dict[str, list[NewMemory]] = {}
         for m in checked:
-            by_file.setdefault(self.file_for(m.scope, m.category), []).append(m)
+            by_file.setdefault(m.file or self.file_for(m.scope, m.category), []).append(m)
         loop = asyncio.get_running_loop()
         waits = []
         for rel, group in by_file.items():
@@ -221,13 +229,15 @@ class MemoryWriter:
                 ]
         raise WriteConflict(f"{rel} kept losing new memories to other writers")
 
-    def _checked(self, m: NewMemory) -> NewMemory:
+    def checked(self, m: NewMemory) -> NewMemory:
+        """The memory with its text and metadata checked (InputError if they are not fit)."""
         check_name(m.category, "category")
         if m.key is not None and (not isinstance(m.key, str) or not m.key.strip()):
             raise InputError("key must be a non-empty string")
-        return dataclasses.replace(
-            m, content=check_content(m.content), metadata=check_metadata(m.metadata)
-        )
+        content, metadata = check_content(m.content), check_metadata(m.metadata)
+        if content is m.content and metadata == m.metadata:
+            return m
+        return dataclasses.replace(m, content=content, metadata=metadata)
 
     def file_for(self, scope: Scope, category: str, day: dt.date | None = None) -> str:
         """memory/<users/u/agents/a/runs/r>/<category>.md; daily memories get a file per day."""
@@ -289,28 +299,6 @@ class MemoryWriter:
 
     # --- changing -----------------------------------------------------------------------
 
-    async def replace_all(
-        self, scope: Scope, category: str, memories: Sequence[NewMemory]
-    ) -> list[MemoryRecord]:
-        """Make a memory file hold exactly these memories, in one write (a transcript)."""
-        checked = [self._checked(m) for m in memories]
-        rel = self.file_for(scope, category)
-
-        def change(f: MemoryFile) -> FileEdit:
-            stamp = now()
-            edit = FileEdit(replace={i.id: [] for i in f.items})
-            edit.events += [api_event(i.id, "DELETE", i.text, None, rel) for i in f.items]
-            for m in checked:
-                item = MemoryItem(m.id, m.content, m.key, stamp, stamp, m.metadata or {})
-                edit.append.append(render_item(item))
-                edit.events.append(api_event(item.id, "ADD", None, item.text, rel))
-                edit.ids.append(item.id)
-            return edit
-
-        written = await self._write(rel, scope, category, change)
-        await self._commit([written])
-        return await self._records(written.ids)
-
     async def update(
         self,
         memory_id: str,
@@ -354,30 +342,112 @@ class MemoryWriter:
         await self._change(record, change)
 
     async def delete_many(self, records: Sequence[MemoryRecord]) -> int:
-        """Delete these memories, one write per file; returns how many went."""
+        """Delete these memories, one write per file (all of the files, or none); returns how
+        many went."""
         if not records:
             return 0
         by_file: dict[str, set[str]] = {}
         for r in records:
             by_file.setdefault(r.path, set()).add(r.id)
+
+        def deleting(rel: str, ids: set[str]) -> Change:
+            def change(f: MemoryFile) -> FileEdit:
+                items = [i for i in f.items if i.id in ids]
+                return FileEdit(
+                    replace={i.id: [] for i in items},
+                    events=[api_event(i.id, "DELETE", i.text, None, rel) for i in items],
+                    ids=[i.id for i in items],
+                )
+
+            return change
+
+        writes = await self.write_files(
+            [(rel, None, None, deleting(rel, ids)) for rel, ids in by_file.items()]
+        )
+        return sum(len(w.ids) for w in writes)
+
+    async def write_files(
+        self,
+        edits: Sequence[tuple[str, Scope | None, str | None, Change]],
+        *,
+        background_over: int | None = None,
+    ) -> list[Written]:
+        """Apply changes to several memory files (each as ``edit`` does: (path, scope and
+        category for a file created now, change)): all of them, or none. Indexed before this
+        returns; when the writes made more than ``background_over`` changes (history events),
+        after: the Markdown is written, the index follows (see ``index_later``)."""
         writes: list[Written] = []
         try:
-            for rel, ids in by_file.items():
-
-                def change(f: MemoryFile, ids: set[str] = ids, rel: str = rel) -> FileEdit:
-                    items = [i for i in f.items if i.id in ids]
-                    return FileEdit(
-                        replace={i.id: [] for i in items},
-                        events=[api_event(i.id, "DELETE", i.text, None, rel) for i in items],
-                        ids=[i.id for i in items],
-                    )
-
-                writes.append(await self._write(rel, None, None, change))
+            for rel, scope, category, change in edits:
+                writes.append(await self._write(rel, scope, category, change))
         except MemcoreError:
-            await self._undo(writes)  # all of the files, or none
+            await self._undo(writes)
             raise
-        await self._commit(writes)
-        return sum(len(w.ids) for w in writes)
+        changed = [w for w in writes if w.before != w.after]
+        made = sum(len(w.logged.events) for w in changed if w.logged is not None)
+        if background_over is not None and made > background_over:
+            self.index_later([w.rel for w in changed])
+        else:
+            await self._commit(changed)
+        return writes
+
+    def index_later(self, rels: Sequence[str]) -> None:
+        """Index files already written, in the background: their text first (keyword search
+        finds them within moments; ``indexing`` names them until then), then the vectors
+        not cached yet. A failure is logged; the files stay as written and the next index run
+        or the daemon's watcher takes them in."""
+        if not rels:
+            return
+        for rel in rels:
+            self.indexing[rel] = self.indexing.get(rel, 0) + 1
+        task = asyncio.create_task(self._index_later(list(rels)))
+        self._texts.add(task)
+        task.add_done_callback(self._texts.discard)
+
+    async def _index_later(self, rels: list[str]) -> None:
+        try:
+            report = await self.indexer.index(rels, embed=False)
+            for failure in report.failed:
+                log.warning("indexing %s in the background: %s", failure.path, failure.reason)
+        except Exception as exc:  # the Markdown holds the write; an index run takes it later
+            log.warning("indexing %s in the background failed: %s", ", ".join(rels), exc)
+        finally:
+            for rel in rels:
+                self.indexing[rel] -= 1
+                if not self.indexing[rel]:
+                    del self.indexing[rel]
+        self._vectors_wanted = True
+        if self._filler is None or self._filler.done():
+            self._filler = asyncio.create_task(self._fill_vectors())
+
+    async def _fill_vectors(self) -> None:
+        """One task embeds what background writes left pending, until nothing new is."""
+        while self._vectors_wanted and not self._stop_filling.is_set():
+            self._vectors_wanted = False
+            try:
+                await self.indexer.fill_vectors(self._stop_filling)
+            except Exception as exc:
+                log.warning("embedding in the background failed: %s", exc)
+                return
+
+    async def indexed(self) -> None:
+        """Wait until the files written for ``index_later`` are in the index (their vectors
+        may still be on the way)."""
+        while self._texts:
+            await asyncio.gather(*self._texts, return_exceptions=True)
+
+    async def settle(self, vectors: bool = False) -> None:
+        """Wait until the files written for ``index_later`` are indexed; with ``vectors``,
+        also embedded. Otherwise vectors still being embedded are left pending (the next
+        index run or the daemon fills them): what closing the service does."""
+        await self.indexed()
+        filler = self._filler
+        if filler is None:
+            return
+        if not vectors:  # stops between batches: a cancelled read would leave its snapshot open
+            self._stop_filling.set()
+        await asyncio.gather(filler, return_exceptions=True)
+        self._stop_filling.clear()
 
     async def edit(
         self,
@@ -514,6 +584,8 @@ def _apply(
             f"{rel} would grow to {len(after) / 1e6:.1f} MB, over index.max_file_bytes "
             f"({limit / 1e6:.1f} MB); nothing was written"
         )
+    if after == before:  # nothing to change: the file stays as it is, untouched
+        return edit, before, after
     return (edit, before, after) if replace_if_unchanged(target, new_text, before) else None
 
 
@@ -595,10 +667,17 @@ def _record_unrecorded(parsed: MemoryFile, edit: FileEdit) -> None:
 
 
 def api_event(
-    mid: str, kind: str, old: str | None, new: str | None, path: str, request: str | None = None
+    mid: str,
+    kind: str,
+    old: str | None,
+    new: str | None,
+    path: str,
+    request: str | None = None,
+    at: str | None = None,
 ) -> HistoryEvent:
-    """A history event made through the API now (ADD, UPDATE, DELETE, ARCHIVE, RESTORE)."""
-    return HistoryEvent(mid, kind, old, new, "api", now(), path, request)  # type: ignore[arg-type]
+    """A history event made through the API now, or ``at`` (ADD, UPDATE, DELETE, ARCHIVE,
+    RESTORE)."""
+    return HistoryEvent(mid, kind, old, new, "api", at or now(), path, request)  # type: ignore[arg-type]
 
 
 def _must_find(f: MemoryFile, memory_id: str) -> MemoryItem:

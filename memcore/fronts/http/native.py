@@ -192,7 +192,7 @@ def native_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a rout
         session = session_of(request)
         data = await parsed(request, ConversationBody)
         saved = await service.conversations.save(session, message_dicts(data.messages))
-        return reply(SavedOut, {"saved": len(saved)})
+        return reply(SavedOut, {"saved": saved})
 
     @contract(CountOut)
     @handle
