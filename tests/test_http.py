@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import sys
 from collections.abc import AsyncIterator
@@ -16,6 +17,7 @@ from memcore.core.errors import ConfigError, DaemonError
 from memcore.core.settings import Settings
 from memcore.fronts.daemon import Daemon
 from memcore.fronts.daemon_state import vault_lock
+from memcore.fronts.http.common import MAX_TRANSCRIPT_BODY
 from memcore.fronts.serve import serve
 from memcore.service import MemoryService
 from tests.conftest import REPO
@@ -153,6 +155,49 @@ async def test_bad_requests_are_one_line_4xx_and_change_nothing(
         fts = await http.post("/api/memory/search", json={"query": 'AND( "x* NEAR'})
         assert fts.status_code == 200  # and the server keeps serving
     assert await service.memories.count() == 0
+
+
+async def test_a_whole_transcript_may_be_larger_than_other_bodies_up_to_its_own_limit(
+    vault: Path, service: MemoryService
+) -> None:
+    """PUT /api/conversations takes a transcript past the 2 MB limit of other bodies (5,000
+    tool-calling turns, ~2.5 MB) and answers 413 past its own 64 MB, streamed or declared."""
+    call = {"id": "c", "type": "function", "function": {"name": "lookup", "arguments": "{}"}}
+    talk = [
+        {"role": "user", "content": f"question {n}: " + "why " * 200}
+        if n % 2 else {"role": "assistant", "content": None, "tool_calls": [call]}
+        for n in range(5000)
+    ]  # fmt: skip
+    body = json.dumps({"messages": talk}).encode()
+    assert 2_000_000 < len(body) < MAX_TRANSCRIPT_BODY
+    async with server(service) as url, httpx.AsyncClient(base_url=url, timeout=60) as http:
+        saved = await http.put("/api/conversations/big", content=body, headers=JSON)
+        assert saved.status_code == 200, saved.text
+        assert saved.json() == {"saved": 5000}
+        back = await http.get("/api/conversations/big", params={"limit": 2})
+        assert back.json()["messages"] == talk[-2:]
+        # declared too large: refused before a byte of the body is read
+        host, port = url.removeprefix("http://").split(":")
+        reader, writer = await asyncio.open_connection(host, int(port))
+        writer.write(
+            f"PUT /api/conversations/big2 HTTP/1.1\r\nHost: {host}\r\n"
+            f"Content-Type: application/json\r\n"
+            f"Content-Length: {MAX_TRANSCRIPT_BODY + 1}\r\n\r\n".encode()
+        )
+        answer = (await reader.read(4096)).decode()
+        writer.close()
+        assert answer.startswith("HTTP/1.1 413") and "64,000,000" in answer
+
+        async def chunks() -> AsyncIterator[bytes]:  # no Content-Length: counted as it comes
+            yield b'{"messages": ['
+            for _ in range(MAX_TRANSCRIPT_BODY // 1_000_000 + 1):
+                yield b" " * 1_000_000
+
+        streamed = await http.put("/api/conversations/big3", content=chunks(), headers=JSON)
+        assert streamed.status_code == 413 and "over" in error_message(streamed)
+        other = await http.post("/api/memories", content=body, headers=JSON)
+        assert other.status_code == 413  # the other routes keep their 2 MB
+    assert not (vault / "memory/runs/big2").exists() and not (vault / "memory/runs/big3").exists()
 
 
 async def test_tokens_off_loopback_and_wrong_tokens(service: MemoryService) -> None:

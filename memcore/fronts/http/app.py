@@ -24,7 +24,15 @@ from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from memcore.core.version import __version__
-from memcore.fronts.http.common import MAX_BODY, BadRequest, Contract, contract, error, reply
+from memcore.fronts.http.common import (
+    BadRequest,
+    Contract,
+    TooLarge,
+    body_limit,
+    contract,
+    error,
+    reply,
+)
 from memcore.fronts.http.mem0 import mem0_routes
 from memcore.fronts.http.native import native_routes
 from memcore.fronts.http.schemas import ErrorOut, HealthOut, ReadyOut
@@ -111,10 +119,11 @@ class Guard:
                 return
             scope.setdefault("state", {})["bound"] = binding
         length = headers.get("content-length")
-        if length is not None and (not length.isdigit() or int(length) > MAX_BODY):
-            await error(413, f"request body over {MAX_BODY:,} bytes")(scope, receive, send)
+        limit = body_limit(scope["method"], scope["path"])
+        if length is not None and (not length.isdigit() or int(length) > limit):
+            await error(413, f"request body over {limit:,} bytes")(scope, receive, send)
             return
-        await self.app(scope, _capped(receive), send)
+        await self.app(scope, _capped(receive, limit), send)
 
 
 def _static(path: str) -> bool:
@@ -133,15 +142,15 @@ async def _to_login(scope: Scope, receive: Receive, send: Send) -> None:
     await RedirectResponse("/login", status_code=303)(scope, receive, send)
 
 
-def _capped(receive: Receive) -> Receive:
+def _capped(receive: Receive, limit: int) -> Receive:
     seen = 0
 
     async def wrapped() -> Any:
         nonlocal seen
         message = await receive()
         seen += len(message.get("body", b""))
-        if seen > MAX_BODY:
-            raise BadRequest(f"request body over {MAX_BODY:,} bytes")
+        if seen > limit:
+            raise TooLarge(f"request body over {limit:,} bytes")
         return message
 
     return wrapped
@@ -192,7 +201,7 @@ def build_app(
         return error(405, f"{request.url.path} does not take {request.method}")
 
     async def bad(request: Request, exc: Exception) -> Response:
-        return error(400, str(exc))
+        return error(413 if isinstance(exc, TooLarge) else 400, str(exc))
 
     async def crash(request: Request, exc: Exception) -> Response:
         return error(500, f"internal error: {type(exc).__name__}")

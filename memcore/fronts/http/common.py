@@ -30,11 +30,24 @@ from memcore.core.models import Entity, MemoryRecord
 from memcore.storage.base import Vector
 
 MAX_BODY = 2_000_000  # a memory may hold 1 MB of text; JSON escaping can double it
+# A whole transcript (PUT /api/conversations/{id}): 20k tool-calling messages are ~4 MB.
+MAX_TRANSCRIPT_BODY = 64_000_000
 Handler = Callable[[Request], Awaitable[Response]]
 
 
 class BadRequest(Exception):
     """A request memcore cannot take: 400 with this message."""
+
+
+class TooLarge(BadRequest):
+    """A body over the route's size limit: 413."""
+
+
+def body_limit(method: str, path: str) -> int:
+    """The largest body a route takes (see docs/http-api.md)."""
+    if method == "PUT" and path.startswith("/api/conversations/"):
+        return MAX_TRANSCRIPT_BODY
+    return MAX_BODY
 
 
 class Forbidden(Exception):
@@ -95,6 +108,7 @@ def error(status: int, message: str) -> JSONResponse:
 
 
 STATUS: list[tuple[type[Exception], int]] = [
+    (TooLarge, 413),
     (BadRequest, 400),
     (Forbidden, 403),
     (InputError, 400),
