@@ -6,15 +6,15 @@ import datetime as dt
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any
-
-import yaml
-from markdown_it import MarkdownIt
-from markdown_it.token import Token
+from typing import TYPE_CHECKING, Any
 
 from memcore.core.models import Chunk
 from memcore.vault.files import text_hash
 from memcore.vault.memory_format import MemoryFile, is_memory_file, parse_memory_file
+
+if TYPE_CHECKING:
+    from markdown_it import MarkdownIt
+    from markdown_it.token import Token
 
 _HASHTAG = re.compile(r"(?<![\w/#&])#([^\W\d_][\w\-/]*)")
 # #ff0000, #a1b2c3ff: a colour in prose, not a tag (a hex word with a digit in it)
@@ -76,6 +76,8 @@ class _Section:
 
 @lru_cache(maxsize=1)
 def _parser() -> MarkdownIt:
+    from markdown_it import MarkdownIt  # only when a file is chunked: a search never needs it
+
     return MarkdownIt("commonmark", {"html": True}).enable(["table", "strikethrough"])
 
 
@@ -86,6 +88,8 @@ def split_front_matter(text: str) -> tuple[dict[str, Any], int, str | None]:
         return {}, 0, None
     for i in range(1, min(len(lines), 400)):
         if lines[i].strip() in _FRONT_MATTER_END:
+            import yaml  # only when there is front matter to read
+
             try:
                 data = yaml.safe_load("\n".join(lines[1:i]))
             except yaml.YAMLError as exc:
