@@ -126,6 +126,23 @@ def test_a_one_shot_search_asks_the_running_daemon_only_when_it_answers_for_the_
         assert block.stdout.startswith("## Relevant Memories") and "asking" in block.stderr
         other_model = memcore("-v", "--embedder", "local", "search", "DX12", vault=vault)
         assert other_model.returncode == 0 and "asking" not in other_model.stderr
+        # add goes through the daemon too: the same Markdown and answer as on its own,
+        # idempotency key included (a retry adds nothing and prints the first)
+        args = ["add", "Bob deploys on Fridays", "--user", "bob", "--meta", "src=cli", "--json"]
+        added = memcore("-v", *args, "--idempotency-key", "k-1", vault=vault)
+        assert added.returncode == 0 and "asking the running daemon" in added.stderr
+        (record,) = json.loads(added.stdout)
+        assert (record["user_id"], record["metadata"], record["path"]) == (
+            "bob", {"src": "cli"}, "memory/users/bob/core.md"
+        )  # fmt: skip
+        again = json.loads(memcore(*args, "--idempotency-key", "k-1", vault=vault).stdout)
+        assert [r["id"] for r in again] == [record["id"]]
+        assert (vault / record["path"]).read_text().count("Bob deploys on Fridays") == 1
+        found = json.loads(memcore("search", "deploy Friday", "--user", "bob", "--json",
+                                   vault=vault).stdout)  # fmt: skip
+        assert found["results"][0]["id"] == record["id"]
+        bad = memcore("add", "x", "--user", "../etc", vault=vault)
+        assert bad.returncode == 2 and "not a valid name" in bad.stderr
     finally:
         memcore("stop", vault=vault)
     assert wait_until(lambda: not sock.exists())  # gone as the daemon leaves

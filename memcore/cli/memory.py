@@ -12,6 +12,7 @@ from memcore.cli import app, fail, run, settings_of
 from memcore.cli.scope import AgentOpt, CategoryOpt, MetaOpt, RunOpt, UserOpt, metadata_of
 from memcore.compose import open_service
 from memcore.core.models import MemoryRecord
+from memcore.core.settings import Settings
 
 if TYPE_CHECKING:
     from memcore.service import MemoryService
@@ -24,15 +25,19 @@ def with_service(
     use: Callable[[MemoryService], Coroutine[Any, Any, Any]],
     *,
     writes: bool = True,
+    first: Callable[[Settings], Coroutine[Any, Any, Any]] | None = None,
 ) -> Any:
     """Run ``use`` on the vault's service. A command that only reads never creates an index;
     one that writes to a vault never indexed indexes all of it first; with no daemon keeping
-    the index current, either catches it up with the files changed since, first."""
+    the index current, either catches it up with the files changed since, first. ``first``:
+    a way to answer without opening the service (the running daemon); None from it: open."""
 
     async def job() -> Any:
         from memcore.fronts.daemon_state import daemon_status
 
         settings = settings_of(ctx)
+        if first is not None and (done := await first(settings)) is not None:
+            return done
         fresh = daemon_status(settings) is None
         async with open_service(settings, create=writes, fresh=fresh) as service:
             return await use(service)
@@ -102,6 +107,27 @@ def add(
         return
     text = typer.get_text_stream("stdin").read() if content == "-" else str(content)
     metadata = metadata_of(meta)
+    body = {
+        "content": text, "user_id": user, "agent_id": agent, "run_id": run_id,
+        "metadata": metadata, "category": category or "core", "key": key, "infer": infer,
+    }  # fmt: skip
+
+    async def through_daemon(settings: Settings) -> list[MemoryRecord] | None:
+        """A running daemon adds it with the model it has loaded (the command then neither
+        loads a model nor opens the index); None when there is none to ask."""
+        from memcore.fronts import remote
+
+        plain_key = idempotency_key is None or (
+            idempotency_key.isascii() and idempotency_key.isprintable()
+        )
+        sock = remote.local_daemon(settings) if plain_key else None
+        if sock is None:
+            return None
+        try:
+            return await remote.add(sock, body, idempotency_key)
+        except remote.DaemonGone:  # nothing was sent: add it here
+            return None
+
     records = with_service(
         ctx,
         lambda s: s.memories.add(
@@ -109,6 +135,7 @@ def add(
             category=category or "core", key=key, infer=infer,
             idempotency_key=idempotency_key,
         ),
+        first=through_daemon,
     )  # fmt: skip
     if infer and not as_json:
         for r in records:

@@ -24,10 +24,9 @@ from memcore.cli.scope import (
 from memcore.compose import open_service
 from memcore.core.errors import InputError, MemcoreError
 from memcore.core.models import SearchFilters, SearchResult
-from memcore.core.settings import FUSIONS, SearchSettings, Settings, embedder_signature
+from memcore.core.settings import FUSIONS, SearchSettings, Settings
 from memcore.core.tokenize import has_words
 from memcore.fronts import remote
-from memcore.fronts.daemon_state import daemon_status
 from memcore.search.filters import read_filters
 
 
@@ -87,12 +86,7 @@ LOCAL = "http://memcore"  # the daemon's Unix socket needs no host
 
 def _daemon_socket(settings: Settings) -> str | None:
     """The running daemon's socket, when it answers for this index and model."""
-    sock = remote.daemon_socket(
-        daemon_status(settings), settings.index_location, embedder_signature(settings)
-    )
-    if sock:
-        log.debug("asking the running daemon at %s", sock)
-    return sock
+    return remote.local_daemon(settings)
 
 
 def _check_query(query: str) -> None:

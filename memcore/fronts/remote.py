@@ -5,22 +5,48 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import socket
 from typing import Any
 
 from memcore.core.errors import InputError, MemcoreError, NotFound
-from memcore.core.models import Hit, SearchFilters, SearchResult
+from memcore.core.models import Hit, MemoryRecord, SearchFilters, SearchResult, Strength
+from memcore.core.settings import Settings, embedder_signature
+
+log = logging.getLogger("memcore.cli")
+
+
+class DaemonGone(MemcoreError):
+    """The daemon's socket took no connection: the request was not sent."""
+
+
+def local_daemon(settings: Settings) -> str | None:
+    """The socket of the vault's running daemon when it serves the same index with the same
+    model as this command would, else None."""
+    from memcore.fronts.daemon_state import daemon_status
+
+    sock = daemon_socket(
+        daemon_status(settings), settings.index_location, embedder_signature(settings)
+    )
+    if sock:
+        log.debug("asking the running daemon at %s", sock)
+    return sock
 
 
 async def _post(
-    url: str, token: str | None, path: str, body: dict[str, Any], uds: str | None = None
+    url: str,
+    token: str | None,
+    path: str,
+    body: dict[str, Any],
+    uds: str | None = None,
+    headers: dict[str, str] | None = None,
 ) -> Any:
     payload = {k: v for k, v in body.items() if v is not None}
     if uds:
-        status, reason, raw = await asyncio.to_thread(_post_unix, uds, path, payload)
+        status, reason, raw = await asyncio.to_thread(_post_unix, uds, path, payload, headers)
         where = "the running daemon"
     else:
-        status, reason, raw = await _post_http(url, token, path, payload)
+        status, reason, raw = await _post_http(url, token, path, payload, headers)
         where = url
     try:
         data = json.loads(raw)
@@ -35,32 +61,44 @@ async def _post(
 
 
 async def _post_http(
-    url: str, token: str | None, path: str, payload: dict[str, Any]
+    url: str,
+    token: str | None,
+    path: str,
+    payload: dict[str, Any],
+    extra: dict[str, str] | None = None,
 ) -> tuple[int, str, bytes]:
     import httpx  # only for --remote: a one-shot command asking the daemon skips its import
 
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     try:
-        async with httpx.AsyncClient(base_url=url, headers=headers, timeout=60) as http:
+        async with httpx.AsyncClient(
+            base_url=url, headers={**headers, **(extra or {})}, timeout=60
+        ) as http:
             resp = await http.post(path, json=payload)
     except httpx.HTTPError as exc:
         raise MemcoreError(f"cannot reach {url}: {exc}") from None
     return resp.status_code, resp.reason_phrase, resp.content
 
 
-def _post_unix(path: str, endpoint: str, payload: dict[str, Any]) -> tuple[int, str, bytes]:
+def _post_unix(
+    path: str, endpoint: str, payload: dict[str, Any], headers: dict[str, str] | None = None
+) -> tuple[int, str, bytes]:
     """POST JSON to the daemon's Unix socket (blocking): one HTTP/1.1 request, the connection
     closed after it. Written out rather than through http.client, whose import (email
     parsing) costs a one-shot command about 10 ms; the daemon is memcore's own server."""
     body = json.dumps(payload).encode()
+    extra = "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items())
     head = (
         f"POST {endpoint} HTTP/1.1\r\nHost: memcore\r\nContent-Type: application/json\r\n"
-        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+        f"{extra}Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
     ).encode()
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
             sock.settimeout(60)
-            sock.connect(path)
+            try:
+                sock.connect(path)
+            except OSError as exc:  # nothing was sent: the caller may do it itself
+                raise DaemonGone(f"cannot reach the daemon at {path}: {exc}") from None
             sock.sendall(head + body)
             chunks = []
             while chunk := sock.recv(65536):
@@ -141,6 +179,29 @@ async def context(
 ) -> str:  # fmt: skip
     body = {"query": query, "limit": limit, "min_score": min_score, **filters_body(filters)}
     return str((await _post(url, token, "/api/memory/context", body, uds))["context"])
+
+
+async def add(
+    uds: str, body: dict[str, Any], idempotency_key: str | None = None
+) -> list[MemoryRecord]:
+    """Add through the running daemon (native ``POST /api/memories``): the daemon writes the
+    Markdown and indexes it with the model it has loaded already."""
+    headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
+    data = await _post("http://memcore", None, "/api/memories", body, uds, headers)
+    return [record_of(r) for r in data["results"]]
+
+
+def record_of(r: dict[str, Any]) -> MemoryRecord:
+    """A MemoryRecord from its JSON (``MemoryRecord.to_dict``)."""
+    held = r.get("strength")
+    return MemoryRecord(
+        id=r["id"], text=r["memory"], path=r["path"], start_line=r["start_line"],
+        end_line=r["end_line"], category=r["category"], user_id=r.get("user_id"),
+        agent_id=r.get("agent_id"), run_id=r.get("run_id"), key=r.get("key"),
+        created=r.get("created_at") or "", updated=r.get("updated_at") or "",
+        metadata=r.get("metadata") or {}, score=r.get("score"), event=r.get("event"),
+        strength=Strength(**held) if isinstance(held, dict) else None,
+    )  # fmt: skip
 
 
 def daemon_socket(status: dict[str, object] | None, db: str, embedder: str) -> str | None:
