@@ -1,6 +1,7 @@
-"""One-shot CLI latency: wall time of N cold `memcore search` runs on the sample vault, with
-no daemon (the command opens the index and loads the model) and beside a running
-`memcore watch` (the command asks the daemon on its Unix socket).
+"""One-shot CLI latency: wall time of N cold `memcore search` and `memcore add` runs on the
+sample vault (and a Chinese search, which needs jieba's dictionary), with no daemon (the
+command opens the index and loads the model) and beside a running `memcore watch` (the
+command asks the daemon on its Unix socket), next to `python -c pass` in the same run.
 
     python bench/cli.py [--runs 20] [--query "render engine"]
 
@@ -52,6 +53,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--query", default="render engine")
+    ap.add_argument("--chinese", default="渲染引擎的默认设置")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
@@ -59,10 +61,17 @@ def main() -> None:
         shutil.copytree(REPO / "sample_vault", vault, ignore=shutil.ignore_patterns(".memcore"))
         subprocess.run(memcore_cmd(vault, "index"), check=True, capture_output=True)
         search = memcore_cmd(vault, "search", args.query)
-        rows = [summary("no daemon (opens the index)", timed(search, args.runs))]
+        add = memcore_cmd(vault, "add", "the bench adds this note", "--user", "bench")
+        chinese = memcore_cmd(vault, "search", args.chinese)
+        rows = [summary("python -c pass", timed([sys.executable, "-c", "pass"], args.runs))]
+        rows.append(summary("search, no daemon", timed(search, args.runs)))
+        rows.append(summary("Chinese search, no daemon", timed(chinese, max(args.runs // 4, 3))))
+        rows.append(summary("add, no daemon", timed(add, args.runs)))
         subprocess.run(memcore_cmd(vault, "watch", "--detach"), check=True, capture_output=True)
         try:
-            rows.append(summary("beside memcore watch", timed(search, args.runs)))
+            rows.append(summary("search beside memcore watch", timed(search, args.runs)))
+            rows.append(summary("Chinese search beside watch", timed(chinese, args.runs)))
+            rows.append(summary("add beside memcore watch", timed(add, args.runs)))
         finally:
             subprocess.run(memcore_cmd(vault, "stop"), check=True, capture_output=True)
         rows.append(summary("memcore --version", timed(memcore_cmd(vault, "--version"), 10)))
@@ -70,7 +79,7 @@ def main() -> None:
         print(json.dumps(rows))
         return
     for r in rows:
-        print(f"{r['case']:<30} median {r['median_ms']:>7} ms  p95 {r['p95_ms']:>7} ms  "
+        print(f"{r['case']:<32} median {r['median_ms']:>7} ms  p95 {r['p95_ms']:>7} ms  "
               f"min {r['min_ms']:>7} ms  ({r['runs']} runs)")  # fmt: skip
 
 
