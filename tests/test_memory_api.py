@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from memcore.core.errors import InputError, NotFound
+from memcore.core.errors import InputError, NotFound, VaultError
 from memcore.core.models import IndexReport, MemoryRecord, SearchFilters
 from memcore.core.settings import Settings, load_settings
 from memcore.memory import conversations
@@ -590,6 +590,23 @@ async def test_a_transcript_is_paged_and_saving_it_again_changes_only_what_chang
     assert [m["content"] for m in await convo.load("s-p")] == [
         "turn 0", talk[1]["content"], "turn 2", "turn 3", "turn 4", "turn 5", "turn 6", "turn 7"
     ]  # fmt: skip
+
+
+async def test_a_session_folder_linked_out_of_the_vault_is_neither_read_nor_written(
+    vault: Path, tmp_path: Path, service: MemoryService
+) -> None:
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (outside / "conversation.md").write_text(
+        "---\nmemcore: memories\nrun_id: s-out\ncategory: conversation\n---\n"
+        "- secret from outside\n"
+    )
+    (vault / "memory/runs").mkdir(parents=True)
+    (vault / "memory/runs/s-out").symlink_to(outside)
+    assert await service.conversations.load("s-out") == []
+    with pytest.raises(VaultError, match="leads out of the vault"):
+        await service.conversations.save("s-out", [{"role": "user", "content": "hi"}])
+    assert "hi" not in (outside / "conversation.md").read_text()
 
 
 async def test_a_large_save_returns_once_written_and_is_indexed_in_the_background(

@@ -32,6 +32,7 @@ from memcore.core.errors import InputError
 from memcore.core.models import TURNS_CATEGORY, MemoryRecord
 from memcore.memory.writer import Change, FileEdit, MemoryWriter, NewMemory, api_event
 from memcore.vault.chunker import split_front_matter
+from memcore.vault.files import leads_out
 from memcore.vault.history import now
 from memcore.vault.memory_format import (
     MemoryFile,
@@ -140,10 +141,11 @@ class Conversations:
 
     async def _pages(self, session_id: str) -> list[tuple[int, str]]:
         """The transcript's pages on disk: (page number, vault path), in order."""
-        first = self.page_path(session_id, 1)
-        folder = self.writer.vault / first.rsplit("/", 1)[0]
-        prefix = first.rsplit("/", 1)[0]
-        names = await asyncio.to_thread(_file_names, folder)
+        prefix = self.page_path(session_id, 1).rsplit("/", 1)[0]
+        follow = self.writer.indexer.settings.index.follow_links
+        if not follow and leads_out(self.writer.vault, prefix):
+            return []  # a link out of the vault: read only with index.follow_links, as notes
+        names = await asyncio.to_thread(_file_names, self.writer.vault / prefix)
         found = [(int(m[1] or 1), f"{prefix}/{n}") for n in names if (m := _PAGE.fullmatch(n))]
         return sorted(found)
 
