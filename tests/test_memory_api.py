@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import json
 import os
 import shutil
 import sys
@@ -590,6 +591,21 @@ async def test_a_transcript_is_paged_and_saving_it_again_changes_only_what_chang
     assert [m["content"] for m in await convo.load("s-p")] == [
         "turn 0", talk[1]["content"], "turn 2", "turn 3", "turn 4", "turn 5", "turn 6", "turn 7"
     ]  # fmt: skip
+
+
+async def test_a_transcript_saved_anew_is_logged_once_by_the_api_not_again_as_edits(
+    vault: Path, service: MemoryService
+) -> None:
+    """6,000 turns saved, then saved again with every turn changed: 6,000 ADDs and 6,000
+    UPDATEs by the API, and the indexer logs none of them a second time as a person's."""
+    convo = service.conversations
+    await convo.save("s-log", [{"role": "user", "content": f"turn {i} v1"} for i in range(6000)])
+    await service.writer.indexed()
+    await convo.save("s-log", [{"role": "user", "content": f"turn {i} v2"} for i in range(6000)])
+    await service.writer.indexed()
+    lines = (vault / "memory/history.jsonl").read_text().splitlines()
+    events = [json.loads(line) for line in lines]
+    assert len(events) == 12_000 and {e["actor"] for e in events} == {"api"}
 
 
 async def test_a_session_folder_linked_out_of_the_vault_is_neither_read_nor_written(

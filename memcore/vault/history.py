@@ -76,6 +76,8 @@ _INVERSE: dict[str, Event] = {
     "RESTORE": "ARCHIVE",
 }
 REQUEST_WINDOW = 8 * 1024 * 1024  # how far back a retried request is recognised
+# Events this process remembers having logged (a 100k-turn transcript saved anew, ~10 MB)
+WRITTEN_MEMORY = 1 << 17
 # What an event looks like to the indexer, which sees only items leaving and entering files
 _AS_SEEN = {"ARCHIVE": "DELETE", "RESTORE": "ADD"}
 
@@ -129,7 +131,9 @@ class HistoryLog:
     def __init__(self, vault: Path) -> None:
         self.path = vault / HISTORY_PATH
         self._lock = asyncio.Lock()
-        self._written: dict[tuple[object, object, object], None] = {}  # recent, in order
+        # What this process logged lately (hashes of _seen_as, in order): the indexer must
+        # not log them again as a person's edits when it indexes the files written.
+        self._written: dict[int, None] = {}
 
     async def append(self, events: Sequence[HistoryEvent]) -> Appended | None:
         """Log the events (one write, O_APPEND); the result lets ``retract`` take them back."""
@@ -139,8 +143,8 @@ class HistoryLog:
         raw = data.encode("utf-8")
         async with self._lock:
             start = await asyncio.to_thread(self._append, raw)
-        self._written.update(dict.fromkeys(map(_seen_as, events)))
-        while len(self._written) > 4096:
+        self._written.update(dict.fromkeys(hash(_seen_as(e)) for e in events))
+        while len(self._written) > WRITTEN_MEMORY:
             del self._written[next(iter(self._written))]
         return Appended(start, raw, tuple(events))
 
@@ -167,7 +171,7 @@ class HistoryLog:
         async with self._lock:
             cut = await asyncio.to_thread(self._cut, appended)
         for e in appended.events:
-            self._written.pop(_seen_as(e), None)
+            self._written.pop(hash(_seen_as(e)), None)
         if not cut:
             await self.append(
                 [
@@ -214,7 +218,7 @@ class HistoryLog:
     async def append_new(self, events: Sequence[HistoryEvent]) -> None:
         """Append events not already at the end of the log: an API write in another process
         logs its own events, and the daemon indexing that file must not log them again."""
-        events = [e for e in events if _seen_as(e) not in self._written]
+        events = [e for e in events if hash(_seen_as(e)) not in self._written]
         if not events:  # all of them written by this process: no need to read the log
             return
         seen = await asyncio.to_thread(self._recent)
