@@ -3,7 +3,7 @@ assistant with tool calls, tool results) in one call on a fresh vault, then load
 turns are searchable and embedded (a large save indexes in the background); then saving it
 again with one message more (incremental).
 
-    python bench/conversation.py [--n 20000] [--embedder static|local]
+    python bench/conversation.py [--n 20000] [--embedder static|local] [--http]
 """
 
 from __future__ import annotations
@@ -83,9 +83,59 @@ async def run(n: int, embedder: str) -> None:
           f"peak RSS {peak:.0f} MB")  # fmt: skip
 
 
+def over_http(n: int, embedder: str) -> None:
+    """The same save as one request to a real `memcore serve` (its own process): PUT
+    /api/conversations/long with N messages, then GET it back."""
+    import os
+    import socket
+    import subprocess
+
+    import httpx
+
+    messages = transcript(n)
+    body = json.dumps({"messages": messages}).encode()
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "memory").mkdir()
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        env = {**os.environ, "MEMCORE_EMBEDDER_PROVIDER": embedder}
+        cmd = [sys.executable, "-m", "memcore", "--vault", tmp, "serve", "--no-watch",
+               "--port", str(port)]  # fmt: skip
+        server = subprocess.Popen(cmd, env=env, stderr=subprocess.DEVNULL)
+        url = f"http://127.0.0.1:{port}"
+        try:
+            for _ in range(300):
+                try:
+                    if httpx.get(f"{url}/ready").status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                time.sleep(0.1)
+            with httpx.Client(base_url=url, timeout=300) as http:
+                headers = {"Content-Type": "application/json"}
+                t0 = time.perf_counter()
+                put = http.put("/api/conversations/long", content=body, headers=headers)
+                saved = time.perf_counter() - t0
+                put.raise_for_status()
+                t0 = time.perf_counter()
+                back = http.get("/api/conversations/long")
+                loaded = time.perf_counter() - t0
+                assert back.json()["messages"] == messages
+        finally:
+            server.terminate()
+            server.wait(60)
+    print(f"{n} messages over HTTP ({len(body) / 1e6:.1f} MB in one PUT), embedder {embedder}: "
+          f"save {saved:.2f} s, load {loaded:.2f} s")  # fmt: skip
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=20_000)
     parser.add_argument("--embedder", default="static", choices=["static", "local"])
+    parser.add_argument("--http", action="store_true", help="one PUT to a real memcore serve")
     args = parser.parse_args()
-    asyncio.run(run(args.n, args.embedder))
+    if args.http:
+        over_http(args.n, args.embedder)
+    else:
+        asyncio.run(run(args.n, args.embedder))
