@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -146,19 +147,26 @@ def _no_constant(name: str) -> None:
     raise ValueError(f"{name} is not a JSON number")
 
 
-def check_json(data: Any) -> None:
+# Only a \\u escape of a surrogate can put one in a string json.loads returns (raw UTF-8
+# cannot hold one), so a body without such an escape needs no string-by-string check.
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+def check_json(data: Any, strings: bool = True) -> None:
     """Refuse what JSON allows and memcore cannot store: nesting deeper than MAX_DEPTH, and
-    strings with lone surrogates ("\\ud800"), which are not Unicode text."""
+    (with ``strings``) strings with lone surrogates ("\\ud800"), which are not Unicode text."""
     stack = [(data, 1)]
     while stack:
         value, depth = stack.pop()
         if depth > MAX_DEPTH:
             raise BadRequest(f"the body is nested deeper than {MAX_DEPTH} levels")
         if isinstance(value, dict):
-            stack += [(k, depth) for k in value] + [(v, depth + 1) for v in value.values()]
+            if strings:
+                stack += [(k, depth) for k in value]
+            stack += [(v, depth + 1) for v in value.values() if isinstance(v, dict | list | str)]
         elif isinstance(value, list):
-            stack += [(v, depth + 1) for v in value]
-        elif isinstance(value, str):
+            stack += [(v, depth + 1) for v in value if isinstance(v, dict | list | str)]
+        elif strings and isinstance(value, str):
             try:
                 value.encode("utf-8")
             except UnicodeEncodeError:
@@ -180,7 +188,7 @@ async def parsed(request: Request, model: type[B]) -> B:
         raise BadRequest(f"the body is not JSON: {exc}") from None
     if not isinstance(data, dict):
         raise BadRequest("the body must be a JSON object")
-    check_json(data)
+    check_json(data, strings=_SURROGATE_ESCAPE.search(raw) is not None)
     return validated(model, data)
 
 
