@@ -507,10 +507,10 @@ class SqliteStore:
             try:
                 yield tx
                 if tx.chunks_changed:
-                    await db.execute("UPDATE generation SET value = value + 1")
-                    async with db.execute("SELECT value FROM generation") as cur:
-                        row = await cur.fetchone()
-                    generation = int(row[0]) if row else 0
+                    rows = await db.execute_fetchall(
+                        "UPDATE generation SET value = value + 1 RETURNING value"
+                    )
+                    generation = int(next(iter(rows))[0])
                     self._applying[generation] = asyncio.Event()
                 await db.execute("COMMIT")
             except BaseException as exc:
