@@ -59,11 +59,10 @@ class Conversations:
     def _checked(
         self, message: Mapping[str, Any], n: int, session_id: str | None = None
     ) -> NewMemory:
+        turn = _turn(message, n, session_id)  # its errors name the message already
         try:
-            return self.writer.checked(_turn(message, n, session_id))
+            return self.writer.checked(turn)
         except InputError as exc:
-            if str(exc).startswith("message "):
-                raise
             raise InputError(f"message {n}: {exc}") from None
 
     def page_path(self, session_id: str, page: int) -> str:

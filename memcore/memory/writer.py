@@ -234,10 +234,9 @@ class MemoryWriter:
         check_name(m.category, "category")
         if m.key is not None and (not isinstance(m.key, str) or not m.key.strip()):
             raise InputError("key must be a non-empty string")
-        content, metadata = check_content(m.content), check_metadata(m.metadata)
-        if content is m.content and metadata == m.metadata:
-            return m
-        return dataclasses.replace(m, content=content, metadata=metadata)
+        return dataclasses.replace(
+            m, content=check_content(m.content), metadata=check_metadata(m.metadata)
+        )
 
     def file_for(self, scope: Scope, category: str, day: dt.date | None = None) -> str:
         """memory/<users/u/agents/a/runs/r>/<category>.md; daily memories get a file per day."""
