@@ -24,7 +24,7 @@ from memcore.cli.scope import (
 from memcore.compose import open_service
 from memcore.core.errors import InputError, MemcoreError
 from memcore.core.models import SearchFilters, SearchResult
-from memcore.core.settings import FUSIONS, SearchSettings, Settings
+from memcore.core.settings import FUSIONS, SearchSettings
 from memcore.core.tokenize import has_words
 from memcore.fronts import remote
 from memcore.search.filters import read_filters
@@ -84,11 +84,6 @@ TokenOpt = Annotated[
 LOCAL = "http://memcore"  # the daemon's Unix socket needs no host
 
 
-def _daemon_socket(settings: Settings) -> str | None:
-    """The running daemon's socket, when it answers for this index and model."""
-    return remote.local_daemon(settings)
-
-
 def _check_query(query: str) -> None:
     if not has_words(query):
         raise fail("the query needs at least one word to search for", 2)
@@ -144,7 +139,7 @@ def search(
         if remote_url:
             return await remote.search(remote_url, token, query, limit, filters, min_score)
         settings = settings_of(ctx)
-        if fusion is None and (sock := _daemon_socket(settings)):
+        if fusion is None and (sock := remote.local_daemon(settings)):
             try:
                 return await remote.search(LOCAL, None, query, limit, filters, min_score, sock)
             except MemcoreError as exc:  # a daemon going away: answer from the index
@@ -220,7 +215,7 @@ def context(
         if remote_url:
             return await remote.context(remote_url, token, query, limit, filters, None, min_score)
         settings = settings_of(ctx)
-        if sock := _daemon_socket(settings):
+        if sock := remote.local_daemon(settings):
             try:
                 return await remote.context(LOCAL, None, query, limit, filters, sock, min_score)
             except MemcoreError as exc:
