@@ -10,6 +10,7 @@ leaves it in both places (restore and archive skip an id that is already there),
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -17,14 +18,12 @@ from typing import Any
 from memcore.core.errors import NotFound
 from memcore.core.models import MemoryRecord
 from memcore.memory.writer import Change, FileEdit, MemoryWriter, api_event
-from memcore.vault.chunker import split_front_matter
+from memcore.vault.chunker import memory_file_of
 from memcore.vault.history import now
 from memcore.vault.memory_format import (
     MemoryFile,
     MemoryItem,
     Scope,
-    is_memory_file,
-    parse_memory_file,
     render_item,
 )
 
@@ -99,12 +98,8 @@ class Archive:
     async def peek(self, memory_id: str) -> MemoryRecord:
         """An archived memory as a record (its path is the file it came from)."""
         archived, parsed, item = await self._located(memory_id)
-        return MemoryRecord(
-            id=item.id, text=item.text, path=original_path(archived), start_line=0, end_line=0,
-            category=parsed.category, user_id=parsed.scope.user_id,
-            agent_id=parsed.scope.agent_id, run_id=parsed.scope.run_id, key=item.key,
-            created=item.created, updated=item.updated, metadata=item.metadata,
-        )  # fmt: skip
+        record = parsed.record(item, original_path(archived))
+        return dataclasses.replace(record, start_line=0, end_line=0)  # its lines are elsewhere
 
     async def _located(self, memory_id: str) -> tuple[str, MemoryFile, MemoryItem]:
         found = await asyncio.to_thread(self._find, memory_id)
@@ -128,8 +123,7 @@ def _parse(path: Path, rel: str) -> MemoryFile | None:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError):
         return None
-    meta, fm_lines, _ = split_front_matter(text)
-    return parse_memory_file(rel, meta, text, fm_lines) if is_memory_file(meta) else None
+    return memory_file_of(rel, text)
 
 
 def _item_of(r: MemoryRecord) -> MemoryItem:

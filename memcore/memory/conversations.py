@@ -31,15 +31,13 @@ from typing import Any
 from memcore.core.errors import InputError
 from memcore.core.models import TURNS_CATEGORY, MemoryRecord
 from memcore.memory.writer import Change, FileEdit, MemoryWriter, NewMemory, api_event
-from memcore.vault.chunker import split_front_matter
+from memcore.vault.chunker import memory_file_of
 from memcore.vault.files import leads_out
 from memcore.vault.history import now
 from memcore.vault.memory_format import (
     MemoryFile,
     MemoryItem,
     Scope,
-    is_memory_file,
-    parse_memory_file,
     render_item,
 )
 from memcore.vault.safe_file import decode, read_or_none
@@ -163,23 +161,8 @@ def _file_names(folder: Path) -> list[str]:
 def _records_of(vault: Path, rel: str) -> list[MemoryRecord]:
     """The memories of one memory file as records (blocking)."""
     data = read_or_none(vault / rel)
-    if data is None:
-        return []
-    text = decode(data, rel)
-    meta, first_line, _ = split_front_matter(text)
-    if not is_memory_file(meta):
-        return []
-    f = parse_memory_file(rel, meta, text, first_line)
-    return [_record(i, f, rel) for i in f.items]
-
-
-def _record(i: MemoryItem, f: MemoryFile, rel: str) -> MemoryRecord:
-    return MemoryRecord(
-        id=i.id, text=i.text, path=rel, start_line=i.start_line, end_line=i.end_line,
-        category=f.category, user_id=f.scope.user_id, agent_id=f.scope.agent_id,
-        run_id=f.scope.run_id, key=i.key, created=i.created, updated=i.updated,
-        metadata=i.metadata,
-    )  # fmt: skip
+    f = memory_file_of(rel, decode(data, rel)) if data is not None else None
+    return [f.record(i, rel) for i in f.items] if f is not None else []
 
 
 def _sync(turns: Sequence[NewMemory], rel: str) -> Change:

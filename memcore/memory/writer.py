@@ -38,7 +38,7 @@ from memcore.core.errors import (
 from memcore.core.models import FileFailure, MemoryQuery, MemoryRecord
 from memcore.index.indexer import Indexer, PathLocks
 from memcore.storage.base import Store
-from memcore.vault.chunker import split_front_matter
+from memcore.vault.chunker import memory_file_of
 from memcore.vault.files import append_text, check_writable, is_memory_path
 from memcore.vault.history import Appended, HistoryEvent, HistoryLog, fields_of, now
 from memcore.vault.memory_format import (
@@ -49,10 +49,8 @@ from memcore.vault.memory_format import (
     check_metadata,
     check_name,
     edit_lines,
-    is_memory_file,
     new_id,
     new_memory_file,
-    parse_memory_file,
     render_item,
 )
 from memcore.vault.safe_file import (
@@ -570,10 +568,9 @@ def _apply(
         if before is not None
         else new_memory_file(scope or Scope(), category or "core")
     )
-    meta, fm_lines, _ = split_front_matter(text)
-    if not is_memory_file(meta):
+    parsed = memory_file_of(rel, text)
+    if parsed is None:
         raise VaultError(f"{rel} exists and is not a memory file; memcore leaves it")
-    parsed = parse_memory_file(rel, meta, text, fm_lines)
     edit = change(parsed)
     _record_unrecorded(parsed, edit)
     new_text = edit_lines(parsed.lines, edit.replace, parsed.items, edit.append)

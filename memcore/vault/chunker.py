@@ -103,6 +103,12 @@ def split_front_matter(text: str) -> tuple[dict[str, Any], int, str | None]:
     return {}, 0, None
 
 
+def memory_file_of(path: str, text: str) -> MemoryFile | None:
+    """The file's memories when its front matter marks it a memory file, else None."""
+    meta, fm_lines, _ = split_front_matter(text)
+    return parse_memory_file(path, meta, text, fm_lines) if is_memory_file(meta) else None
+
+
 def _json_safe(value: Any) -> Any:
     if isinstance(value, dt.datetime | dt.date):
         return value.isoformat()

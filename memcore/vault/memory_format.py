@@ -33,7 +33,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from memcore.core.errors import InputError
-from memcore.core.models import TURNS_CATEGORY
+from memcore.core.models import TURNS_CATEGORY, MemoryRecord
 
 MARK = "memories"  # front matter `memcore: memories`
 _COMMENT = re.compile(r"<!--\s*memcore\s+(\{.*\})\s*-->\s*$")
@@ -165,6 +165,15 @@ class MemoryFile:
 
     def find_key(self, key: str) -> MemoryItem | None:
         return next((i for i in self.items if i.key == key), None)
+
+    def record(self, item: MemoryItem, path: str) -> MemoryRecord:
+        """One of its items as a record of the memory at ``path``, with the item's lines."""
+        return MemoryRecord(
+            id=item.id, text=item.text, path=path, start_line=item.start_line,
+            end_line=item.end_line, category=self.category, user_id=self.scope.user_id,
+            agent_id=self.scope.agent_id, run_id=self.scope.run_id, key=item.key,
+            created=item.created, updated=item.updated, metadata=item.metadata,
+        )  # fmt: skip
 
 
 def is_memory_file(front_matter: Mapping[str, object]) -> bool:
