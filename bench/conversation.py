@@ -87,31 +87,18 @@ def over_http(n: int, embedder: str) -> None:
     """The same save as one request to a real `memcore serve` (its own process): PUT
     /api/conversations/long with N messages, then GET it back."""
     import os
-    import socket
-    import subprocess
 
     import httpx
+
+    from bench.http_api import start_serve
 
     messages = transcript(n)
     body = json.dumps({"messages": messages}).encode()
     with tempfile.TemporaryDirectory() as tmp:
         (Path(tmp) / "memory").mkdir()
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
         env = {**os.environ, "MEMCORE_EMBEDDER_PROVIDER": embedder}
-        cmd = [sys.executable, "-m", "memcore", "--vault", tmp, "serve", "--no-watch",
-               "--port", str(port)]  # fmt: skip
-        server = subprocess.Popen(cmd, env=env, stderr=subprocess.DEVNULL)
-        url = f"http://127.0.0.1:{port}"
+        server, url = start_serve(Path(tmp), env)
         try:
-            for _ in range(300):
-                try:
-                    if httpx.get(f"{url}/ready").status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    pass
-                time.sleep(0.1)
             with httpx.Client(base_url=url, timeout=300) as http:
                 headers = {"Content-Type": "application/json"}
                 t0 = time.perf_counter()

@@ -45,6 +45,23 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def start_serve(vault: Path, env: dict[str, str]) -> tuple[subprocess.Popen[bytes], str]:
+    """`memcore serve --no-watch` on the vault in its own process, once it answers /ready:
+    the process and its URL."""
+    port = free_port()
+    cli = [sys.executable, "-m", "memcore", "--vault", str(vault)]
+    server = subprocess.Popen([*cli, "serve", "--no-watch", "--port", str(port)], env=env)
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(300):
+        try:
+            if httpx.get(f"{url}/ready").status_code == 200:
+                break
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    return server, url
+
+
 def peak_rss_mb(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmHWM:"):
@@ -121,16 +138,8 @@ def main(args: argparse.Namespace) -> None:
         env = {**os.environ, "MEMCORE_EMBEDDER_PROVIDER": args.embedder}
         cli = [sys.executable, "-m", "memcore", "--vault", str(vault)]
         subprocess.run([*cli, "index"], env=env, check=True, capture_output=True)
-        port = free_port()
-        server = subprocess.Popen([*cli, "serve", "--no-watch", "--port", str(port)], env=env)
-        url = f"http://127.0.0.1:{port}"
+        server, url = start_serve(vault, env)
         try:
-            for _ in range(300):
-                try:
-                    if httpx.get(f"{url}/health").status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    time.sleep(0.1)
             qs = questions(200)
             asyncio.run(warm(url, qs))
             asyncio.run(load(url, args.clients, args.seconds, qs))
