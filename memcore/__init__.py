@@ -13,11 +13,32 @@ The Python API is the service itself::
     asyncio.run(main())
 """
 
-from memcore.compose import open_service
-from memcore.core.errors import MemcoreError
-from memcore.core.models import Hit, IndexReport, SearchFilters, SearchResult
-from memcore.core.settings import Settings, load_settings  # all light: the service loads on open
+from __future__ import annotations
+
+import importlib
+
 from memcore.core.version import __version__
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (type checkers read it)
+
+if TYPE_CHECKING:
+    from memcore.compose import open_service
+    from memcore.core.errors import MemcoreError
+    from memcore.core.models import Hit, IndexReport, SearchFilters, SearchResult
+    from memcore.core.settings import Settings, load_settings
+
+# Each name of the public API and its module, imported when first asked for: the command line
+# (memcore.cli, inside this package) answers through a running daemon without any of them.
+_EXPORTS = {
+    "open_service": "memcore.compose",
+    "MemcoreError": "memcore.core.errors",
+    "Hit": "memcore.core.models",
+    "IndexReport": "memcore.core.models",
+    "SearchFilters": "memcore.core.models",
+    "SearchResult": "memcore.core.models",
+    "Settings": "memcore.core.settings",
+    "load_settings": "memcore.core.settings",
+}
 
 __all__ = [
     "Hit",
@@ -30,3 +51,16 @@ __all__ = [
     "load_settings",
     "open_service",
 ]
+
+
+def __getattr__(name: str) -> object:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'memcore' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -28,16 +28,21 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def build_embedder(settings: Settings) -> Embedder:
+def build_embedder(settings: Settings, *, preload: bool = False) -> Embedder:
+    """The configured embedder. ``preload``: an in-process model starts loading now, in a
+    thread (a one-shot search loads it beside opening the index, not after)."""
     e = settings.embedder
-    if e.provider == "local":
-        from memcore.embedders.local import OnnxMiniLMEmbedder
+    if e.provider in ("local", "static"):
+        from memcore.embedders.local import OnnxMiniLMEmbedder, StaticMiniLMEmbedder
 
-        return OnnxMiniLMEmbedder(batch_size=e.batch_size, threads=e.threads)
-    if e.provider == "static":
-        from memcore.embedders.local import StaticMiniLMEmbedder
-
-        return StaticMiniLMEmbedder(batch_size=max(e.batch_size, 256), threads=e.threads)
+        local = (
+            OnnxMiniLMEmbedder(batch_size=e.batch_size, threads=e.threads)
+            if e.provider == "local"
+            else StaticMiniLMEmbedder(batch_size=max(e.batch_size, 256), threads=e.threads)
+        )
+        if preload:
+            local.preload()
+        return local
     if e.provider == "ollama":
         from memcore.embedders.ollama import OllamaEmbedder
 
@@ -115,14 +120,18 @@ def embedder_prefixes(settings: Settings) -> tuple[str, str]:
     return "", ""
 
 
-def build_service(settings: Settings, embedder: Embedder | None = None) -> MemoryService:
-    """Wire a service for these settings (no I/O until it is entered)."""
+def build_service(
+    settings: Settings, embedder: Embedder | None = None, *, preload: bool = False
+) -> MemoryService:
+    """Wire a service for these settings (no I/O until it is entered; ``preload``: but an
+    in-process model starts loading now, see ``build_embedder``)."""
+    embedder = embedder or build_embedder(settings, preload=preload)
     from memcore.embedders.base import EmbeddingRunner
     from memcore.service import MemoryService
 
     query_prefix, document_prefix = embedder_prefixes(settings)
     runner = EmbeddingRunner(
-        embedder or build_embedder(settings),
+        embedder,
         retries=settings.embedder.retries,
         query_prefix=query_prefix,
         document_prefix=document_prefix,
@@ -190,6 +199,7 @@ async def open_service(
     create: bool = True,
     catch_up: bool = True,
     fresh: bool = False,
+    preload: bool = False,
 ) -> AsyncIterator[MemoryService]:
     """Open the vault's service. ``create=False`` (read-only callers: search, status, list)
     refuses to create an index that is not there yet instead of leaving an empty one behind.
@@ -197,9 +207,10 @@ async def open_service(
     (``catch_up=False``: the caller indexes next anyway), so a first write never leaves an
     index that holds one file. ``fresh`` (a one-shot command with no daemon keeping the index
     current): an existing index is brought up to date with the files changed since, first;
-    if that cannot be done (a read-only index), the command answers from it as it is."""
+    if that cannot be done (a read-only index), the command answers from it as it is.
+    ``preload``: an in-process model starts loading at once (a command that embeds next)."""
     if settings.memory.kind == "none":  # memory is off: no index, no folder, nothing to catch up
-        async with build_service(settings, embedder) as service:
+        async with build_service(settings, embedder, preload=preload) as service:
             yield service
         return
     new = not index_exists(settings)
@@ -209,7 +220,7 @@ async def open_service(
             "`memcore watch` first"
         )
     ensure_state_dir(settings)
-    async with build_service(settings, embedder) as service:
+    async with build_service(settings, embedder, preload=preload) as service:
         if new and catch_up:
             await service.index()
         elif fresh:

@@ -515,7 +515,7 @@ def test_the_command_table_names_each_commands_module() -> None:
 
     probe = (
         "import importlib, sys, typer\n"
-        "from memcore.cli import app\n"
+        "from memcore.cli.app import app\n"
         "importlib.import_module('memcore.cli.' + sys.argv[1])\n"
         "print(' '.join(sorted(typer.main.get_command(app).commands)))\n"
     )

@@ -6,7 +6,8 @@ from pathlib import Path
 import pytest
 
 from memcore.core.errors import ConfigError, VaultNotFound
-from memcore.core.settings import load_settings, resolve_vault
+from memcore.core.places import resolve_vault
+from memcore.core.settings import load_settings
 
 
 def test_defaults(vault: Path) -> None:

@@ -1,159 +1,36 @@
-"""The memcore command line: global options, error-to-exit-code mapping, command registry."""
+"""The `memcore` entry point: reads the command line, answers a plain search, context or add
+through a running daemon at once (cli/quick.py), and hands everything else to typer (cli/app.py).
+
+This module imports nothing heavy: a one-shot command that the daemon answers never loads
+typer, asyncio, the settings or the models.
+"""
 
 from __future__ import annotations
 
-import asyncio
-import copy
-import logging
 import sys
-from collections.abc import Callable, Collection, Coroutine
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Annotated, Any, TypeVar
-
-import typer
-
-from memcore.core.errors import ConfigError, InputError, MemcoreError, VaultNotFound
-from memcore.core.settings import Settings, load_settings
-
-T = TypeVar("T")
-
-app = typer.Typer(
-    name="memcore",
-    help="Local-first memory for AI agents: Markdown is the truth, SQLite is the index. "
-    "Global options (--vault, --db, --embedder, --verbose) may also follow the command.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-    context_settings={"help_option_names": ["-h", "--help"]},
-)
-
-# typer bundles its own click: reach its exception classes through typer's public ones.
-_UsageError: type[Exception] = next(
-    c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError"
-)
-_ClickException: type[Exception] = next(
-    c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException"
-)
+from collections.abc import Collection
 
 # Global options a user may also put after the command (`memcore search x --vault DIR`):
 # main() moves them in front of it, where click expects them.
 GLOBAL_VALUE_OPTIONS = frozenset({"--vault", "-V", "--db", "--embedder", "--memory"})
 GLOBAL_FLAGS = frozenset({"--verbose", "-v"})
 
-
-def _version(value: bool) -> None:
-    if value:
-        from memcore.core.version import __version__
-
-        typer.echo(f"memcore {__version__}")
-        raise typer.Exit()
-
-
-@dataclass
-class CliState:
-    vault: Path | None = None
-    overrides: dict[str, object] = field(default_factory=dict)
-    verbose: bool = False
+# Each command and the module that defines it: a run imports only its command's module (every
+# module costs imports and typer's work to build it; tests/test_cli.py keeps this table true).
+COMMANDS = {
+    **dict.fromkeys(("add", "get", "list", "update", "forget", "restore", "reinforce",
+                     "history", "count", "conversation"), "memory"),
+    **dict.fromkeys(("entities", "feedback"), "entities"),
+    **dict.fromkeys(("init", "index", "reindex", "status", "migrate"), "index"),
+    **dict.fromkeys(("search", "context"), "search"),
+    **dict.fromkeys(("watch", "stop", "service"), "watch"),
+    **dict.fromkeys(("export", "import"), "transfer"),
+    "hook": "hook", "mcp": "mcp", "serve": "serve",
+}  # fmt: skip
 
 
-@app.callback()
-def root(
-    ctx: typer.Context,
-    vault: Annotated[
-        Path | None,
-        typer.Option(
-            "--vault",
-            "-V",
-            help="Vault folder (default: $MEMCORE_VAULT, else the nearest folder at or above "
-            "this one with memcore.toml, .memcore/ or MEMORY.md)",
-        ),
-    ] = None,
-    db: Annotated[
-        str | None,
-        typer.Option(
-            "--db",
-            help="Index database: a file (default: <vault>/.memcore/index.db) or a "
-            "postgresql:// URL",
-        ),
-    ] = None,
-    embedder: Annotated[
-        str | None, typer.Option("--embedder", help="local, static, ollama or openai")
-    ] = None,
-    memory: Annotated[
-        str | None,
-        typer.Option("--memory", help="Where memories live: markdown (the vault), mem0 or none"),
-    ] = None,
-    verbose: Annotated[
-        bool, typer.Option("--verbose", "-v", help="Log what memcore does (to stderr)")
-    ] = False,
-    version: Annotated[
-        bool,
-        typer.Option("--version", callback=_version, is_eager=True, help="Print the version"),
-    ] = False,
-) -> None:
-    ctx.obj = CliState(
-        vault=vault,
-        overrides={
-            "storage.db": db or None,
-            "embedder.provider": embedder,
-            "memory.adapter": memory,
-        },
-        verbose=verbose,
-    )
-    # memcore's own debug lines; the libraries under it (aiosqlite, asyncio) stay at warnings
-    logging.basicConfig(
-        level=logging.WARNING,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
-    logging.getLogger("memcore").setLevel(logging.DEBUG if verbose else logging.WARNING)
-
-
-def settings_of(ctx: typer.Context, **extra: object) -> Settings:
-    """The command's settings. With memory switched off (memory.adapter = none, or
-    memory.enabled = false) every command says so in one line and ends, successfully."""
-    state: CliState = ctx.obj
-    settings = load_settings(state.vault, {**state.overrides, **extra})
-    if settings.memory.kind == "none":
-        typer.echo("memcore: memory is disabled (memory.adapter = none); nothing to do")
-        raise typer.Exit(0)
-    return settings
-
-
-def fail(message: str, code: int = 1) -> typer.Exit:
-    typer.echo(f"memcore: {message}", err=True)
-    return typer.Exit(code)
-
-
-def run(ctx: typer.Context, job: Callable[[], Coroutine[Any, Any, T]]) -> T:
-    """Run one command's coroutine; every error becomes one line on stderr and an exit code."""
-    verbose = bool(ctx.obj and ctx.obj.verbose)
-    try:
-        return asyncio.run(job())
-    except (VaultNotFound, InputError) as exc:
-        raise fail(str(exc), 2) from None
-    except ConfigError as exc:
-        raise fail(f"config error: {exc}", 2) from None
-    except MemcoreError as exc:
-        raise fail(str(exc)) from None
-    except KeyboardInterrupt:
-        raise fail("interrupted", 130) from None
-    except (typer.Exit, typer.Abort):
-        raise
-    except Exception as exc:
-        if verbose:
-            raise
-        raise fail(
-            f"internal error: {type(exc).__name__}: {exc} (rerun with --verbose for details)"
-        ) from None
-
-
-def hoist_global_options(args: list[str], commands: Collection[str] | None = None) -> list[str]:
-    """Move global options found after the command in front of it (up to a ``--``).
-    ``commands``: the command names (read from the app when not given)."""
-    if commands is None:
-        commands = set(typer.main.get_command(app).commands)  # type: ignore[attr-defined]
+def hoist_global_options(args: list[str], commands: Collection[str] = COMMANDS) -> list[str]:
+    """Move global options found after the command in front of it (up to a ``--``)."""
     at, i = None, 0
     while i < len(args) and at is None:
         if args[i] in GLOBAL_VALUE_OPTIONS:
@@ -182,47 +59,7 @@ def hoist_global_options(args: list[str], commands: Collection[str] | None = Non
     return front + rest
 
 
-# Each command and the module that defines it: a run imports only its command's module (every
-# module costs imports and typer's work to build it; tests/test_cli.py keeps this table true).
-COMMANDS = {
-    **dict.fromkeys(("add", "get", "list", "update", "forget", "restore", "reinforce",
-                     "history", "count", "conversation"), "memory"),
-    **dict.fromkeys(("entities", "feedback"), "entities"),
-    **dict.fromkeys(("init", "index", "reindex", "status", "migrate"), "index"),
-    **dict.fromkeys(("search", "context"), "search"),
-    **dict.fromkeys(("watch", "stop", "service"), "watch"),
-    **dict.fromkeys(("export", "import"), "transfer"),
-    "hook": "hook", "mcp": "mcp", "serve": "serve",
-}  # fmt: skip
-
-
-def _import_commands(argv: list[str]) -> None:
-    """Import the module of the command in ``argv``; all of them when there is none (help,
-    a typo: the whole list is shown)."""
-    import importlib
-
-    name = _command_of(argv)
-    for module in {COMMANDS[name]} if name in COMMANDS else set(COMMANDS.values()):
-        importlib.import_module(f"memcore.cli.{module}")
-
-
-def _command_for(name: str | None) -> Any:
-    """The click command to run: only ``name``'s when it is one (typer builds every command
-    it knows, each from its signature: ~25 ms for the memory module's), else all of them."""
-    if name not in COMMANDS:
-        return typer.main.get_command(app)
-    only = copy.copy(app)  # the app itself keeps them all (main may run again in-process)
-    only.registered_commands = [c for c in app.registered_commands if _name(c) == name]
-    only.registered_groups = [g for g in app.registered_groups if g.name == name]
-    return typer.main.get_command(only)
-
-
-def _name(command: Any) -> str:
-    """The name typer gives a registered command (its function's, with dashes)."""
-    return str(command.name or command.callback.__name__.lower().replace("_", "-"))
-
-
-def _command_of(argv: list[str]) -> str | None:
+def command_of(argv: list[str]) -> str | None:
     """The first word that is not a global option or its value (they come first: hoisted)."""
     i = 0
     while i < len(argv) and argv[i] != "--":
@@ -236,24 +73,18 @@ def _command_of(argv: list[str]) -> str | None:
 
 
 def main(args: list[str] | None = None) -> None:
-    """The `memcore` entry point: every usage error is one line on stderr and exit code 2."""
-    argv = hoist_global_options(list(sys.argv[1:] if args is None else args), COMMANDS)
-    _import_commands(argv)
-    command = _command_for(_command_of(argv))
-    try:
-        code = command.main(argv, prog_name="memcore", standalone_mode=False)
-    except _UsageError as exc:
-        ctx = getattr(exc, "ctx", None)
-        if type(exc).__name__ == "NoArgsIsHelpError":
-            sys.exit(2)  # `memcore` alone (or `memcore service`): typer printed the help
-        where = ctx.command_path if ctx is not None else "memcore"
-        message = exc.format_message().rstrip(".")  # type: ignore[attr-defined]
-        typer.echo(f"memcore: {message} (see `{where} --help`)", err=True)
-        code = 2
-    except _ClickException as exc:
-        typer.echo(f"memcore: {exc.format_message()}", err=True)  # type: ignore[attr-defined]
-        code = exc.exit_code  # type: ignore[attr-defined]
-    except typer.Abort:
-        typer.echo("memcore: interrupted", err=True)
-        code = 130
-    sys.exit(code if isinstance(code, int) else 0)
+    """The `memcore` command: exits with the command's code (2 for a usage error)."""
+    argv = hoist_global_options(list(sys.argv[1:] if args is None else args))
+    if command_of(argv) is None and "--version" in argv and not {"--help", "-h"} & set(argv):
+        from memcore.core.version import __version__
+
+        sys.stdout.write(f"memcore {__version__}\n")
+        sys.exit(0)
+    from memcore.cli import quick
+
+    code = quick.answer(argv)
+    if code is not None:
+        sys.exit(code)
+    from memcore.cli import app
+
+    app.main(argv)

@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from memcore.cli import app
+from memcore.cli.app import app
 from memcore.cli.memory import JsonOpt, show_records, with_service
 
 

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from memcore.cli import app, run, settings_of
+from memcore.cli.app import app, run, settings_of
 from memcore.compose import open_service
 from memcore.vault import githook
 

@@ -13,10 +13,11 @@ import typer
 if TYPE_CHECKING:
     from rich.progress import Progress, TaskID
 
-from memcore.cli import app, fail, run, settings_of
+from memcore.cli.app import app, fail, run, settings_of
 from memcore.compose import ensure_state_dir, index_exists, open_service
 from memcore.core.models import IndexReport, plural
-from memcore.core.settings import VAULT_CONFIG, load_settings
+from memcore.core.places import VAULT_CONFIG
+from memcore.core.settings import load_settings
 from memcore.fronts.daemon_state import daemon_status
 
 MEMORY_TEMPLATE = """# Memory

@@ -7,7 +7,7 @@ import logging
 
 import typer
 
-from memcore.cli import app, run, settings_of
+from memcore.cli.app import app, run, settings_of
 from memcore.compose import open_service
 
 log = logging.getLogger(__name__)

@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from memcore.cli import app, fail, run, settings_of
+from memcore.cli.app import app, fail, run, settings_of
+from memcore.cli.output import record_line
 from memcore.cli.scope import AgentOpt, CategoryOpt, MetaOpt, RunOpt, UserOpt, metadata_of
 from memcore.compose import open_service
 from memcore.core.models import MemoryRecord
@@ -50,20 +51,9 @@ def show_records(records: list[MemoryRecord], as_json: bool) -> None:
         typer.echo(json.dumps([r.to_dict() for r in records], ensure_ascii=False, indent=2))
         return
     for r in records:
-        scope = " ".join(
-            f"{k}={v}" for k, v in (("user", r.user_id), ("agent", r.agent_id),
-                                    ("run", r.run_id)) if v
-        )  # fmt: skip
-        key = f" key={r.key}" if r.key else ""
-        held = _strength(r)
-        typer.echo(f"{r.id}  [{r.category}{' ' + scope if scope else ''}{key}]{held}  {r.text}")
-
-
-def _strength(r: MemoryRecord) -> str:
-    """ " core" for memories that never decay, else " R=0.87" (retrievability now)."""
-    if r.strength is None:
-        return ""
-    return " core" if r.strength.tier == "core" else f" R={r.strength.retrievability:.2f}"
+        held = (r.strength.tier, r.strength.retrievability) if r.strength else None
+        scope = (r.user_id, r.agent_id, r.run_id)
+        typer.echo(record_line(r.id, r.category, scope, r.key, held, r.text))
 
 
 @app.command()

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from memcore.cli import fail
+from memcore.cli.app import fail
 
 UserOpt = Annotated[str | None, typer.Option("--user", help="user_id scope")]
 AgentOpt = Annotated[str | None, typer.Option("--agent", help="agent_id scope")]

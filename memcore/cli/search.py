@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 import logging
-import textwrap
 from collections.abc import Callable, Coroutine
 from typing import Annotated, Any
 
 import typer
 
-from memcore.cli import app, fail, run, settings_of
+from memcore.cli.app import app, fail, run, settings_of
+from memcore.cli.output import hit_text
 from memcore.cli.scope import (
     AgentOpt,
     CategoryOpt,
@@ -144,7 +144,7 @@ def search(
                 return await remote.search(LOCAL, None, query, limit, filters, min_score, sock)
             except MemcoreError as exc:  # a daemon going away: answer from the index
                 log.debug("the daemon did not answer (%s); opening the index", exc)
-        async with open_service(settings, create=False, fresh=True) as service:
+        async with open_service(settings, create=False, fresh=True, preload=True) as service:
             return await service.search(query, limit, filters, fusion, min_score)
 
     result = run(ctx, job)
@@ -159,11 +159,8 @@ def search(
             return
         typer.echo("memcore: the index is empty; run `memcore index` or `memcore watch`", err=True)
         return
-    for n, hit in enumerate(result.hits, 1):
-        heading = f"  {hit.heading}" if hit.heading else ""
-        typer.echo(f"{n}. {hit.path}:{hit.start_line}-{hit.end_line}{heading}  ({hit.score:.3f})")
-        body = textwrap.shorten(" ".join(hit.text.split()), 300, placeholder=" ...")
-        typer.echo(textwrap.indent(textwrap.fill(body, 96), "   "))
+    for n, h in enumerate(result.hits, 1):
+        typer.echo(hit_text(n, h.path, h.start_line, h.end_line, h.heading, h.score, h.text))
 
 
 def _index_is_empty(ctx: typer.Context) -> Callable[[], Coroutine[Any, Any, bool]]:
@@ -220,7 +217,7 @@ def context(
                 return await remote.context(LOCAL, None, query, limit, filters, sock, min_score)
             except MemcoreError as exc:
                 log.debug("the daemon did not answer (%s); opening the index", exc)
-        async with open_service(settings, create=False, fresh=True) as service:
+        async with open_service(settings, create=False, fresh=True, preload=True) as service:
             return await service.context(query, limit, filters, min_score)
 
     block = run(ctx, job)

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from memcore.cli import app, fail, run, settings_of
+from memcore.cli.app import app, fail, run, settings_of
 from memcore.cli.watch import _configure_logging
 from memcore.compose import open_service
 from memcore.core.errors import InputError

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
-from memcore.cli import app, fail
+from memcore.cli.app import app, fail
 from memcore.cli.memory import with_service
 
 

@@ -19,9 +19,10 @@ from xml.sax.saxutils import escape as xml_escape
 
 import typer
 
-from memcore.cli import app, fail, run, settings_of
+from memcore.cli.app import app, fail, run, settings_of
 from memcore.compose import ensure_state_dir, open_service
-from memcore.core.settings import Settings, user_config_dir
+from memcore.core.places import user_config_dir
+from memcore.core.settings import Settings
 from memcore.fronts.daemon import Daemon, install_signal_handlers
 from memcore.fronts.daemon_state import daemon_status
 

@@ -1,6 +1,7 @@
 """Settings and load_settings: defaults < user config < vault memcore.toml < MEMCORE_* env < flags.
 
-This is the only module that reads configuration files or environment variables.
+This is the only module that reads configuration files or environment variables (with
+places.py, which finds the vault and the files to read).
 """
 
 from __future__ import annotations
@@ -16,9 +17,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, get_type_hints
 
-from memcore.core.errors import ConfigError, VaultNotFound
+from memcore.core.errors import ConfigError
+from memcore.core.places import (
+    ENV_SPECIAL,
+    VAULT_CONFIG,
+    config_inputs,
+    resolve_vault,
+    state_dir_of,
+    user_config_path,
+)
 
-VAULT_CONFIG = "memcore.toml"
 PROVIDERS = ("local", "static", "ollama", "openai")
 SPLITS = ("window", "paragraph")
 FUSIONS = ("adaptive", "weighted", "rrf", "linear", "vector", "keyword")
@@ -179,18 +187,15 @@ class Settings:
     hook: HookSettings = field(default_factory=HookSettings)
     llm: LLMSettings = field(default_factory=LLMSettings)
     memory: MemorySettings = field(default_factory=MemorySettings)
+    # what these settings were read from (places.config_inputs), as JSON text: a daemon
+    # publishes it, and a one-shot command whose own inputs are the same asks that daemon
+    # without reading any config itself. "" for settings made in code.
+    inputs: str = field(default="", compare=False)
 
     @property
     def state_dir(self) -> Path:
-        """``<vault>/.memcore`` (the index, the daemon's lock, socket and log). A vault memcore
-        cannot write to (a read-only checkout or mount) keeps them in the user's cache folder
-        instead, so it can still be indexed and searched."""
-        local = self.vault / ".memcore"
-        if os.access(local if local.is_dir() else self.vault, os.W_OK):
-            return local
-        cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-        digest = hashlib.sha256(str(self.vault.resolve()).encode()).hexdigest()[:16]
-        return cache / "memcore" / f"{self.vault.name[:40]}-{digest}"
+        """``<vault>/.memcore``, or a folder in the user's cache for a read-only vault."""
+        return state_dir_of(self.vault)
 
     @property
     def database_url(self) -> str:
@@ -255,7 +260,7 @@ def embedder_signature(s: Settings) -> str:
 
 
 SECTIONS: dict[str, type[Any]] = {
-    name: hint for name, hint in get_type_hints(Settings).items() if name != "vault"
+    name: hint for name, hint in get_type_hints(Settings).items() if name not in ("vault", "inputs")
 }
 
 # A vault's own memcore.toml travels with the vault (git clone); it must not be able to send
@@ -271,58 +276,6 @@ MEMORY_ADAPTERS = ("markdown", "mem0", "none")
 VAULT_PROVIDERS = ("local", "static", "ollama")
 
 ENV_ALIASES = {"MEMCORE_DB": "storage.db", "MEMCORE_EMBEDDER": "embedder.provider"}
-ENV_SPECIAL = frozenset({"MEMCORE_VAULT", "MEMCORE_CONFIG", "MEMCORE_TOKEN"})
-
-
-def user_config_dir(env: Mapping[str, str] | None = None) -> Path:
-    """$XDG_CONFIG_HOME, else ~/.config (where user config and service units live)."""
-    env = os.environ if env is None else env
-    if env.get("XDG_CONFIG_HOME"):
-        return Path(env["XDG_CONFIG_HOME"]).expanduser()
-    return Path(env.get("HOME") or Path.home()).expanduser() / ".config"
-
-
-def user_config_path(env: Mapping[str, str]) -> Path:
-    if env.get("MEMCORE_CONFIG"):
-        path = Path(env["MEMCORE_CONFIG"]).expanduser()
-        if not path.is_file():
-            raise ConfigError(f"MEMCORE_CONFIG names {path}, which is not a file")
-        return path
-    return user_config_dir(env) / "memcore" / "config.toml"
-
-
-# What makes a folder a vault, as .git makes a repository.
-VAULT_MARKERS = (VAULT_CONFIG, ".memcore", "MEMORY.md", "memory.md")
-
-
-def find_vault(start: Path) -> Path | None:
-    """The nearest folder at or above ``start`` holding a vault marker, or None."""
-    for folder in (start, *start.parents):
-        if any((folder / marker).exists() for marker in VAULT_MARKERS):
-            return folder
-    return None
-
-
-def resolve_vault(flag: str | Path | None, env: Mapping[str, str], cwd: Path | None = None) -> Path:
-    """The vault: ``flag``, else $MEMCORE_VAULT (either must be a folder), else the nearest
-    folder at or above the current one with memcore.toml, .memcore/ or MEMORY.md.
-    Raises VaultNotFound."""
-    raw = flag or env.get("MEMCORE_VAULT")
-    if raw:
-        path = Path(raw).expanduser().resolve()
-        if not path.exists():
-            raise VaultNotFound(f"vault folder {path} does not exist")
-        if not path.is_dir():
-            raise VaultNotFound(f"{path} is a file, not a vault folder")
-        return path
-    here = (cwd or Path.cwd()).resolve()
-    found = find_vault(here)
-    if found is None:
-        raise VaultNotFound(
-            f"no vault in {here} or any folder above it (none has memcore.toml, .memcore/ or "
-            "MEMORY.md); run `memcore init` or pass --vault DIR"
-        )
-    return found
 
 
 def load_settings(
@@ -363,7 +316,11 @@ def load_settings(
         if value is not None:
             found.set(dotted, value, "command line")
     sections = {name: found.build(name) for name in SECTIONS}
-    settings = Settings(vault=root, **sections)
+    db = sections["storage"].db
+    relative_db = bool(db) and db != MEMORY_DB and not is_postgres_url(db)
+    relative_db = relative_db and not Path(db).expanduser().is_absolute()
+    inputs = config_inputs(root, env, overrides, os.getcwd() if relative_db else None)
+    settings = Settings(vault=root, **sections, inputs=json.dumps(inputs))
     for message in _problems(settings):
         key = message.partition(":")[0]
         origin = found.origins.get(key)

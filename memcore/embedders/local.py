@@ -7,6 +7,7 @@ in a worker thread so the event loop stays responsive.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import threading
 from collections.abc import Sequence
@@ -45,6 +46,7 @@ class _InProcess:
         self.threads = threads or os.cpu_count() or 1
         self._lock = threading.Lock()
         self._loaded = False
+        self._preloading: threading.Thread | None = None
 
     def _load(self) -> None:
         raise NotImplementedError
@@ -58,6 +60,21 @@ class _InProcess:
                 self._load()
                 self._loaded = True
 
+    def preload(self) -> None:
+        """Start loading the model in a thread of its own, for a process that will surely
+        embed soon (a one-shot search): the load, mostly native code that releases the GIL,
+        overlaps the rest of the start-up instead of following it. A failure here is not
+        reported: the first embedding loads again and raises it."""
+        if self._loaded or self._preloading is not None:
+            return
+        self._preloading = threading.Thread(target=self._preload, name="memcore-preload")
+        self._preloading.daemon = True
+        self._preloading.start()
+
+    def _preload(self) -> None:
+        with contextlib.suppress(Exception):
+            self._ensure_loaded()
+
     def embed_sync(self, texts: Sequence[str]) -> Matrix:
         self._ensure_loaded()
         return normalize_rows(self._run(texts))
@@ -66,7 +83,8 @@ class _InProcess:
         return await asyncio.to_thread(self.embed_sync, texts)
 
     async def aclose(self) -> None:
-        return None
+        if self._preloading is not None:  # not left in native code while Python exits
+            await asyncio.to_thread(self._preloading.join)
 
 
 class OnnxMiniLMEmbedder(_InProcess):

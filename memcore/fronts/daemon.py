@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
+import json
 import logging
 import os
 import signal
@@ -345,6 +346,10 @@ class Daemon:
                 "forgotten": self.forgotten,
                 "db": self.settings.index_location,
                 "embedder": embedder_signature(self.settings),
+                "memory": self.settings.memory.kind,
+                # what its settings were read from: a command with the same inputs asks
+                # this daemon without loading settings (cli/quick.py)
+                "config": json.loads(self.settings.inputs) if self.settings.inputs else None,
                 "socket": self.socket,
                 "readiness": self.service.readiness.to_dict(),
             },

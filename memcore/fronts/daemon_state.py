@@ -8,10 +8,15 @@ import fcntl
 import json
 import os
 from collections.abc import Iterator
-from typing import IO
+from pathlib import Path
 
 from memcore.core.errors import DaemonError
-from memcore.core.settings import Settings
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (type checkers read it)
+if TYPE_CHECKING:
+    from typing import IO
+
+    from memcore.core.settings import Settings
 
 LOCK_NAME = "daemon.lock"
 STATUS_NAME = "daemon.json"
@@ -47,7 +52,12 @@ def vault_lock(settings: Settings) -> Iterator[IO[str]]:
 
 def daemon_status(settings: Settings) -> dict[str, object] | None:
     """What the running daemon last reported, or None when no daemon holds the vault."""
-    lock = settings.state_dir / LOCK_NAME
+    return status_in(settings.state_dir)
+
+
+def status_in(state_dir: Path) -> dict[str, object] | None:
+    """``daemon_status`` of the vault whose state folder this is."""
+    lock = state_dir / LOCK_NAME
     if not lock.exists():
         return None
     with lock.open("r", encoding="utf-8") as fh:
@@ -60,7 +70,7 @@ def daemon_status(settings: Settings) -> dict[str, object] | None:
             return None
         pid = fh.read().strip()
     try:
-        info = json.loads((settings.state_dir / STATUS_NAME).read_text(encoding="utf-8"))
+        info = json.loads((state_dir / STATUS_NAME).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         info = {}
     return {"running": True, "pid": int(pid) if pid.isdigit() else None, **info}

@@ -6,18 +6,16 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import socket
 from typing import Any
 
 from memcore.core.errors import InputError, MemcoreError, NotFound
 from memcore.core.models import Hit, MemoryRecord, SearchFilters, SearchResult, Strength
 from memcore.core.settings import Settings, embedder_signature
+from memcore.fronts.unix_http import DaemonGone, post_unix
+
+__all__ = ["DaemonGone", "add", "context", "daemon_socket", "local_daemon", "search"]
 
 log = logging.getLogger("memcore.cli")
-
-
-class DaemonGone(MemcoreError):
-    """The daemon's socket took no connection: the request was not sent."""
 
 
 def local_daemon(settings: Settings) -> str | None:
@@ -43,7 +41,7 @@ async def _post(
 ) -> Any:
     payload = {k: v for k, v in body.items() if v is not None}
     if uds:
-        status, reason, raw = await asyncio.to_thread(_post_unix, uds, path, payload, headers)
+        status, reason, raw = await asyncio.to_thread(post_unix, uds, path, payload, headers)
         where = "the running daemon"
     else:
         status, reason, raw = await _post_http(url, token, path, payload, headers)
@@ -78,61 +76,6 @@ async def _post_http(
     except httpx.HTTPError as exc:
         raise MemcoreError(f"cannot reach {url}: {exc}") from None
     return resp.status_code, resp.reason_phrase, resp.content
-
-
-def _post_unix(
-    path: str, endpoint: str, payload: dict[str, Any], headers: dict[str, str] | None = None
-) -> tuple[int, str, bytes]:
-    """POST JSON to the daemon's Unix socket (blocking): one HTTP/1.1 request, the connection
-    closed after it. Written out rather than through http.client, whose import (email
-    parsing) costs a one-shot command about 10 ms; the daemon is memcore's own server."""
-    body = json.dumps(payload).encode()
-    extra = "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items())
-    head = (
-        f"POST {endpoint} HTTP/1.1\r\nHost: memcore\r\nContent-Type: application/json\r\n"
-        f"{extra}Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
-    ).encode()
-    try:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-            sock.settimeout(60)
-            try:
-                sock.connect(path)
-            except OSError as exc:  # nothing was sent: the caller may do it itself
-                raise DaemonGone(f"cannot reach the daemon at {path}: {exc}") from None
-            sock.sendall(head + body)
-            chunks = []
-            while chunk := sock.recv(65536):
-                chunks.append(chunk)
-    except OSError as exc:
-        raise MemcoreError(f"cannot reach the daemon at {path}: {exc}") from None
-    return _response(b"".join(chunks), path)
-
-
-def _response(raw: bytes, where: str) -> tuple[int, str, bytes]:
-    """(status, reason, body) of a whole HTTP/1.1 response (Content-Length or chunked)."""
-    head, sep, body = raw.partition(b"\r\n\r\n")
-    lines = head.decode("latin-1").split("\r\n")
-    parts = lines[0].split(" ", 2)
-    if not sep or len(parts) < 2 or not parts[1].isdigit():
-        raise MemcoreError(f"the daemon at {where} answered something that is not HTTP")
-    headers = {k.strip().lower(): v.strip() for k, _, v in (h.partition(":") for h in lines[1:])}
-    if headers.get("transfer-encoding", "").lower() == "chunked":
-        body = _unchunked(body)
-    elif (length := headers.get("content-length", "")).isdigit():
-        body = body[: int(length)]
-    return int(parts[1]), parts[2] if len(parts) > 2 else "", body
-
-
-def _unchunked(data: bytes) -> bytes:
-    out: list[bytes] = []
-    at = 0
-    while True:
-        end = data.index(b"\r\n", at)
-        size = int(data[at:end].split(b";")[0], 16)
-        if size == 0:
-            return b"".join(out)
-        out.append(data[end + 2 : end + 2 + size])
-        at = end + 2 + size + 2
 
 
 async def search(

@@ -1,0 +1,196 @@
+"""The memcore command line on typer: global options, error-to-exit-code mapping, and the run of
+one command (memcore/cli/__init__.py picks which, or answers through the daemon first)."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import logging
+import sys
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+
+from memcore.cli import COMMANDS, command_of
+from memcore.core.errors import ConfigError, InputError, MemcoreError, VaultNotFound
+from memcore.core.settings import Settings, load_settings
+
+T = TypeVar("T")
+
+app = typer.Typer(
+    name="memcore",
+    help="Local-first memory for AI agents: Markdown is the truth, SQLite is the index. "
+    "Global options (--vault, --db, --embedder, --verbose) may also follow the command.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+# typer bundles its own click: reach its exception classes through typer's public ones.
+_UsageError: type[Exception] = next(
+    c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError"
+)
+_ClickException: type[Exception] = next(
+    c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException"
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        from memcore.core.version import __version__
+
+        typer.echo(f"memcore {__version__}")
+        raise typer.Exit()
+
+
+@dataclass
+class CliState:
+    vault: Path | None = None
+    overrides: dict[str, object] = field(default_factory=dict)
+    verbose: bool = False
+
+
+@app.callback()
+def root(
+    ctx: typer.Context,
+    vault: Annotated[
+        Path | None,
+        typer.Option(
+            "--vault",
+            "-V",
+            help="Vault folder (default: $MEMCORE_VAULT, else the nearest folder at or above "
+            "this one with memcore.toml, .memcore/ or MEMORY.md)",
+        ),
+    ] = None,
+    db: Annotated[
+        str | None,
+        typer.Option(
+            "--db",
+            help="Index database: a file (default: <vault>/.memcore/index.db) or a "
+            "postgresql:// URL",
+        ),
+    ] = None,
+    embedder: Annotated[
+        str | None, typer.Option("--embedder", help="local, static, ollama or openai")
+    ] = None,
+    memory: Annotated[
+        str | None,
+        typer.Option("--memory", help="Where memories live: markdown (the vault), mem0 or none"),
+    ] = None,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", "-v", help="Log what memcore does (to stderr)")
+    ] = False,
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_version, is_eager=True, help="Print the version"),
+    ] = False,
+) -> None:
+    ctx.obj = CliState(
+        vault=vault,
+        overrides={
+            "storage.db": db or None,
+            "embedder.provider": embedder,
+            "memory.adapter": memory,
+        },
+        verbose=verbose,
+    )
+    # memcore's own debug lines; the libraries under it (aiosqlite, asyncio) stay at warnings
+    logging.basicConfig(
+        level=logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    logging.getLogger("memcore").setLevel(logging.DEBUG if verbose else logging.WARNING)
+
+
+def settings_of(ctx: typer.Context, **extra: object) -> Settings:
+    """The command's settings. With memory switched off (memory.adapter = none, or
+    memory.enabled = false) every command says so in one line and ends, successfully."""
+    state: CliState = ctx.obj
+    settings = load_settings(state.vault, {**state.overrides, **extra})
+    if settings.memory.kind == "none":
+        typer.echo("memcore: memory is disabled (memory.adapter = none); nothing to do")
+        raise typer.Exit(0)
+    return settings
+
+
+def fail(message: str, code: int = 1) -> typer.Exit:
+    typer.echo(f"memcore: {message}", err=True)
+    return typer.Exit(code)
+
+
+def run(ctx: typer.Context, job: Callable[[], Coroutine[Any, Any, T]]) -> T:
+    """Run one command's coroutine; every error becomes one line on stderr and an exit code."""
+    verbose = bool(ctx.obj and ctx.obj.verbose)
+    try:
+        return asyncio.run(job())
+    except (VaultNotFound, InputError) as exc:
+        raise fail(str(exc), 2) from None
+    except ConfigError as exc:
+        raise fail(f"config error: {exc}", 2) from None
+    except MemcoreError as exc:
+        raise fail(str(exc)) from None
+    except KeyboardInterrupt:
+        raise fail("interrupted", 130) from None
+    except (typer.Exit, typer.Abort):
+        raise
+    except Exception as exc:
+        if verbose:
+            raise
+        raise fail(
+            f"internal error: {type(exc).__name__}: {exc} (rerun with --verbose for details)"
+        ) from None
+
+
+def _import_commands(argv: list[str]) -> None:
+    """Import the module of the command in ``argv``; all of them when there is none (help,
+    a typo: the whole list is shown)."""
+    import importlib
+
+    name = command_of(argv)
+    for module in {COMMANDS[name]} if name in COMMANDS else set(COMMANDS.values()):
+        importlib.import_module(f"memcore.cli.{module}")
+
+
+def _command_for(name: str | None) -> Any:
+    """The click command to run: only ``name``'s when it is one (typer builds every command
+    it knows, each from its signature: ~25 ms for the memory module's), else all of them."""
+    if name not in COMMANDS:
+        return typer.main.get_command(app)
+    only = copy.copy(app)  # the app itself keeps them all (main may run again in-process)
+    only.registered_commands = [c for c in app.registered_commands if _name(c) == name]
+    only.registered_groups = [g for g in app.registered_groups if g.name == name]
+    return typer.main.get_command(only)
+
+
+def _name(command: Any) -> str:
+    """The name typer gives a registered command (its function's, with dashes)."""
+    return str(command.name or command.callback.__name__.lower().replace("_", "-"))
+
+
+def main(argv: list[str]) -> None:
+    """Run the command line ``argv`` (global options hoisted) on typer: every usage error is
+    one line on stderr and exit code 2."""
+    _import_commands(argv)
+    command = _command_for(command_of(argv))
+    try:
+        code = command.main(argv, prog_name="memcore", standalone_mode=False)
+    except _UsageError as exc:
+        ctx = getattr(exc, "ctx", None)
+        if type(exc).__name__ == "NoArgsIsHelpError":
+            sys.exit(2)  # `memcore` alone (or `memcore service`): typer printed the help
+        where = ctx.command_path if ctx is not None else "memcore"
+        message = exc.format_message().rstrip(".")  # type: ignore[attr-defined]
+        typer.echo(f"memcore: {message} (see `{where} --help`)", err=True)
+        code = 2
+    except _ClickException as exc:
+        typer.echo(f"memcore: {exc.format_message()}", err=True)  # type: ignore[attr-defined]
+        code = exc.exit_code  # type: ignore[attr-defined]
+    except typer.Abort:
+        typer.echo("memcore: interrupted", err=True)
+        code = 130
+    sys.exit(code if isinstance(code, int) else 0)

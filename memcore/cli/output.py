@@ -1,0 +1,31 @@
+"""How the command line prints a search hit and a memory: one place for the typer commands and
+for the answers cli/quick.py gives through the daemon, so both print the same bytes."""
+
+from __future__ import annotations
+
+import textwrap
+
+
+def hit_text(n: int, path: str, start: int, end: int, heading: str, score: float, text: str) -> str:
+    """Hit number ``n`` as two lines: where it is and its score, then its text (shortened)."""
+    where = f"{n}. {path}:{start}-{end}{f'  {heading}' if heading else ''}  ({score:.3f})"
+    body = textwrap.shorten(" ".join(text.split()), 300, placeholder=" ...")
+    return f"{where}\n{textwrap.indent(textwrap.fill(body, 96), '   ')}"
+
+
+def record_line(
+    memory_id: str,
+    category: str,
+    scope: tuple[str | None, str | None, str | None],
+    key: str | None,
+    strength: tuple[str, float] | None,
+    text: str,
+) -> str:
+    """A memory in one line: id, [category scope key], strength, text. ``scope``: (user,
+    agent, run); ``strength``: (tier, retrievability) when known."""
+    names = " ".join(f"{k}={v}" for k, v in zip(("user", "agent", "run"), scope, strict=True) if v)
+    held = ""
+    if strength is not None:  # " core" never decays, else " R=0.87" (retrievability now)
+        held = " core" if strength[0] == "core" else f" R={strength[1]:.2f}"
+    tags = " ".join(t for t in (category, names, f"key={key}" if key else "") if t)
+    return f"{memory_id}  [{tags}]{held}  {text}"

@@ -1,0 +1,236 @@
+"""Plain `search`, `context` and `add` answered through the vault's running daemon, before typer,
+asyncio, the settings or the models are imported: a one-shot command then costs little more
+than starting Python.
+
+It answers only when it can answer exactly as the typer command would, and returns None
+otherwise, for the command to run on typer as always (cli/app.py):
+- the command line is a plain form: one text argument and only the options below (no other
+  global option than --vault, no stdin, no repeated option);
+- a daemon holds the vault, and its settings were read from the same inputs as this command's
+  would be (places.config_inputs: the same config files unchanged, MEMCORE_* variables and
+  flags), so it searches the same index with the same model;
+- the daemon answered, with something to print. An error answer, or a search with no
+  matches (the typer command says why), is left to the typer command, which asks again and
+  words it; only an add whose outcome is unknown (the exchange broke off, the daemon failed)
+  is reported here, as the typer command would report it, because repeating it could add twice.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Callable
+
+from memcore.cli.output import hit_text, record_line
+from memcore.core.errors import MemcoreError
+from memcore.core.places import config_inputs, resolve_vault, state_dir_of
+from memcore.fronts.daemon_state import status_in
+from memcore.fronts.unix_http import DaemonGone, post_unix
+
+SCOPES = {"--user": "user_id", "--agent": "agent_id", "--run": "run_id"}
+# The options each command's plain form may carry: name -> (field, highest --limit) or a flag
+FORMS: dict[str, dict[str, str]] = {
+    "search": {**SCOPES, "--limit": "limit", "-n": "limit", "--json": "json"},
+    "context": {**SCOPES, "--limit": "limit", "-n": "limit"},
+    "add": dict(SCOPES),
+}
+MAX_LIMIT = {"search": 1000, "context": 50}
+FLAGS = frozenset({"--json"})
+
+Parsed = tuple[str | None, str, str, dict[str, object]]
+
+
+def answer(argv: list[str]) -> int | None:
+    """The exit code of a command answered through the daemon, or None: not answered (nothing
+    printed, nothing written), run it on typer."""
+    parsed = parse(argv)
+    if parsed is None:
+        return None
+    vault_flag, command, text, options = parsed
+    sock = daemon_socket(vault_flag)
+    if sock is None:
+        return None
+    return ANSWERS[command](sock, text, options)
+
+
+def parse(argv: list[str]) -> Parsed | None:
+    """(--vault value, command, its text argument, options) of a plain form, else None."""
+    vault: str | None = None
+    i = 0
+    while i < len(argv) and argv[i].startswith("-"):
+        name, eq, value = argv[i].partition("=")
+        if name not in ("--vault", "-V") or vault is not None:
+            return None
+        if not eq:
+            i += 1
+            value = argv[i] if i < len(argv) else ""
+        if not value:
+            return None
+        vault, i = value, i + 1
+    if i >= len(argv) or argv[i] not in FORMS:
+        return None
+    command = argv[i]
+    read = _arguments(FORMS[command], argv[i + 1 :])
+    if read is None or len(read[0]) != 1 or not _fits(command, read[0][0], read[1]):
+        return None
+    return vault, command, read[0][0], read[1]
+
+
+def _arguments(form: dict[str, str], rest: list[str]) -> tuple[list[str], dict[str, object]] | None:
+    """The text arguments and the options of a command's words, or None: not a plain form."""
+    texts: list[str] = []
+    options: dict[str, object] = {}
+    j = 0
+    while j < len(rest):
+        name, eq, value = rest[j].partition("=")
+        if not name.startswith("-"):
+            texts.append(rest[j])
+        elif name in FLAGS and name in form and not eq:
+            options[form[name]] = True
+        elif name in form and name not in FLAGS:
+            if not eq:
+                j += 1
+                value = rest[j] if j < len(rest) else ""
+            if not value or value.startswith("-") or form[name] in options:
+                return None  # missing, option-like or repeated: typer says how it reads it
+            options[form[name]] = value
+        else:
+            return None  # another option (or "-", "--"): the typer command has it
+        j += 1
+    return texts, options
+
+
+def _fits(command: str, text: str, options: dict[str, object]) -> bool:
+    """The text and --limit are ones the typer command takes as they are."""
+    if command != "add" and not any(ch.isalnum() for ch in text):
+        return False  # no word to search for: the typer command says so
+    limit = options.get("limit")
+    if limit is None:
+        return True
+    if not isinstance(limit, str) or not limit.isascii() or not limit.isdigit():
+        return False
+    options["limit"] = int(limit)
+    return 1 <= int(limit) <= MAX_LIMIT[command]
+
+
+def daemon_socket(vault_flag: str | None) -> str | None:
+    """The socket of the vault's daemon when its settings came from this command's inputs."""
+    try:
+        vault = resolve_vault(vault_flag, os.environ)
+        status = status_in(state_dir_of(vault)) or {}
+        published = status.get("config")
+        if not isinstance(published, dict):
+            return None  # no daemon, or one from before daemons published their inputs
+        cwd = os.getcwd() if published.get("cwd") is not None else None
+        mine = config_inputs(vault, os.environ, None, cwd)
+    except (MemcoreError, OSError):
+        return None  # the typer command reports it
+    same = json.loads(json.dumps(mine)) == published
+    if not same or status.get("memory") not in ("markdown", "mem0"):
+        return None
+    sock = status.get("socket")
+    return sock if isinstance(sock, str) and sock else None
+
+
+def _ask(sock: str, endpoint: str, body: dict[str, object]) -> object | None:
+    """The daemon's JSON answer, or None when it is not a success (ask again on typer)."""
+    try:
+        status, _, raw = post_unix(sock, endpoint, body)
+        data = json.loads(raw)
+    except (MemcoreError, ValueError):
+        return None
+    return data if status == 200 and isinstance(data, dict) else None
+
+
+def _scope(options: dict[str, object]) -> dict[str, object]:
+    return {field: options[field] for field in SCOPES.values() if field in options}
+
+
+HIT_FIELDS = ("path", "start_line", "end_line", "heading", "score", "text")
+
+
+def _search(sock: str, query: str, options: dict[str, object]) -> int | None:
+    body = {"query": query, **_scope(options), "include_turns": True}
+    if "limit" in options:
+        body["limit"] = options["limit"]
+    data = _ask(sock, "/api/memory/search", body)
+    if not isinstance(data, dict) or not data.get("results"):
+        return None  # no matches: the typer command tells an empty index from no match
+    try:  # as SearchResult.to_dict() of what remote.search reads from the same answer
+        hits = [
+            {"id": r.get("id", ""), **{k: r[k] for k in HIT_FIELDS},
+             **{k: r.get(k) for k in ("vector_score", "keyword_score", "date")},
+             "tags": list(r.get("tags") or ())}
+            for r in data["results"]
+        ]  # fmt: skip
+        warnings = list(data.get("warnings") or ())
+        result = {"query": query, "mode": data["mode"], "results": hits}
+        plain = "".join(
+            hit_text(n, *(h[k] for k in HIT_FIELDS)) + "\n" for n, h in enumerate(hits, 1)
+        )
+    except (KeyError, TypeError, AttributeError, ValueError):
+        return None
+    for warning in warnings:
+        sys.stderr.write(f"memcore: warning: {warning}\n")
+    if warnings:
+        result["warnings"] = warnings
+    _out(json.dumps(result, ensure_ascii=False, indent=2) + "\n" if options.get("json") else plain)
+    return 0
+
+
+def _context(sock: str, query: str, options: dict[str, object]) -> int | None:
+    body = {"query": query, "limit": options.get("limit", 3), **_scope(options)}
+    data = _ask(sock, "/api/memory/context", {**body, "include_turns": False})
+    if not isinstance(data, dict) or not isinstance(data.get("context"), str):
+        return None
+    if not data["context"]:
+        sys.stderr.write(f"memcore: no memories relevant enough to {query!r}\n")
+        return 0
+    _out(data["context"])
+    return 0
+
+
+def _add(sock: str, text: str, options: dict[str, object]) -> int | None:
+    body = {"content": text, **_scope(options), "category": "core", "infer": False}
+    try:
+        status, reason, raw = post_unix(sock, "/api/memories", body)
+    except DaemonGone:
+        return None  # nothing was sent: the typer command adds it
+    except MemcoreError as exc:  # sent, and the outcome is unknown: not again
+        sys.stderr.write(f"memcore: {exc}\n")
+        return 1
+    try:
+        data = json.loads(raw)
+        records = data["results"] if status == 200 else None
+    except (ValueError, KeyError, TypeError):
+        data, records = None, None
+    if records is None and status < 500:
+        return None  # refused, nothing written: the typer command checks it and says why
+    if records is None:
+        problem = data.get("error", reason) if isinstance(data, dict) else reason
+        message = problem.get("message", reason) if isinstance(problem, dict) else problem
+        sys.stderr.write(f"memcore: the running daemon: {message}\n")
+        return 1
+    lines = []
+    for r in records:
+        held = r.get("strength")
+        strength = (held["tier"], held["retrievability"]) if isinstance(held, dict) else None
+        scope = (r.get("user_id"), r.get("agent_id"), r.get("run_id"))
+        lines.append(
+            record_line(r["id"], r["category"], scope, r.get("key"), strength, r["memory"])
+        )
+    _out("".join(f"{line}\n" for line in lines))
+    return 0
+
+
+def _out(text: str) -> None:
+    sys.stdout.write(text)
+    sys.stdout.flush()
+
+
+ANSWERS: dict[str, Callable[[str, str, dict[str, object]], int | None]] = {
+    "search": _search,
+    "context": _context,
+    "add": _add,
+}

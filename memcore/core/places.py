@@ -1,0 +1,115 @@
+"""Where things are: the vault a command means, its config files, its state folder, and a
+fingerprint of everything settings are read from.
+
+Kept apart from settings.py (and free of its dataclasses) so that a one-shot command asking a
+running daemon can find the vault and tell whether the daemon was configured exactly as the
+command would be, at the cost of a few stat calls: see ``config_inputs``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+from memcore.core.errors import ConfigError, VaultNotFound
+
+VAULT_CONFIG = "memcore.toml"
+# What makes a folder a vault, as .git makes a repository.
+VAULT_MARKERS = (VAULT_CONFIG, ".memcore", "MEMORY.md", "memory.md")
+# MEMCORE_* variables that are not settings (the rest are, and are checked by settings.py)
+ENV_SPECIAL = frozenset({"MEMCORE_VAULT", "MEMCORE_CONFIG", "MEMCORE_TOKEN"})
+
+
+def user_config_dir(env: Mapping[str, str] | None = None) -> Path:
+    """$XDG_CONFIG_HOME, else ~/.config (where user config and service units live)."""
+    env = os.environ if env is None else env
+    if env.get("XDG_CONFIG_HOME"):
+        return Path(env["XDG_CONFIG_HOME"]).expanduser()
+    return Path(env.get("HOME") or Path.home()).expanduser() / ".config"
+
+
+def user_config_path(env: Mapping[str, str]) -> Path:
+    if env.get("MEMCORE_CONFIG"):
+        path = Path(env["MEMCORE_CONFIG"]).expanduser()
+        if not path.is_file():
+            raise ConfigError(f"MEMCORE_CONFIG names {path}, which is not a file")
+        return path
+    return user_config_dir(env) / "memcore" / "config.toml"
+
+
+def find_vault(start: Path) -> Path | None:
+    """The nearest folder at or above ``start`` holding a vault marker, or None."""
+    for folder in (start, *start.parents):
+        if any((folder / marker).exists() for marker in VAULT_MARKERS):
+            return folder
+    return None
+
+
+def resolve_vault(flag: str | Path | None, env: Mapping[str, str], cwd: Path | None = None) -> Path:
+    """The vault: ``flag``, else $MEMCORE_VAULT (either must be a folder), else the nearest
+    folder at or above the current one with memcore.toml, .memcore/ or MEMORY.md.
+    Raises VaultNotFound."""
+    raw = flag or env.get("MEMCORE_VAULT")
+    if raw:
+        path = Path(raw).expanduser().resolve()
+        if not path.exists():
+            raise VaultNotFound(f"vault folder {path} does not exist")
+        if not path.is_dir():
+            raise VaultNotFound(f"{path} is a file, not a vault folder")
+        return path
+    here = (cwd or Path.cwd()).resolve()
+    found = find_vault(here)
+    if found is None:
+        raise VaultNotFound(
+            f"no vault in {here} or any folder above it (none has memcore.toml, .memcore/ or "
+            "MEMORY.md); run `memcore init` or pass --vault DIR"
+        )
+    return found
+
+
+def state_dir_of(vault: Path) -> Path:
+    """``<vault>/.memcore`` (the index, the daemon's lock, socket and log). A vault memcore
+    cannot write to (a read-only checkout or mount) keeps them in the user's cache folder
+    instead, so it can still be indexed and searched."""
+    local = vault / ".memcore"
+    if os.access(local if local.is_dir() else vault, os.W_OK):
+        return local
+    import hashlib  # only for a read-only vault: a one-shot command skips the import
+
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    digest = hashlib.sha256(str(vault.resolve()).encode()).hexdigest()[:16]
+    return cache / "memcore" / f"{vault.name[:40]}-{digest}"
+
+
+def _stamp(path: Path) -> list[int] | None:
+    """A file's identity and version as far as a stat tells (None: no such file)."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return [st.st_ino, st.st_size, st.st_mtime_ns]
+
+
+def config_inputs(
+    vault: Path,
+    env: Mapping[str, str],
+    overrides: Mapping[str, object] | None = None,
+    cwd: str | None = None,
+) -> dict[str, object]:
+    """Everything ``load_settings`` reads, as plain JSON: the vault, the user config and the
+    vault's memcore.toml (path and stat), the MEMCORE_* setting variables and the command
+    line's overrides. Two processes with equal inputs have equal settings. ``cwd`` is part of
+    it only where settings depend on it (a relative ``storage.db``). Raises ConfigError as
+    load_settings does for a MEMCORE_CONFIG that names no file."""
+    user_file = user_config_path(env)
+    return {
+        "vault": str(vault),
+        "user_config": [str(user_file), _stamp(user_file)],
+        "vault_config": _stamp(vault / VAULT_CONFIG),
+        "env": sorted(
+            [k, v] for k, v in env.items() if k.startswith("MEMCORE_") and k not in ENV_SPECIAL
+        ),
+        "overrides": sorted([k, str(v)] for k, v in (overrides or {}).items() if v is not None),
+        "cwd": cwd,
+    }

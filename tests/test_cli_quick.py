@@ -1,0 +1,190 @@
+"""A plain search, context or add beside a running daemon is answered before typer, asyncio or
+the settings load (cli/quick.py), and prints exactly what the typer command prints."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from memcore.cli import quick
+from memcore.core.settings import load_settings
+from memcore.fronts.daemon_state import daemon_status
+from tests.support import wait_until, write
+
+# Runs the entry point and says on stderr's last line which heavy modules it loaded.
+ENTRY = """
+import sys
+from memcore.cli import main
+code = 0
+try:
+    main(sys.argv[1:])
+except SystemExit as exc:
+    code = exc.code
+sys.stdout.flush()
+heavy = ("typer", "asyncio", "numpy", "memcore.core.settings", "memcore.core.models")
+sys.stderr.write("\\nLOADED:" + ",".join(m for m in heavy if m in sys.modules))
+sys.exit(code)
+"""
+# The same command line on typer alone (what every command ran before cli/quick.py).
+TYPER = """
+import sys
+from memcore.cli import app, hoist_global_options
+app.main(hoist_global_options(sys.argv[1:]))
+"""
+
+
+def env() -> dict[str, str]:
+    return {**os.environ, "MEMCORE_EMBEDDER_PROVIDER": "static"}
+
+
+def run(program: str, vault: Path, *args: str) -> tuple[int, str, str, str]:
+    """(exit code, stdout, stderr, heavy modules loaded) of one command line."""
+    done = subprocess.run(
+        [sys.executable, "-c", program, "--vault", str(vault), *args],
+        env=env(), capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    err, _, loaded = done.stderr.rpartition("\nLOADED:")
+    return done.returncode, done.stdout, err if _ else done.stderr, loaded
+
+
+@pytest.fixture
+def daemon(vault: Path) -> Iterator[Path]:
+    write(vault, "MEMORY.md", "# M\n\n## Engine\n\nDiveAdstra uses DX12 by default.\n")
+    write(vault, "memory/2024-05-21.md", "# 会议\n\n## 记忆系统\n\n中文搜索必须分词。\n")
+    started = subprocess.run(
+        [sys.executable, "-m", "memcore", "--vault", str(vault), "watch", "--detach"],
+        env=env(), capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert started.returncode == 0, started.stderr
+    settings = load_settings(vault, {"embedder.provider": "static"})
+    try:
+        assert wait_until(lambda: bool((daemon_status(settings) or {}).get("socket")))
+        yield vault
+    finally:
+        subprocess.run(
+            [sys.executable, "-m", "memcore", "--vault", str(vault), "stop"],
+            env=env(), capture_output=True, timeout=60,
+        )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("search", "DX12"),
+        ("search", "DX12", "--json", "-n", "1"),
+        ("search", "renderer default", "--limit=2"),
+        ("search", "中文搜索"),
+        ("context", "DX12 crash"),
+        ("context", "zebra migration patterns"),
+    ],
+)
+def test_the_daemon_answers_a_plain_read_before_typer_loads_and_it_prints_the_same(
+    daemon: Path, args: tuple[str, ...]
+) -> None:
+    code, out, err, loaded = run(ENTRY, daemon, *args)
+    assert loaded == "", f"{args} loaded {loaded}"
+    assert code == 0 and (out or err)
+    assert (code, out, err) == run(TYPER, daemon, *args)[:3]
+
+
+def test_a_plain_add_goes_through_the_daemon_once_and_prints_as_typer_does(daemon: Path) -> None:
+    code, out, err, loaded = run(ENTRY, daemon, "add", "Bob deploys on Fridays", "--user", "bob")
+    assert (code, err, loaded) == (0, "", "")
+    line = re.compile(r"^m-[0-9a-f]{16}  \[core user=bob\]( core| R=\d\.\d\d)?  (.*)\n$")
+    assert (m := line.match(out)) and m.group(2) == "Bob deploys on Fridays", out
+    typed = run(TYPER, daemon, "add", "Bob reviews shaders", "--user", "bob")[1]
+    assert (t := line.match(typed)) and t.group(1) == m.group(1), typed
+    core = (daemon / "memory/users/bob/core.md").read_text()
+    assert core.count("Bob deploys on Fridays") == 1 and out.split()[0] in core
+    found = json.loads(run(ENTRY, daemon, "search", "deploy Friday", "--user", "bob", "--json")[1])
+    assert found["results"][0]["id"] == out.split()[0]
+
+
+def test_what_the_daemon_refuses_or_does_not_find_is_worded_by_the_typer_command(
+    daemon: Path,
+) -> None:
+    code, _, err, loaded = run(ENTRY, daemon, "add", "x", "--user", "../etc")
+    assert code == 2 and "not a valid name" in err and "typer" in loaded
+    assert not (daemon / "memory/users").exists()  # refused: nothing written
+    nothing = run(ENTRY, daemon, "search", "DX12", "--user", "nobody")
+    assert nothing[:3] == run(TYPER, daemon, "search", "DX12", "--user", "nobody")[:3]
+    assert nothing[1] == "no matches\n" and "typer" in nothing[3]
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["search", "x", "--tag", "engine"],  # an option the plain form does not take
+        ["search", "x", "--user", "a", "--user", "b"],  # repeated
+        ["search", "x", "--limit", "0"],
+        ["search", "x", "--limit", "1001"],
+        ["search", "x", "-n", "ten"],
+        ["context", "x", "--limit", "51"],
+        ["search", "?!"],  # no word to search for
+        ["search", "x", "y"],
+        ["search"],
+        ["add", "-"],  # stdin
+        ["add", "x", "--json"],
+        ["-v", "search", "x"],
+        ["--embedder", "local", "search", "x"],
+        ["--vault", "a", "--vault", "b", "search", "x"],
+        ["list"],
+        ["search", "x", "--user", "-a"],
+        ["search", "--", "x"],
+    ],
+)
+def test_anything_but_a_plain_form_is_left_to_typer(argv: list[str]) -> None:
+    assert quick.parse(argv) is None
+
+
+def test_the_plain_forms_read_as_typer_reads_them() -> None:
+    assert quick.parse(["-V", "/v", "search", "a b", "-n", "5", "--json"]) == (
+        "/v", "search", "a b", {"limit": 5, "json": True}
+    )  # fmt: skip
+    assert quick.parse(["--vault=/v", "context", "q", "--user=al", "--run", "r1"]) == (
+        "/v", "context", "q", {"user_id": "al", "run_id": "r1"}
+    )  # fmt: skip
+    assert quick.parse(["add", "remember", "--agent", "a"]) == (
+        None, "add", "remember", {"agent_id": "a"}
+    )  # fmt: skip
+
+
+def test_a_daemon_configured_otherwise_is_not_asked(
+    daemon: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MEMCORE_EMBEDDER_PROVIDER", "static")  # as the daemon has it
+    sock = str(daemon / ".memcore" / "daemon.sock")
+    assert quick.daemon_socket(str(daemon)) == sock
+    monkeypatch.setenv("MEMCORE_SEARCH_LIMIT", "3")  # a setting the daemon does not have
+    assert quick.daemon_socket(str(daemon)) is None
+    monkeypatch.delenv("MEMCORE_SEARCH_LIMIT")
+    write(daemon, "memcore.toml", "[search]\nlimit = 4\n")  # config written since it started
+    assert quick.daemon_socket(str(daemon)) is None
+    (daemon / "memcore.toml").unlink()
+    assert quick.daemon_socket(str(daemon)) == sock
+
+
+def test_settings_depend_on_the_working_folder_only_through_a_relative_db(
+    vault: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert json.loads(load_settings(vault).inputs)["cwd"] is None
+    absolute = load_settings(vault, {"storage.db": str(tmp_path / "i.db")})
+    assert json.loads(absolute.inputs)["cwd"] is None
+    relative = json.loads(load_settings(vault, {"storage.db": "i.db"}).inputs)
+    assert relative["cwd"] == str(tmp_path) and relative["overrides"] == [["storage.db", "i.db"]]
+
+
+def test_version_is_printed_without_loading_the_command_line() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", ENTRY, "--version"], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0 and re.fullmatch(r"memcore \d+\.\d+\.\d+\n", done.stdout)
+    assert done.stderr.endswith("LOADED:")
