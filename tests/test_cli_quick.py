@@ -188,3 +188,36 @@ def test_version_is_printed_without_loading_the_command_line() -> None:
     )
     assert done.returncode == 0 and re.fullmatch(r"memcore \d+\.\d+\.\d+\n", done.stdout)
     assert done.stderr.endswith("LOADED:")
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("search", "DX12"),
+        ("search", "DX12", "--json", "--limit", "1"),
+        ("search", "DX12", "--user", "nobody"),  # no matches
+        ("context", "DX12 crash"),
+        ("context", "zebra migration patterns", "--agent", "a1"),
+    ],
+)
+def test_with_no_daemon_a_plain_read_is_answered_without_typer_and_prints_the_same(
+    vault: Path, args: tuple[str, ...]
+) -> None:
+    write(vault, "MEMORY.md", "# M\n\n## Engine\n\nDiveAdstra uses DX12 by default.\n")
+    indexed = subprocess.run(
+        [sys.executable, "-m", "memcore", "--vault", str(vault), "index"],
+        env=env(), capture_output=True, timeout=60,
+    )  # fmt: skip
+    assert indexed.returncode == 0
+    code, out, err, loaded = run(ENTRY, vault, *args)
+    assert "typer" not in loaded and "numpy" in loaded  # it opened the index itself
+    assert code == 0 and (out or err)
+    assert (code, out, err) == run(TYPER, vault, *args)[:3]
+
+
+def test_with_no_daemon_and_no_index_the_typer_command_says_what_to_do(vault: Path) -> None:
+    write(vault, "MEMORY.md", "# M\n\nDiveAdstra uses DX12 by default.\n")
+    code, out, err, loaded = run(ENTRY, vault, "search", "DX12")
+    assert code == 1 and "no index yet" in err and "typer" in loaded
+    assert (code, out, err) == run(TYPER, vault, "search", "DX12")[:3]
+    assert not (vault / ".memcore" / "index.db").exists()

@@ -72,6 +72,19 @@ def command_of(argv: list[str]) -> str | None:
     return None
 
 
+def configure_logging(verbose: bool) -> None:
+    """Warnings (and with --verbose memcore's own debug lines) on stderr; the libraries under
+    memcore (aiosqlite, asyncio) stay at warnings."""
+    import logging
+
+    logging.basicConfig(
+        level=logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    logging.getLogger("memcore").setLevel(logging.DEBUG if verbose else logging.WARNING)
+
+
 def main(args: list[str] | None = None) -> None:
     """The `memcore` command: exits with the command's code (2 for a usage error)."""
     argv = hoist_global_options(list(sys.argv[1:] if args is None else args))

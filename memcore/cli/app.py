@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import logging
 import sys
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
@@ -14,7 +13,7 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 
-from memcore.cli import COMMANDS, command_of
+from memcore.cli import COMMANDS, command_of, configure_logging
 from memcore.core.errors import ConfigError, InputError, MemcoreError, VaultNotFound
 from memcore.core.settings import Settings, load_settings
 
@@ -98,13 +97,7 @@ def root(
         },
         verbose=verbose,
     )
-    # memcore's own debug lines; the libraries under it (aiosqlite, asyncio) stay at warnings
-    logging.basicConfig(
-        level=logging.WARNING,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
-    logging.getLogger("memcore").setLevel(logging.DEBUG if verbose else logging.WARNING)
+    configure_logging(verbose)
 
 
 def settings_of(ctx: typer.Context, **extra: object) -> Settings:

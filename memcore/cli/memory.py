@@ -106,11 +106,12 @@ def add(
         """A running daemon adds it with the model it has loaded (the command then neither
         loads a model nor opens the index); None when there is none to ask."""
         from memcore.fronts import remote
+        from memcore.fronts.daemon_state import local_daemon
 
         plain_key = idempotency_key is None or (
             idempotency_key.isascii() and idempotency_key.isprintable()
         )
-        sock = remote.local_daemon(settings) if plain_key else None
+        sock = local_daemon(settings) if plain_key else None
         if sock is None:
             return None
         try:

@@ -1,18 +1,21 @@
-"""Plain `search`, `context` and `add` answered through the vault's running daemon, before typer,
-asyncio, the settings or the models are imported: a one-shot command then costs little more
-than starting Python.
+"""Plain `search`, `context` and `add` answered without typer: through the vault's running daemon
+before asyncio, numpy, the settings or the models are imported (little more than starting
+Python), and a search or context with no daemon in this process, by the calls the typer
+command makes (cli/reads.py), with the model loading in a thread from the moment the settings
+are read.
 
 It answers only when it can answer exactly as the typer command would, and returns None
 otherwise, for the command to run on typer as always (cli/app.py):
 - the command line is a plain form: one text argument and only the options below (no other
   global option than --vault, no stdin, no repeated option);
-- a daemon holds the vault, and its settings were read from the same inputs as this command's
-  would be (places.config_inputs: the same config files unchanged, MEMCORE_* variables and
-  flags), so it searches the same index with the same model;
-- the daemon answered, with something to print. An error answer, or a search with no
-  matches (the typer command says why), is left to the typer command, which asks again and
-  words it; only an add whose outcome is unknown (the exchange broke off, the daemon failed)
-  is reported here, as the typer command would report it, because repeating it could add twice.
+- through the daemon: a daemon holds the vault, and its settings were read from the same
+  inputs as this command's would be (places.config_inputs: the same config files unchanged,
+  MEMCORE_* variables and flags), so it searches the same index with the same model;
+- the answer is a success. An error (the daemon's or the index's), or a search the daemon
+  found nothing for (the typer command tells an empty index from no match), is left to the
+  typer command, which asks again and words it; only an add whose outcome is unknown (the
+  exchange broke off, the daemon failed) is reported here, as the typer command would report
+  it, because repeating it could add twice.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import os
 import sys
 from collections.abc import Callable
 
+from memcore.cli import configure_logging
 from memcore.cli.output import hit_text, record_line
 from memcore.core.errors import MemcoreError
 from memcore.core.places import config_inputs, resolve_vault, state_dir_of
@@ -38,7 +42,14 @@ FORMS: dict[str, dict[str, str]] = {
 MAX_LIMIT = {"search": 1000, "context": 50}
 FLAGS = frozenset({"--json"})
 
-Parsed = tuple[str | None, str, str, dict[str, object]]
+Options = dict[str, object]
+Parsed = tuple[str | None, str, str, Options]
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (type checkers read it)
+if TYPE_CHECKING:
+    from memcore.core.models import SearchResult
+    from memcore.core.settings import Settings
+    from memcore.embedders.base import Embedder
 
 
 def answer(argv: list[str]) -> int | None:
@@ -49,9 +60,11 @@ def answer(argv: list[str]) -> int | None:
         return None
     vault_flag, command, text, options = parsed
     sock = daemon_socket(vault_flag)
-    if sock is None:
-        return None
-    return ANSWERS[command](sock, text, options)
+    if sock is not None:
+        return ANSWERS[command](sock, text, options)
+    if command in ("search", "context"):
+        return answer_here(vault_flag, command, text, options)
+    return None
 
 
 def parse(argv: list[str]) -> Parsed | None:
@@ -222,6 +235,66 @@ def _add(sock: str, text: str, options: dict[str, object]) -> int | None:
         )
     _out("".join(f"{line}\n" for line in lines))
     return 0
+
+
+def answer_here(vault_flag: str | None, command: str, text: str, options: Options) -> int | None:
+    """A plain search or context with no daemon to ask, answered in this process by what the
+    typer command runs (cli/reads.py), the in-process model loading in a thread from the
+    moment the settings are read, beside the imports and the catch-up with the vault."""
+    configure_logging(verbose=False)
+    from memcore.core.settings import load_settings
+    from memcore.fronts.daemon_state import local_daemon
+
+    try:
+        settings = load_settings(vault_flag)
+        if settings.memory.kind == "none" or local_daemon(settings):
+            return None  # the typer command says so, or asks that daemon
+        from memcore.compose import build_embedder
+
+        embedder = build_embedder(settings, preload=True)
+    except MemcoreError:
+        return None
+    import asyncio
+
+    from memcore.cli import reads
+
+    try:
+        answer = asyncio.run(_read_here(settings, embedder, command, text, options))
+    except KeyboardInterrupt:
+        sys.stderr.write("memcore: interrupted\n")
+        return 130
+    except Exception:
+        return None
+    if isinstance(answer, str):
+        reads.print_context(answer, text)
+    else:
+        result, index_empty = answer
+        reads.print_search(result, bool(options.get("json")), index_empty)
+    return 0
+
+
+async def _read_here(
+    settings: Settings, embedder: Embedder, command: str, text: str, options: Options
+) -> str | tuple[SearchResult, bool]:
+    from memcore.cli import reads
+    from memcore.search.filters import read_filters
+
+    try:
+        user, agent, run = (options.get(f) for f in SCOPES.values())
+        filters = read_filters(
+            user_id=user if isinstance(user, str) else None,
+            agent_id=agent if isinstance(agent, str) else None,
+            run_id=run if isinstance(run, str) else None,
+            include_turns=command == "search",
+        )
+        limit = options.get("limit")
+        if command == "search":
+            n = limit if isinstance(limit, int) else None
+            return await reads.search(settings, text, n, filters, embedder=embedder)
+        n = limit if isinstance(limit, int) else 3
+        return await reads.context(settings, text, n, filters, embedder=embedder)
+    finally:
+        await embedder.aclose()  # joins the model's loading thread, whatever happened
 
 
 def _out(text: str) -> None:

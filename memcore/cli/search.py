@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import json
-import logging
-from collections.abc import Callable, Coroutine
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
+from memcore.cli import reads
 from memcore.cli.app import app, fail, run, settings_of
-from memcore.cli.output import hit_text
 from memcore.cli.scope import (
     AgentOpt,
     CategoryOpt,
@@ -21,8 +18,7 @@ from memcore.cli.scope import (
     UserOpt,
     metadata_of,
 )
-from memcore.compose import open_service
-from memcore.core.errors import InputError, MemcoreError
+from memcore.core.errors import InputError
 from memcore.core.models import SearchFilters, SearchResult
 from memcore.core.settings import FUSIONS, SearchSettings
 from memcore.core.tokenize import has_words
@@ -50,7 +46,6 @@ def _filters(
         raise fail(str(exc), 2) from None
 
 
-log = logging.getLogger("memcore.cli")
 _DEFAULTS = SearchSettings()
 LimitOpt = Annotated[
     int | None,
@@ -79,9 +74,6 @@ RemoteOpt = Annotated[
 TokenOpt = Annotated[
     str | None, typer.Option("--token", envvar="MEMCORE_TOKEN", help="Token for --remote")
 ]
-
-
-LOCAL = "http://memcore"  # the daemon's Unix socket needs no host
 
 
 def _check_query(query: str) -> None:
@@ -135,40 +127,14 @@ def search(
         raise fail(f"--fusion must be one of {', '.join(FUSIONS)}", 2)
     filters = _filters(path, tag, since, until, scope)
 
-    async def job() -> SearchResult:
+    async def job() -> tuple[SearchResult, bool]:
         if remote_url:
-            return await remote.search(remote_url, token, query, limit, filters, min_score)
-        settings = settings_of(ctx)
-        if fusion is None and (sock := remote.local_daemon(settings)):
-            try:
-                return await remote.search(LOCAL, None, query, limit, filters, min_score, sock)
-            except MemcoreError as exc:  # a daemon going away: answer from the index
-                log.debug("the daemon did not answer (%s); opening the index", exc)
-        async with open_service(settings, create=False, fresh=True, preload=True) as service:
-            return await service.search(query, limit, filters, fusion, min_score)
+            result = await remote.search(remote_url, token, query, limit, filters, min_score)
+            return result, False
+        return await reads.search(settings_of(ctx), query, limit, filters, fusion, min_score)
 
-    result = run(ctx, job)
-    for warning in result.warnings:
-        typer.echo(f"memcore: warning: {warning}", err=True)
-    if as_json:
-        typer.echo(json.dumps(result.to_dict(), ensure_ascii=False, indent=2))
-        return
-    if not result.hits:
-        typer.echo("no matches")
-        if remote_url or not run(ctx, _index_is_empty(ctx)):
-            return
-        typer.echo("memcore: the index is empty; run `memcore index` or `memcore watch`", err=True)
-        return
-    for n, h in enumerate(result.hits, 1):
-        typer.echo(hit_text(n, h.path, h.start_line, h.end_line, h.heading, h.score, h.text))
-
-
-def _index_is_empty(ctx: typer.Context) -> Callable[[], Coroutine[Any, Any, bool]]:
-    async def job() -> bool:
-        async with open_service(settings_of(ctx), create=False) as service:
-            return (await service.status()).files == 0
-
-    return job
+    result, index_empty = run(ctx, job)
+    reads.print_search(result, as_json, index_empty)
 
 
 @app.command()
@@ -211,17 +177,6 @@ def context(
     async def job() -> str:
         if remote_url:
             return await remote.context(remote_url, token, query, limit, filters, None, min_score)
-        settings = settings_of(ctx)
-        if sock := remote.local_daemon(settings):
-            try:
-                return await remote.context(LOCAL, None, query, limit, filters, sock, min_score)
-            except MemcoreError as exc:
-                log.debug("the daemon did not answer (%s); opening the index", exc)
-        async with open_service(settings, create=False, fresh=True, preload=True) as service:
-            return await service.context(query, limit, filters, min_score)
+        return await reads.context(settings_of(ctx), query, limit, filters, min_score)
 
-    block = run(ctx, job)
-    if not block:
-        typer.echo(f"memcore: no memories relevant enough to {query!r}", err=True)
-        return
-    typer.echo(block, nl=False)
+    reads.print_context(run(ctx, job), query)

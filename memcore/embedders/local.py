@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
 import os
 import threading
 from collections.abc import Sequence
@@ -16,7 +17,6 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from tokenizers import Tokenizer
 
 from memcore.core.errors import EmbedderError
 from memcore.core.vectors import normalize_rows
@@ -38,6 +38,7 @@ class _InProcess:
     """Shared lazy-loading and thread hand-off for the in-process models."""
 
     model_id = ""
+    libraries: tuple[str, ...] = ("tokenizers",)  # imported when the model loads
     concurrency = 1  # one model, all cores: parallel batches would only contend
     reads_cjk = False  # all-MiniLM-L6-v2 was trained on English
 
@@ -67,6 +68,10 @@ class _InProcess:
         reported: the first embedding loads again and raises it."""
         if self._loaded or self._preloading is not None:
             return
+        # Imported here, not in the thread: two threads importing at once can meet in a
+        # circular import (numpy's own breaks), and an import holds the GIL anyway.
+        for name in self.libraries:
+            importlib.import_module(name)
         self._preloading = threading.Thread(target=self._preload, name="memcore-preload")
         self._preloading.daemon = True
         self._preloading.start()
@@ -92,6 +97,7 @@ class OnnxMiniLMEmbedder(_InProcess):
 
     model_id = "local:minilm-l6-v2-int8"
     folder = "minilm-l6-v2-int8"
+    libraries = ("tokenizers", "onnxruntime")
     max_tokens = 256  # the length the model was trained with
 
     def _load(self) -> None:
@@ -111,6 +117,8 @@ class OnnxMiniLMEmbedder(_InProcess):
             )
         except Exception as exc:  # onnxruntime raises its own untyped errors
             raise EmbedderError(f"cannot load the local model: {exc}") from exc
+        from tokenizers import Tokenizer
+
         tok = Tokenizer.from_file(str(_asset(self.folder, "tokenizer.json")))
         tok.enable_truncation(self.max_tokens)
         tok.no_padding()
@@ -143,6 +151,8 @@ class StaticMiniLMEmbedder(_InProcess):
     max_tokens = 512
 
     def _load(self) -> None:
+        from tokenizers import Tokenizer
+
         self._table = np.load(_asset(self.folder, "embeddings.npy")).astype(np.float32)
         tok = Tokenizer.from_file(str(_asset(self.folder, "tokenizer.json")))
         tok.no_padding()

@@ -55,6 +55,24 @@ def daemon_status(settings: Settings) -> dict[str, object] | None:
     return status_in(settings.state_dir)
 
 
+def local_daemon(settings: Settings) -> str | None:
+    """The socket of the vault's running daemon when it searches the same index with the same
+    model as these settings would (else None: a command opens the index itself)."""
+    import logging
+
+    from memcore.core.settings import embedder_signature
+
+    status = daemon_status(settings)
+    if not status or not status.get("socket"):
+        return None
+    if status.get("db") != settings.index_location:
+        return None
+    if status.get("embedder") != embedder_signature(settings):
+        return None
+    logging.getLogger("memcore.cli").debug("asking the running daemon at %s", status["socket"])
+    return str(status["socket"])
+
+
 def status_in(state_dir: Path) -> dict[str, object] | None:
     """``daemon_status`` of the vault whose state folder this is."""
     lock = state_dir / LOCK_NAME

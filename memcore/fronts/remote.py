@@ -10,25 +10,11 @@ from typing import Any
 
 from memcore.core.errors import InputError, MemcoreError, NotFound
 from memcore.core.models import Hit, MemoryRecord, SearchFilters, SearchResult, Strength
-from memcore.core.settings import Settings, embedder_signature
 from memcore.fronts.unix_http import DaemonGone, post_unix
 
-__all__ = ["DaemonGone", "add", "context", "daemon_socket", "local_daemon", "search"]
+__all__ = ["DaemonGone", "add", "context", "search"]
 
 log = logging.getLogger("memcore.cli")
-
-
-def local_daemon(settings: Settings) -> str | None:
-    """The socket of the vault's running daemon when it serves the same index with the same
-    model as this command would, else None."""
-    from memcore.fronts.daemon_state import daemon_status
-
-    sock = daemon_socket(
-        daemon_status(settings), settings.index_location, embedder_signature(settings)
-    )
-    if sock:
-        log.debug("asking the running daemon at %s", sock)
-    return sock
 
 
 async def _post(
@@ -145,13 +131,3 @@ def record_of(r: dict[str, Any]) -> MemoryRecord:
         metadata=r.get("metadata") or {}, score=r.get("score"), event=r.get("event"),
         strength=Strength(**held) if isinstance(held, dict) else None,
     )  # fmt: skip
-
-
-def daemon_socket(status: dict[str, object] | None, db: str, embedder: str) -> str | None:
-    """The running daemon's socket when it searches the same index with the same model as
-    this command would (else None: the command opens the index itself)."""
-    if not status or not status.get("socket"):
-        return None
-    if status.get("db") != db or status.get("embedder") != embedder:
-        return None
-    return str(status["socket"])
