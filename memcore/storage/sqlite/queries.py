@@ -43,21 +43,15 @@ from memcore.storage.rows import (
     CHUNK_ROW_COLUMNS,
     ENTITY_COLUMNS,
     MEMORY_SELECT,
-    OLD_CHUNK_COLUMNS,
     STORED_CHUNK_COLUMNS,
-    choose_homes,
     chunk_row,
     copies_by_id,
     file_states,
-    fresh_chunk_fields,
-    kept_changes,
-    match_kept,
     memory_record,
-    memory_rows,
-    next_homes,
     now,
     stored_files,
 )
+from memcore.storage.sqlite import file_rows
 
 if TYPE_CHECKING:  # usearch loads only for a vault that needs the graph
     from memcore.storage.ann import AnnIndex
@@ -77,10 +71,6 @@ class StoreState(Protocol):
 
 
 _BATCH = 500  # ids per IN (...) query, well under SQLite's variable limit
-_INSERT_MEMORY = (
-    "INSERT INTO memories (memory_id, chunk_id, path, user_id, agent_id, run_id, category, "
-    "key, created, updated, metadata) VALUES (?,?,?,?,?,?,?,?,?,?,?)"
-)
 _LOAD_BATCH = 4096  # rows per fetch when loading the vector matrix
 _FETCH_IDS = 65536
 
@@ -121,10 +111,6 @@ class _Queries:
             part = list(values[i : i + _BATCH])
             out += await self._all(sql.format(_marks(len(part))), part)
         return out
-
-    async def _ids_of(self, paths: Sequence[str]) -> list[int]:
-        rows = await self._rows_in("SELECT id FROM memory_chunks WHERE source_file IN ({})", paths)
-        return [r[0] for r in rows]
 
 
 class SqliteReader(_Queries):
@@ -473,17 +459,14 @@ class SqliteReader(_Queries):
         return copies_by_id(rows)
 
 
-class SqliteWriter(_Queries):
-    """The write transaction in progress. Records which vectors it added and removed, so the
-    store can update its matrices once the transaction has committed."""
+class SqliteWriter(_Queries, file_rows.Changes):
+    """The write transaction in progress. Records which vectors it added and removed
+    (``file_rows.Changes``), so the store can update its matrices once it has committed. A
+    file's rows are replaced or deleted in one hand-off to the connection's thread."""
 
     def __init__(self, conn: aiosqlite.Connection) -> None:
-        super().__init__(conn)
-        # Only changes to chunks or their vectors bump the generation: a touched mtime, a cache
-        # entry or a meta key must not make every other process reload its vector matrix.
-        self.chunks_changed = False
-        self.removed: list[int] = []
-        self.added: list[tuple[int, str, Vector]] = []  # (chunk id, model, vector)
+        _Queries.__init__(self, conn)
+        file_rows.Changes.__init__(self)
 
     async def file_state(self, path: str) -> FileState | None:
         rows = await self._all(
@@ -498,183 +481,12 @@ class SqliteWriter(_Queries):
         vectors: Sequence[Vector | None],
         model_id: str,
     ) -> list[int]:
-        # Incremental: a chunk whose text is unchanged keeps its row, full-text entry and
-        # vector (only its position and fields are updated), so appending one memory to a
-        # file of a thousand costs one insert, not a thousand.
-        stamp = now()
-        path = state.path
-        await self._unskip([path])
-        await self.conn.execute(
-            "INSERT INTO files (path, content_hash, size, mtime_ns, indexed_at) "
-            "VALUES (?, ?, ?, ?, ?) ON CONFLICT(path) DO UPDATE SET "
-            "content_hash=excluded.content_hash, size=excluded.size, "
-            "mtime_ns=excluded.mtime_ns, indexed_at=excluded.indexed_at",
-            (path, state.content_hash, state.size, state.mtime_ns, stamp),
-        )
-        old = await self._all(
-            f"SELECT {OLD_CHUNK_COLUMNS} FROM memory_chunks WHERE source_file = ? "
-            "ORDER BY chunk_index",
-            (path,),
-        )
-        kept, gone = match_kept(chunks, old)
-        await self._delete_chunks(gone)
-        refreshed = await self._move_kept(chunks, kept, stamp)
-        await self._revector_kept(kept, vectors, model_id)
-        fresh = [
-            (
-                c.path, n, c.heading, c.start_line, c.end_line, c.text, c.heading, c.text,
-                c.content_hash, None if v is None else encode_vector(v),
-                None if v is None else model_id, *fresh_chunk_fields(c), stamp,
-            )
-            for n, (c, v) in enumerate(zip(chunks, vectors, strict=True))
-            if n not in kept
-        ]  # fmt: skip
-        if fresh:
-            self.chunks_changed = True
-            first = await self._take_ids(len(fresh))
-            await self.conn.executemany(
-                "INSERT INTO memory_chunks (id, source_file, chunk_index, heading_path, "
-                "start_line, end_line, content, fts_text, content_hash, embedding, "
-                "embedding_model, tags, date, metadata, updated_at) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, memcore_fts(?, ?), ?, ?, ?, ?, ?, ?, ?)",
-                [(first + n, *row) for n, row in enumerate(fresh)],
-            )
-        by_index = dict(
-            await self._all(
-                "SELECT chunk_index, id FROM memory_chunks WHERE source_file = ?", (path,)
-            )
-        )
-        ids = [by_index[n] for n in range(len(chunks))]
-        self.added += [
-            (ids[n], model_id, v) for n, v in enumerate(vectors) if v is not None and n not in kept
-        ]
-        touched = [n for n in range(len(chunks)) if n not in kept or n in refreshed]
-        await self._put_memories(
-            path, [chunks[n] for n in touched], [ids[n] for n in touched], stamp
-        )
-        return ids
-
-    async def _delete_chunks(self, ids: Sequence[int]) -> None:
-        if not ids:
-            return
-        self.chunks_changed = True
-        self.removed += ids
-        homeless = await self._homes_of(ids)
-        for i in range(0, len(ids), _BATCH):
-            part = list(ids[i : i + _BATCH])
-            await self.conn.execute(
-                f"DELETE FROM memory_chunks WHERE id IN ({_marks(len(part))})", part
-            )
-        await self._rehome(homeless)
-
-    async def _move_kept(
-        self, chunks: Sequence[Chunk], kept: Mapping[int, Any], stamp: str
-    ) -> set[int]:
-        """Give kept rows their new position and fields; chunk_index goes through -id first
-        so no two rows of a file ever share one (a UNIQUE constraint). Returns the chunk
-        numbers whose metadata changed (their memory rows need writing)."""
-        changed = await asyncio.to_thread(kept_changes, chunks, kept)
-        if not changed:
-            return set()
-        moving = [(rid,) for rid, moved, _ in changed if moved]
-        await self.conn.executemany(
-            "UPDATE memory_chunks SET chunk_index = -id WHERE id = ?", moving
-        )
-        await self.conn.executemany(
-            "UPDATE memory_chunks SET chunk_index = ?, heading_path = ?, start_line = ?, "
-            "end_line = ?, tags = ?, date = ?, metadata = ?, updated_at = ? WHERE id = ?",
-            [(*new, stamp, rid) for rid, _, new in changed],
-        )
-        meta = {row[0]: row[8] for row in kept.values()}
-        return {int(new[0]) for rid, _, new in changed if new[6] != meta[rid]}
-
-    async def _take_ids(self, n: int) -> int:
-        """The first of ``n`` fresh chunk ids; an id is never handed out twice (0005)."""
-        rows = await self._all("UPDATE chunk_ids SET next = next + ? RETURNING next", (n,))
-        return int(rows[0][0]) - n
-
-    async def _revector_kept(
-        self, kept: Mapping[int, Any], vectors: Sequence[Vector | None], model_id: str
-    ) -> None:
-        """A kept row embedded by another model (or not yet) takes the vector given now."""
-        rows = [
-            (row[0], vectors[n])
-            for n, row in kept.items()
-            if vectors[n] is not None and row[9] != model_id
-        ]
-        if not rows:
-            return
-        self.chunks_changed = True
-        await self.conn.executemany(
-            "UPDATE memory_chunks SET embedding = ?, embedding_model = ? WHERE id = ?",
-            [(encode_vector(v), model_id, rid) for rid, v in rows if v is not None],
-        )
-        self.removed += [rid for rid, _ in rows]
-        self.added += [(rid, model_id, v) for rid, v in rows if v is not None]
-
-    async def _put_memories(
-        self, path: str, chunks: Sequence[Chunk], ids: Sequence[int], stamp: str
-    ) -> None:
-        """Memory rows of new or changed chunks (rows of deleted chunks went with them). An id
-        that is already at home in a file with a smaller path becomes a copy."""
-        if not ids:
-            return
-        for i in range(0, len(ids), _BATCH):
-            part = list(ids[i : i + _BATCH])
-            for table in ("memories", "memory_copies"):
-                await self.conn.execute(
-                    f"DELETE FROM {table} WHERE chunk_id IN ({_marks(len(part))})", part
-                )
-        rows = memory_rows(path, chunks, ids, stamp)
-        if not rows:
-            return
-        found = await self._rows_in(
-            "SELECT memory_id, chunk_id, path FROM memories WHERE memory_id IN ({})",
-            list({r[0] for r in rows}),
-        )
-        homes = choose_homes(rows, {r[0]: (r[1], r[2]) for r in found})
-        await self.conn.executemany(
-            "INSERT INTO memory_copies (memory_id, chunk_id, path) VALUES (?,?,?) "
-            "ON CONFLICT(chunk_id) DO NOTHING",
-            [*homes.copies, *homes.demoted],
-        )
-        await self.conn.executemany(
-            _INSERT_MEMORY + " ON CONFLICT(memory_id) DO UPDATE SET chunk_id = excluded.chunk_id, "
-            "path = excluded.path, user_id = excluded.user_id, agent_id = excluded.agent_id, "
-            "run_id = excluded.run_id, category = excluded.category, key = excluded.key, "
-            "created = excluded.created, updated = excluded.updated, "
-            "metadata = excluded.metadata",
-            homes.homes,
-        )
-
-    async def _homes_of(self, chunk_ids: Sequence[int]) -> list[str]:
-        """The memory ids whose home is one of these chunks."""
-        rows = await self._rows_in(
-            "SELECT memory_id FROM memories WHERE chunk_id IN ({})", chunk_ids
-        )
-        return [r[0] for r in rows]
-
-    async def _rehome(self, memory_ids: Sequence[str]) -> None:
-        """Memories whose home went (its file deleted, or the item gone from it) move to their
-        next copy, the smallest path, if there is one."""
-        copies = await self._rows_in(
-            "SELECT c.memory_id, c.chunk_id, c.path, k.metadata FROM memory_copies c "
-            "JOIN memory_chunks k ON k.id = c.chunk_id WHERE c.memory_id IN ({}) "
-            "AND c.memory_id NOT IN (SELECT memory_id FROM memories)",
-            memory_ids,
-        )
-        homes = next_homes(copies, now())
-        await self.conn.executemany(_INSERT_MEMORY, homes)
-        await self.conn.executemany(
-            "DELETE FROM memory_copies WHERE chunk_id = ?", [(h[1],) for h in homes]
+        return await file_rows.on_thread(
+            self.conn, file_rows.replace_file, self, state, chunks, vectors, model_id
         )
 
     async def touch_file(self, state: FileState) -> None:
-        await self._unskip([state.path])
-        await self.conn.execute(
-            "UPDATE files SET size = ?, mtime_ns = ? WHERE path = ?",
-            (state.size, state.mtime_ns, state.path),
-        )
+        await file_rows.on_thread(self.conn, file_rows.touch_file, state)
 
     async def set_skipped(self, files: Sequence[SkippedFile]) -> None:
         await self.conn.executemany(
@@ -684,22 +496,8 @@ class SqliteWriter(_Queries):
             [(f.path, f.reason, f.size, f.mtime_ns, now()) for f in files],
         )
 
-    async def _unskip(self, paths: Sequence[str]) -> None:
-        await self.conn.executemany(
-            "DELETE FROM skipped_files WHERE path = ?", [(p,) for p in paths]
-        )
-
     async def delete_files(self, paths: Sequence[str]) -> int:
-        if not paths:
-            return 0
-        await self._unskip(paths)
-        self.chunks_changed = True
-        ids = await self._ids_of(paths)
-        self.removed += ids
-        homeless = await self._homes_of(ids)
-        await self.conn.executemany("DELETE FROM files WHERE path = ?", [(p,) for p in paths])
-        await self._rehome(homeless)
-        return len(ids)
+        return await file_rows.on_thread(self.conn, file_rows.delete_files, self, paths)
 
     async def set_vectors(self, vectors: Sequence[tuple[int, str, Vector]], model_id: str) -> int:
         wanted = {cid: (h, v) for cid, h, v in vectors}

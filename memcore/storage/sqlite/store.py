@@ -34,6 +34,7 @@ from memcore.core.vectors import VectorIndex
 from memcore.storage.base import Vector
 from memcore.storage.migrations import load_migrations
 from memcore.storage.rows import now
+from memcore.storage.sqlite.file_rows import on_thread
 from memcore.storage.sqlite.queries import SqliteReader, SqliteWriter
 
 if TYPE_CHECKING:  # usearch (and numkong) load only for a vault that needs the graph
@@ -247,12 +248,11 @@ class SqliteStore:
             await self._end_read(conn)
 
     async def _begin_read(self, conn: aiosqlite.Connection) -> int:
-        """Start a read transaction; its first SELECT fixes the snapshot. Retries while the
-        vector matrix has already dropped rows that snapshot would need (a rare race)."""
+        """Start a read transaction; its first SELECT fixes the snapshot (both in one hand-off
+        to the connection's thread). Retries while the vector matrix has already dropped rows
+        that snapshot would need (a rare race)."""
         for _ in range(100):
-            await conn.execute("BEGIN")
-            rows = list(await conn.execute_fetchall("SELECT value FROM generation"))
-            generation = int(rows[0][0]) if rows else 0
+            generation = await on_thread(conn, _begin_snapshot)
             if all(v.floor <= generation for v in self._vectors.values()):
                 return generation
             await conn.execute("ROLLBACK")
@@ -511,6 +511,7 @@ class SqliteStore:
                         "UPDATE generation SET value = value + 1 RETURNING value"
                     )
                     generation = int(next(iter(rows))[0])
+                    # before COMMIT: a snapshot that sees this generation waits for the matrix
                     self._applying[generation] = asyncio.Event()
                 await db.execute("COMMIT")
             except BaseException as exc:
@@ -547,6 +548,13 @@ class SqliteStore:
                     del self._vectors[model_id]
         if event is not None:
             event.set()
+
+
+def _begin_snapshot(db: sqlite3.Connection) -> int:
+    """BEGIN a read transaction and read the generation it sees (which fixes the snapshot)."""
+    db.execute("BEGIN")
+    row = db.execute("SELECT value FROM generation").fetchone()
+    return int(row[0]) if row else 0
 
 
 def _differences(
