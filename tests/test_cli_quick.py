@@ -138,6 +138,8 @@ def test_what_the_daemon_refuses_or_does_not_find_is_worded_by_the_typer_command
         ["list"],
         ["search", "x", "--user", "-a"],
         ["search", "--", "x"],
+        ["search", "x", "-n=5"],  # click reads the value "=5"
+        ["-V=/v", "search", "x"],
     ],
 )
 def test_anything_but_a_plain_form_is_left_to_typer(argv: list[str]) -> None:

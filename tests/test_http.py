@@ -459,7 +459,7 @@ async def test_a_scoped_token_reaches_only_its_own_sessions_transcript(
 
 def test_the_socket_client_reads_whole_and_chunked_http_answers() -> None:
     from memcore.core.errors import MemcoreError
-    from memcore.fronts.remote import _response
+    from memcore.fronts.unix_http import _response
 
     whole = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\ncontent-type: application/json\r\n\r\n{}"
     assert _response(whole, "s") == (200, "OK", b"{}")

@@ -53,8 +53,9 @@ if TYPE_CHECKING:
 
 
 def answer(argv: list[str]) -> int | None:
-    """The exit code of a command answered through the daemon, or None: not answered (nothing
-    printed, nothing written), run it on typer."""
+    """The exit code of a command answered here (through the daemon, or for a search or
+    context by opening the index), or None: not answered (nothing printed, nothing written),
+    run it on typer."""
     parsed = parse(argv)
     if parsed is None:
         return None
@@ -72,7 +73,7 @@ def parse(argv: list[str]) -> Parsed | None:
     vault: str | None = None
     i = 0
     while i < len(argv) and argv[i].startswith("-"):
-        name, eq, value = argv[i].partition("=")
+        name, eq, value = _split(argv[i])
         if name not in ("--vault", "-V") or vault is not None:
             return None
         if not eq:
@@ -96,7 +97,7 @@ def _arguments(form: dict[str, str], rest: list[str]) -> tuple[list[str], dict[s
     options: dict[str, object] = {}
     j = 0
     while j < len(rest):
-        name, eq, value = rest[j].partition("=")
+        name, eq, value = _split(rest[j])
         if not name.startswith("-"):
             texts.append(rest[j])
         elif name in FLAGS and name in form and not eq:
@@ -112,6 +113,12 @@ def _arguments(form: dict[str, str], rest: list[str]) -> tuple[list[str], dict[s
             return None  # another option (or "-", "--"): the typer command has it
         j += 1
     return texts, options
+
+
+def _split(word: str) -> tuple[str, str, str]:
+    """(name, "=", value) of a long option given as ``--name=value``; a short one given so
+    is read by click as the value "=value", so it is taken whole here (and matches nothing)."""
+    return word.partition("=") if word.startswith("--") else (word, "", "")
 
 
 def _fits(command: str, text: str, options: dict[str, object]) -> bool:
