@@ -44,7 +44,7 @@ CONFINED = {
     # storage/ann.py only imports it before usearch, which otherwise makes its import segfault
     "onnxruntime": {"embedders/local.py", "storage/ann.py"},
     "tokenizers": {"embedders/local.py"},
-    "jieba": {"core/tokenize.py"},
+    "jieba": {"core/segmenter.py"},
     "yaml": {"vault/chunker.py"},
     "fsrs": {"search/strength.py"},
     "usearch": {"storage/ann.py"},

@@ -38,6 +38,12 @@ def user_config_path(env: Mapping[str, str]) -> Path:
     return user_config_dir(env) / "memcore" / "config.toml"
 
 
+def user_cache_dir(env: Mapping[str, str] | None = None) -> Path:
+    """$XDG_CACHE_HOME, else ~/.cache."""
+    env = os.environ if env is None else env
+    return Path(env.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+
+
 def find_vault(start: Path) -> Path | None:
     """The nearest folder at or above ``start`` holding a vault marker, or None."""
     for folder in (start, *start.parents):
@@ -77,7 +83,7 @@ def state_dir_of(vault: Path) -> Path:
         return local
     import hashlib  # only for a read-only vault: a one-shot command skips the import
 
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    cache = user_cache_dir()
     digest = hashlib.sha256(str(vault.resolve()).encode()).hexdigest()[:16]
     return cache / "memcore" / f"{vault.name[:40]}-{digest}"
 

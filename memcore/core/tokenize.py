@@ -2,20 +2,16 @@
 
 from __future__ import annotations
 
-import logging
 import re
-import threading
 import time
 from collections.abc import Callable, Iterator
-from functools import lru_cache
-from typing import Any
 
+from memcore.core import segmenter
 from memcore.core.lru import LRU
 
 # CJK Unified Ideographs (+ Extension A, compatibility) - the scripts FTS5 cannot split itself.
 _CJK_RUN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
 _WORD = re.compile(r"[^\W_]+(?:['\u2019][^\W_]+)?", re.UNICODE)
-_jieba_lock = threading.Lock()
 
 STOPWORDS = frozenset(
     """a about above after again against all am an and any are as at be because been before
@@ -46,24 +42,15 @@ def has_cjk(text: str) -> bool:
     return _CJK_RUN.search(text) is not None
 
 
-@lru_cache(maxsize=1)
-def _jieba() -> Any:
-    """Import and initialise jieba once (about a second); only called when CJK text appears."""
-    with _jieba_lock:
-        import jieba
-
-        jieba.setLogLevel(logging.WARNING)
-        jieba.initialize()
-        return jieba
-
-
 def warm_segmenter() -> None:
     """Load jieba now (blocking, about a second) instead of on the first Chinese text."""
-    _jieba()
+    segmenter.full()
 
 
 def _cjk_words(run: str, for_index: bool) -> Iterator[str]:
-    jb = _jieba()
+    # a query is cut with only the dictionary entries it can touch when the whole dictionary
+    # is not loaded (a one-shot search); the text to index, always with the whole of it
+    jb = segmenter.full().dt if for_index else segmenter.for_text(run)
     words = list(jb.cut_for_search(run, HMM=True))
     yield from words
     if for_index:
@@ -74,7 +61,7 @@ def _cjk_words(run: str, for_index: bool) -> Iterator[str]:
     # A word jieba does not know (a name, often glued to the next character: "杨昊现") may be
     # cut differently in the text; its characters still match the indexed single characters.
     for word in words:
-        if len(word) > 1 and word not in jb.dt.FREQ:
+        if len(word) > 1 and word not in jb.FREQ:
             yield from word
 
 

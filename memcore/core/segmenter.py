@@ -1,0 +1,149 @@
+"""jieba, loaded as cheaply as the text at hand allows.
+
+Loading jieba's dictionary (500k words and their prefixes) takes most of a second, so a
+one-shot Chinese search without a daemon paid that for a query of a few characters. Here:
+- jieba is imported without pkg_resources (its own fallback for reading its files; importing
+  pkg_resources alone cost ~0.12 s);
+- once a process has loaded the whole dictionary it writes a compact copy to the user's cache
+  (an SQLite table, written once per jieba dictionary), and a process that has not loaded it
+  segments a query with only the entries the query can touch, read from that copy: jieba looks
+  up nothing but substrings of the text it cuts, so the words come out the same
+  (tests/test_segmenter.py compares both on real text).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+import sys
+import tempfile
+import threading
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from memcore.core.places import user_cache_dir
+
+_lock = threading.Lock()
+_IN_LIST = 500  # words per IN (...) query, under SQLite's variable limit
+
+
+@lru_cache(maxsize=1)
+def _import() -> Any:
+    """``import jieba`` without pkg_resources, unless something already imported that. (For
+    that moment an import of pkg_resources in another thread would fail: nothing memcore
+    runs imports it.)"""
+    block = "pkg_resources" not in sys.modules
+    if block:
+        sys.modules["pkg_resources"] = None  # type: ignore[assignment]  # ImportError
+    try:
+        import jieba
+    finally:
+        if block and sys.modules.get("pkg_resources", 0) is None:
+            del sys.modules["pkg_resources"]
+    jieba.setLogLevel(30)  # warnings only (it logs its loading at debug level)
+    return jieba
+
+
+@lru_cache(maxsize=1)
+def full() -> Any:
+    """jieba with its whole dictionary loaded (about a second the first time in a process);
+    leaves a compact copy for later processes if there is none yet."""
+    with _lock:
+        jieba = _import()
+        jieba.initialize()
+    with contextlib.suppress(OSError, sqlite3.Error):  # a cache is a nicety: never an error
+        save_compact(jieba.dt.FREQ, jieba.dt.total)
+    return jieba
+
+
+def loaded() -> bool:
+    return full.cache_info().currsize > 0
+
+
+def compact_path() -> Path:
+    """Where the compact copy of jieba's dictionary lives: named for the dictionary file it
+    was made from (a jieba upgrade with another dictionary makes another copy)."""
+    spec = _dictionary_file()
+    try:
+        st = spec.stat()
+        tag = f"{st.st_size}-{st.st_mtime_ns}"
+    except OSError:
+        tag = "unknown"
+    return user_cache_dir() / "memcore" / f"jieba-dict-{tag}.sqlite"
+
+
+def _dictionary_file() -> Path:
+    import importlib.util
+
+    found = importlib.util.find_spec("jieba")
+    origin = found.origin if found is not None else None
+    return Path(origin).parent / "dict.txt" if origin else Path("dict.txt")
+
+
+def save_compact(freq: dict[str, int], total: int, target: Path | None = None) -> None:
+    """Write the compact copy (atomically: a temp file renamed into place) unless it exists."""
+    target = target or compact_path()
+    if target.exists():
+        return
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".jieba-", suffix=".sqlite", dir=target.parent)
+    os.close(fd)
+    try:
+        with contextlib.closing(sqlite3.connect(tmp)) as db:
+            db.execute(
+                "CREATE TABLE freq (word TEXT PRIMARY KEY, n INTEGER NOT NULL) WITHOUT ROWID"
+            )
+            db.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL)")
+            db.executemany("INSERT INTO freq VALUES (?, ?)", freq.items())
+            longest = max((len(w) for w in freq), default=0)
+            db.executemany(
+                "INSERT INTO meta VALUES (?, ?)", [("total", total), ("longest", longest)]
+            )
+            db.commit()
+        os.replace(tmp, target)
+        for old in target.parent.glob("jieba-dict-*.sqlite"):  # of a dictionary since replaced
+            if old != target and target.name.startswith("jieba-dict-"):
+                with contextlib.suppress(OSError):
+                    old.unlink()
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+
+
+def for_text(text: str) -> Any:
+    """A jieba tokenizer that cuts ``text`` (or any part of it) as the fully loaded one does:
+    the loaded one itself when this process has it, else one holding only the dictionary
+    entries that are substrings of ``text``, from the compact copy (the whole dictionary is
+    loaded when there is no copy yet)."""
+    if loaded():
+        return full().dt
+    compact = compact_tokenizer(text, compact_path())
+    return compact if compact is not None else full().dt
+
+
+def compact_tokenizer(text: str, path: Path) -> Any:
+    """A tokenizer holding the entries of the compact copy at ``path`` that are substrings of
+    ``text``; None when there is no readable copy there."""
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
+            meta = dict(db.execute("SELECT key, value FROM meta").fetchall())
+            words = _substrings(text, int(meta["longest"]))
+            freq: dict[str, int] = {}
+            for i in range(0, len(words), _IN_LIST):
+                part = words[i : i + _IN_LIST]
+                sql = f"SELECT word, n FROM freq WHERE word IN ({','.join('?' * len(part))})"
+                freq.update(db.execute(sql, part).fetchall())
+    except (sqlite3.Error, KeyError, ValueError):
+        return None  # no copy yet (or a broken one)
+    jieba = _import()
+    tokenizer = jieba.Tokenizer()
+    tokenizer.FREQ, tokenizer.total, tokenizer.initialized = freq, int(meta["total"]), True
+    return tokenizer
+
+
+def _substrings(text: str, longest: int) -> list[str]:
+    return list(
+        {text[i:j] for i in range(len(text)) for j in range(i + 1, min(len(text), i + longest) + 1)}
+    )

@@ -1,0 +1,101 @@
+"""jieba loaded as cheaply as the text allows (core/segmenter.py): a query cut with only the
+entries of the compact dictionary copy that it can touch comes out exactly as the whole
+dictionary cuts it, and a process with the copy never loads the whole dictionary."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from memcore.core import segmenter
+from memcore.core.tokenize import query_terms
+
+SAMPLE = Path(__file__).resolve().parent.parent / "sample_vault"
+RUN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
+
+
+def sample_runs() -> list[str]:
+    runs: list[str] = []
+    for path in sorted(SAMPLE.rglob("*.md")):
+        runs += RUN.findall(path.read_text(encoding="utf-8"))
+    return runs
+
+
+@pytest.fixture(scope="module")
+def compact(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    cache = tmp_path_factory.mktemp("cache")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("XDG_CACHE_HOME", str(cache))
+        jieba = segmenter.full()
+        path = cache / "copy.sqlite"
+        segmenter.save_compact(jieba.dt.FREQ, jieba.dt.total, path)
+    return path
+
+
+def cuts(tokenizer: object, text: str) -> tuple[list[str], list[str], list[str]]:
+    return (
+        list(tokenizer.cut_for_search(text, HMM=True)),  # type: ignore[attr-defined]
+        list(tokenizer.cut(text, HMM=True)),  # type: ignore[attr-defined]
+        list(tokenizer.cut(text, HMM=False)),  # type: ignore[attr-defined]
+    )
+
+
+def test_the_sample_vaults_chinese_is_cut_the_same_from_the_compact_copy(compact: Path) -> None:
+    runs = sample_runs()
+    assert len(runs) > 20
+    whole = segmenter.full().dt
+    for run in runs:
+        assert cuts(segmenter.compact_tokenizer(run, compact), run) == cuts(whole, run), run
+
+
+ALPHABET = "".join(sorted(set("".join(sample_runs())))) + "杨昊现深度学习模型的渲染引擎设置"
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.text(alphabet=ALPHABET, min_size=1, max_size=40))
+def test_any_text_is_cut_the_same_from_the_compact_copy(compact: Path, text: str) -> None:
+    assert cuts(segmenter.compact_tokenizer(text, compact), text) == cuts(segmenter.full().dt, text)
+
+
+def test_no_copy_at_a_path_is_none(tmp_path: Path) -> None:
+    assert segmenter.compact_tokenizer("记忆", tmp_path / "missing.sqlite") is None
+    (tmp_path / "broken.sqlite").write_bytes(b"not a database")
+    assert segmenter.compact_tokenizer("记忆", tmp_path / "broken.sqlite") is None
+
+
+PROBE = """
+import json, sys
+from memcore.core import segmenter
+from memcore.core.tokenize import query_terms
+terms = query_terms(sys.argv[1])
+print(json.dumps({"terms": terms, "loaded": segmenter.loaded(),
+                  "pkg_resources": "pkg_resources" in sys.modules}))
+"""
+
+
+def test_a_process_with_the_copy_cuts_a_query_without_loading_the_dictionary(
+    tmp_path: Path,
+) -> None:
+    query = "渲染引擎的默认设置是什么，杨昊现说过吗"
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path)}
+
+    def probe() -> dict[str, object]:
+        done = subprocess.run([sys.executable, "-c", PROBE, query], env=env, check=True,
+                              capture_output=True, text=True, timeout=120)  # fmt: skip
+        result: dict[str, object] = json.loads(done.stdout)
+        return result
+
+    first = probe()  # no copy yet: the whole dictionary, and a copy left for later
+    assert first["loaded"] is True and first["pkg_resources"] is False
+    assert list((tmp_path / "memcore").glob("jieba-dict-*.sqlite"))
+    second = probe()
+    assert second["loaded"] is False and second["terms"] == first["terms"]
+    assert second["terms"] == query_terms(query)
