@@ -1,5 +1,6 @@
-"""The `memcore` entry point: reads the command line, answers a plain search, context or add
-through a running daemon at once (cli/quick.py), and hands everything else to typer (cli/app.py).
+"""The `memcore` entry point: reads the command line, answers the plain forms of search, context
+and add without typer (cli/quick.py: through a running daemon, or a search or context by
+opening the index itself), and hands everything else to typer (cli/app.py).
 
 This module imports nothing heavy: a one-shot command that the daemon answers never loads
 typer, asyncio, the settings or the models.
