@@ -31,8 +31,13 @@ def clustered(n: int, seed: int = 0) -> np.ndarray:
 
 
 def both(n: int) -> tuple[AnnIndex, VectorIndex, np.ndarray]:
+    """The same vectors in a graph and in the exact matrix. The graph is built on one thread:
+    one built on several differs from run to run, and about 1 build in 200 of these 500
+    vectors left one unreachable from the entry point (a stored vector's own search missed it;
+    seen once in CI). These tests are about snapshots, files and filters; recall is measured
+    on its own (test_recall_at_10_against_exact_search)."""
     vecs = clustered(n)
-    graph, exact = AnnIndex(DIM), VectorIndex()
+    graph, exact = AnnIndex(DIM, threads=1), VectorIndex()
     graph.add(list(range(1, n + 1)), vecs)
     exact.add(list(range(1, n + 1)), vecs)
     return graph, exact, vecs
