@@ -116,7 +116,7 @@ def kept_changes(
     chunks: Sequence[Chunk], kept: Mapping[int, Any]
 ) -> list[tuple[int, bool, tuple[Any, ...]]]:
     """(row id, moved, new fields) of kept rows whose position or fields differ. Pure CPU
-    (two JSON encodings a row): run in a worker thread."""
+    (two JSON encodings a row): it runs on the writer's thread, off the event loop."""
     changed = []
     for n, row in kept.items():
         c = chunks[n]
