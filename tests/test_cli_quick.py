@@ -223,3 +223,53 @@ def test_with_no_daemon_and_no_index_the_typer_command_says_what_to_do(vault: Pa
     assert code == 1 and "no index yet" in err and "typer" in loaded
     assert (code, out, err) == run(TYPER, vault, "search", "DX12")[:3]
     assert not (vault / ".memcore" / "index.db").exists()
+
+
+def test_a_daemon_that_takes_the_request_and_never_answers_is_asked_once(vault: Path) -> None:
+    """The exchange broke off (a daemon gone or hung mid-way): the search is answered from the
+    index at once, not asked of the daemon a second time as the typer command would."""
+    import fcntl
+    import socket
+    import threading
+
+    from memcore.core.places import config_inputs
+
+    write(vault, "MEMORY.md", "# M\n\n## Engine\n\nDiveAdstra uses DX12 by default.\n")
+    assert run(TYPER, vault, "index")[0] == 0
+    alone = run(TYPER, vault, "search", "DX12")
+    state = vault / ".memcore"
+    sock_path = state / "fake.sock"
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(sock_path))
+    server.listen(4)
+    server.settimeout(0.2)
+    asked: list[bytes] = []
+    done = threading.Event()
+
+    def serve() -> None:
+        while not done.is_set():
+            try:
+                conn, _ = server.accept()
+            except TimeoutError:
+                continue
+            with conn:
+                asked.append(conn.recv(65536))  # read the request, close without answering
+
+    thread = threading.Thread(target=serve)
+    thread.start()
+    settings = load_settings(vault, {"embedder.provider": "static"})
+    inputs = config_inputs(vault.resolve(), env(), None, None)
+    (state / "daemon.json").write_text(json.dumps({
+        "db": settings.index_location, "embedder": "static", "memory": "markdown",
+        "config": inputs, "socket": str(sock_path),
+    }))  # fmt: skip
+    with (state / "daemon.lock").open("a+") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # "a daemon holds the vault"
+        try:
+            code, out, err, loaded = run(ENTRY, vault, "search", "DX12")
+        finally:
+            done.set()
+            thread.join()
+            server.close()
+    assert len(asked) == 1 and asked[0].startswith(b"POST /api/memory/search")
+    assert (code, out, err) == alone[:3] and "typer" not in loaded

@@ -62,10 +62,18 @@ def answer(argv: list[str]) -> int | None:
     vault_flag, command, text, options = parsed
     sock = daemon_socket(vault_flag)
     if sock is not None:
-        return ANSWERS[command](sock, text, options)
+        try:
+            return ANSWERS[command](sock, text, options)
+        except Unanswered:  # a read the daemon did not answer: from the index, as typer would
+            return answer_here(vault_flag, command, text, options, ask_daemon=False)
     if command in ("search", "context"):
         return answer_here(vault_flag, command, text, options)
     return None
+
+
+class Unanswered(Exception):
+    """A read's exchange with the daemon broke off or never started (a daemon gone or hung
+    until the time-out): asking it again, as the typer command would, could wait as long."""
 
 
 def parse(argv: list[str]) -> Parsed | None:
@@ -154,11 +162,15 @@ def daemon_socket(vault_flag: str | None) -> str | None:
 
 
 def _ask(sock: str, endpoint: str, body: dict[str, object]) -> object | None:
-    """The daemon's JSON answer, or None when it is not a success (ask again on typer)."""
+    """The daemon's JSON answer, or None when it is not a success (ask again on typer).
+    Raises Unanswered when the exchange broke off or never started."""
     try:
         status, _, raw = post_unix(sock, endpoint, body)
+    except MemcoreError as exc:  # DaemonGone too
+        raise Unanswered(str(exc)) from exc
+    try:
         data = json.loads(raw)
-    except (MemcoreError, ValueError):
+    except ValueError:
         return None
     return data if status == 200 and isinstance(data, dict) else None
 
@@ -244,17 +256,20 @@ def _add(sock: str, text: str, options: dict[str, object]) -> int | None:
     return 0
 
 
-def answer_here(vault_flag: str | None, command: str, text: str, options: Options) -> int | None:
-    """A plain search or context with no daemon to ask, answered in this process by what the
-    typer command runs (cli/reads.py), the in-process model loading in a thread from the
-    moment the settings are read, beside the imports and the catch-up with the vault."""
+def answer_here(
+    vault_flag: str | None, command: str, text: str, options: Options, *, ask_daemon: bool = True
+) -> int | None:
+    """A plain search or context with no daemon to ask (``ask_daemon=False``: none that
+    answers), answered in this process by what the typer command runs (cli/reads.py), the
+    in-process model loading in a thread from the moment the settings are read, beside the
+    imports and the catch-up with the vault."""
     configure_logging(verbose=False)
     from memcore.core.settings import load_settings
     from memcore.fronts.daemon_state import local_daemon
 
     try:
         settings = load_settings(vault_flag)
-        if settings.memory.kind == "none" or local_daemon(settings):
+        if settings.memory.kind == "none" or (ask_daemon and local_daemon(settings)):
             return None  # the typer command says so, or asks that daemon
         from memcore.compose import build_embedder
 
