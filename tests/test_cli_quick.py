@@ -1,5 +1,6 @@
-"""A plain search, context or add beside a running daemon is answered before typer, asyncio or
-the settings load (cli/quick.py), and prints exactly what the typer command prints."""
+"""The plain forms of search, context and add are answered without typer (cli/quick.py): beside a
+running daemon before asyncio or the settings load, without one by opening the index; either
+way they print exactly what the typer command prints, and anything else is left to it."""
 
 from __future__ import annotations
 
@@ -50,8 +51,8 @@ def run(program: str, vault: Path, *args: str) -> tuple[int, str, str, str]:
         [sys.executable, "-c", program, "--vault", str(vault), *args],
         env=env(), capture_output=True, text=True, timeout=60,
     )  # fmt: skip
-    err, _, loaded = done.stderr.rpartition("\nLOADED:")
-    return done.returncode, done.stdout, err if _ else done.stderr, loaded
+    err, sep, loaded = done.stderr.rpartition("\nLOADED:")
+    return done.returncode, done.stdout, err if sep else done.stderr, loaded
 
 
 @pytest.fixture
