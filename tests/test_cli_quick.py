@@ -4,6 +4,7 @@ way they print exactly what the typer command prints, and anything else is left 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -226,18 +227,17 @@ def test_with_no_daemon_and_no_index_the_typer_command_says_what_to_do(vault: Pa
     assert not (vault / ".memcore" / "index.db").exists()
 
 
-def test_a_daemon_that_takes_the_request_and_never_answers_is_asked_once(vault: Path) -> None:
-    """The exchange broke off (a daemon gone or hung mid-way): the search is answered from the
-    index at once, not asked of the daemon a second time as the typer command would."""
+@contextlib.contextmanager
+def fake_daemon(vault: Path, reply: bytes) -> Iterator[list[bytes]]:
+    """A daemon holding the vault (its lock, a daemon.json published for this test's inputs)
+    whose socket reads each request, sends ``reply`` (b"": nothing) and hangs up; yields the
+    requests it read."""
     import fcntl
     import socket
     import threading
 
     from memcore.core.places import config_inputs
 
-    write(vault, "MEMORY.md", "# M\n\n## Engine\n\nDiveAdstra uses DX12 by default.\n")
-    assert run(TYPER, vault, "index")[0] == 0
-    alone = run(TYPER, vault, "search", "DX12")
     state = vault / ".memcore"
     sock_path = state / "fake.sock"
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -254,7 +254,8 @@ def test_a_daemon_that_takes_the_request_and_never_answers_is_asked_once(vault: 
             except TimeoutError:
                 continue
             with conn:
-                asked.append(conn.recv(65536))  # read the request, close without answering
+                asked.append(conn.recv(65536))
+                conn.sendall(reply)
 
     thread = threading.Thread(target=serve)
     thread.start()
@@ -267,10 +268,36 @@ def test_a_daemon_that_takes_the_request_and_never_answers_is_asked_once(vault: 
     with (state / "daemon.lock").open("a+") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # "a daemon holds the vault"
         try:
-            code, out, err, loaded = run(ENTRY, vault, "search", "DX12")
+            yield asked
         finally:
             done.set()
             thread.join()
             server.close()
+
+
+def test_a_daemon_that_takes_the_request_and_never_answers_is_asked_once(vault: Path) -> None:
+    """The exchange broke off (a daemon gone or hung mid-way): the search is answered from the
+    index at once, not asked of the daemon a second time as the typer command would."""
+    write(vault, "MEMORY.md", "# M\n\n## Engine\n\nDiveAdstra uses DX12 by default.\n")
+    assert run(TYPER, vault, "index")[0] == 0
+    alone = run(TYPER, vault, "search", "DX12")
+    with fake_daemon(vault, b"") as asked:
+        code, out, err, loaded = run(ENTRY, vault, "search", "DX12")
     assert len(asked) == 1 and asked[0].startswith(b"POST /api/memory/search")
     assert (code, out, err) == alone[:3] and "typer" not in loaded
+
+
+def test_an_add_the_daemon_took_and_answered_unreadably_is_reported_not_sent_again(
+    vault: Path,
+) -> None:
+    write(vault, "MEMORY.md", "# M\n\nDiveAdstra uses DX12 by default.\n")
+    assert run(TYPER, vault, "index")[0] == 0
+    garbled = b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nConnection: close\r\n\r\nxyz"
+    with fake_daemon(vault, garbled) as asked:
+        code, out, err, _ = run(ENTRY, vault, "add", "Bob deploys on Fridays", "--user", "bob")
+    assert len(asked) == 1 and asked[0].startswith(b"POST /api/memories")
+    assert (code, out) == (
+        1,
+        "",
+    ) and err == "memcore: the running daemon answered 200 without JSON\n"
+    assert not (vault / "memory/users").exists()  # not added here behind the daemon's back

@@ -1,9 +1,30 @@
-"""How the command line prints a search hit and a memory: one place for the typer commands and
-for the answers cli/quick.py gives through the daemon, so both print the same bytes."""
+"""How the command line prints a search hit, a memory, warnings and a context block: one place
+for the typer commands and for the answers cli/quick.py gives, so both print the same bytes."""
 
 from __future__ import annotations
 
+import sys
 import textwrap
+from collections.abc import Iterable
+
+
+def out(text: str) -> None:
+    """Text to stdout, flushed (a caller may exit right after)."""
+    sys.stdout.write(text)
+    sys.stdout.flush()
+
+
+def warn(warnings: Iterable[str]) -> None:
+    for warning in warnings:
+        sys.stderr.write(f"memcore: warning: {warning}\n")
+
+
+def print_context(block: str, query: str) -> None:
+    """The "## Relevant Memories" block, or a line on stderr when nothing was relevant."""
+    if not block:
+        sys.stderr.write(f"memcore: no memories relevant enough to {query!r}\n")
+        return
+    out(block)
 
 
 def hit_text(n: int, path: str, start: int, end: int, heading: str, score: float, text: str) -> str:

@@ -13,9 +13,9 @@ otherwise, for the command to run on typer as always (cli/app.py):
   MEMCORE_* variables and flags), so it searches the same index with the same model;
 - the answer is a success. An error (the daemon's or the index's), or a search the daemon
   found nothing for (the typer command tells an empty index from no match), is left to the
-  typer command, which asks again and words it; only an add whose outcome is unknown (the
-  exchange broke off, the daemon failed) is reported here, as the typer command would report
-  it, because repeating it could add twice.
+  typer command, which asks again and words it; only an add that reached the daemon and was
+  not refused (the exchange broke off, the daemon failed or answered something unreadable) is
+  reported here, as the typer command would report it, because repeating it could add twice.
 """
 
 from __future__ import annotations
@@ -26,14 +26,14 @@ import sys
 from collections.abc import Callable
 
 from memcore.cli import configure_logging
-from memcore.cli.output import hit_text, record_line
+from memcore.cli.output import hit_text, out, print_context, record_line, warn
 from memcore.core.errors import MemcoreError
 from memcore.core.places import config_inputs, resolve_vault, state_dir_of
 from memcore.fronts.daemon_state import status_in
-from memcore.fronts.unix_http import DaemonGone, post_unix
+from memcore.fronts.unix_http import DaemonGone, error_message, post_unix
 
 SCOPES = {"--user": "user_id", "--agent": "agent_id", "--run": "run_id"}
-# The options each command's plain form may carry: name -> (field, highest --limit) or a flag
+# The options each command's plain form may carry: option -> the field it sets (--json, a flag)
 FORMS: dict[str, dict[str, str]] = {
     "search": {**SCOPES, "--limit": "limit", "-n": "limit", "--json": "json"},
     "context": {**SCOPES, "--limit": "limit", "-n": "limit"},
@@ -154,8 +154,7 @@ def daemon_socket(vault_flag: str | None) -> str | None:
         mine = config_inputs(vault, os.environ, None, cwd)
     except (MemcoreError, OSError):
         return None  # the typer command reports it
-    same = json.loads(json.dumps(mine)) == published
-    if not same or status.get("memory") not in ("markdown", "mem0"):
+    if mine != published or status.get("memory") not in ("markdown", "mem0"):
         return None
     sock = status.get("socket")
     return sock if isinstance(sock, str) and sock else None
@@ -203,11 +202,10 @@ def _search(sock: str, query: str, options: dict[str, object]) -> int | None:
         )
     except (KeyError, TypeError, AttributeError, ValueError):
         return None
-    for warning in warnings:
-        sys.stderr.write(f"memcore: warning: {warning}\n")
+    warn(warnings)
     if warnings:
         result["warnings"] = warnings
-    _out(json.dumps(result, ensure_ascii=False, indent=2) + "\n" if options.get("json") else plain)
+    out(json.dumps(result, ensure_ascii=False, indent=2) + "\n" if options.get("json") else plain)
     return 0
 
 
@@ -216,10 +214,7 @@ def _context(sock: str, query: str, options: dict[str, object]) -> int | None:
     data = _ask(sock, "/api/memory/context", {**body, "include_turns": False})
     if not isinstance(data, dict) or not isinstance(data.get("context"), str):
         return None
-    if not data["context"]:
-        sys.stderr.write(f"memcore: no memories relevant enough to {query!r}\n")
-        return 0
-    _out(data["context"])
+    print_context(data["context"], query)
     return 0
 
 
@@ -232,27 +227,31 @@ def _add(sock: str, text: str, options: dict[str, object]) -> int | None:
     except MemcoreError as exc:  # sent, and the outcome is unknown: not again
         sys.stderr.write(f"memcore: {exc}\n")
         return 1
+    # From here the request reached the daemon: only a refusal (4xx, nothing written) goes
+    # to the typer command; any other answer is reported, never sent again.
     try:
         data = json.loads(raw)
-        records = data["results"] if status == 200 else None
-    except (ValueError, KeyError, TypeError):
-        data, records = None, None
-    if records is None and status < 500:
-        return None  # refused, nothing written: the typer command checks it and says why
-    if records is None:
-        problem = data.get("error", reason) if isinstance(data, dict) else reason
-        message = problem.get("message", reason) if isinstance(problem, dict) else problem
-        sys.stderr.write(f"memcore: the running daemon: {message}\n")
+    except ValueError:
+        sys.stderr.write(f"memcore: the running daemon answered {status} without JSON\n")
         return 1
-    lines = []
-    for r in records:
-        held = r.get("strength")
-        strength = (held["tier"], held["retrievability"]) if isinstance(held, dict) else None
-        scope = (r.get("user_id"), r.get("agent_id"), r.get("run_id"))
-        lines.append(
-            record_line(r["id"], r["category"], scope, r.get("key"), strength, r["memory"])
-        )
-    _out("".join(f"{line}\n" for line in lines))
+    if 400 <= status < 500:
+        return None  # refused: the typer command checks it and says why
+    if status >= 500:
+        sys.stderr.write(f"memcore: the running daemon: {error_message(data, reason)}\n")
+        return 1
+    try:
+        lines = []
+        for r in data["results"]:
+            held = r.get("strength")
+            strength = (held["tier"], held["retrievability"]) if isinstance(held, dict) else None
+            scope = (r.get("user_id"), r.get("agent_id"), r.get("run_id"))
+            lines.append(
+                record_line(r["id"], r["category"], scope, r.get("key"), strength, r["memory"])
+            )
+    except (KeyError, TypeError, AttributeError):
+        sys.stderr.write(f"memcore: the running daemon answered {status} without the memories\n")
+        return 1
+    out("".join(f"{line}\n" for line in lines))
     return 0
 
 
@@ -288,7 +287,7 @@ def answer_here(
     except Exception:
         return None
     if isinstance(answer, str):
-        reads.print_context(answer, text)
+        print_context(answer, text)
     else:
         result, index_empty = answer
         reads.print_search(result, bool(options.get("json")), index_empty)
@@ -317,11 +316,6 @@ async def _read_here(
         return await reads.context(settings, text, n, filters, embedder=embedder)
     finally:
         await embedder.aclose()  # joins the model's loading thread, whatever happened
-
-
-def _out(text: str) -> None:
-    sys.stdout.write(text)
-    sys.stdout.flush()
 
 
 ANSWERS: dict[str, Callable[[str, str, dict[str, object]], int | None]] = {

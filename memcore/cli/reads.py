@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 import sys
 
-from memcore.cli.output import hit_text
+from memcore.cli.output import hit_text, out, warn
 from memcore.compose import open_service
 from memcore.core.errors import MemcoreError
 from memcore.core.models import SearchFilters, SearchResult
@@ -71,35 +71,22 @@ async def context(
 def print_search(result: SearchResult, as_json: bool, index_empty: bool) -> None:
     """Warnings on stderr; the hits (or JSON) on stdout; "no matches", and why when the
     index is empty."""
-    for warning in result.warnings:
-        sys.stderr.write(f"memcore: warning: {warning}\n")
+    warn(result.warnings)
     if as_json:
         import json
 
-        _out(json.dumps(result.to_dict(), ensure_ascii=False, indent=2) + "\n")
+        out(json.dumps(result.to_dict(), ensure_ascii=False, indent=2) + "\n")
         return
     if not result.hits:
-        _out("no matches\n")
+        out("no matches\n")
         if index_empty:
             sys.stderr.write(
                 "memcore: the index is empty; run `memcore index` or `memcore watch`\n"
             )
         return
-    _out(
+    out(
         "".join(
             hit_text(n, h.path, h.start_line, h.end_line, h.heading, h.score, h.text) + "\n"
             for n, h in enumerate(result.hits, 1)
         )
     )
-
-
-def print_context(block: str, query: str) -> None:
-    if not block:
-        sys.stderr.write(f"memcore: no memories relevant enough to {query!r}\n")
-        return
-    _out(block)
-
-
-def _out(text: str) -> None:
-    sys.stdout.write(text)
-    sys.stdout.flush()

@@ -8,6 +8,7 @@ import typer
 
 from memcore.cli import reads
 from memcore.cli.app import app, fail, run, settings_of
+from memcore.cli.output import print_context
 from memcore.cli.scope import (
     AgentOpt,
     CategoryOpt,
@@ -179,4 +180,4 @@ def context(
             return await remote.context(remote_url, token, query, limit, filters, None, min_score)
         return await reads.context(settings_of(ctx), query, limit, filters, min_score)
 
-    reads.print_context(run(ctx, job), query)
+    print_context(run(ctx, job), query)

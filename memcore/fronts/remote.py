@@ -10,7 +10,7 @@ from typing import Any
 
 from memcore.core.errors import InputError, MemcoreError, NotFound
 from memcore.core.models import Hit, MemoryRecord, SearchFilters, SearchResult, Strength
-from memcore.fronts.unix_http import DaemonGone, post_unix
+from memcore.fronts.unix_http import DaemonGone, error_message, post_unix
 
 __all__ = ["DaemonGone", "add", "context", "search"]
 
@@ -37,8 +37,7 @@ async def _post(
     except ValueError:
         raise MemcoreError(f"{where} answered {status} without JSON") from None
     if status >= 400:
-        problem = data.get("error", reason) if isinstance(data, dict) else data
-        message = problem.get("message", reason) if isinstance(problem, dict) else problem
+        message = error_message(data, reason)
         kind = NotFound if status == 404 else InputError
         raise (kind if status < 500 else MemcoreError)(f"{where}: {message}")
     return data

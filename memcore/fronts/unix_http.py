@@ -68,3 +68,10 @@ def _unchunked(data: bytes) -> bytes:
             return b"".join(out)
         out.append(data[end + 2 : end + 2 + size])
         at = end + 2 + size + 2
+
+
+def error_message(data: object, reason: str) -> str:
+    """The one-line message of an error answer's JSON: memcore's ``{"error": {"message"}}``,
+    else what stands there, else the reason phrase."""
+    problem = data.get("error", reason) if isinstance(data, dict) else data
+    return str(problem.get("message", reason) if isinstance(problem, dict) else problem)
