@@ -52,6 +52,7 @@ from memcore.storage.rows import (
     stored_files,
 )
 from memcore.storage.sqlite import file_rows
+from memcore.storage.sqlite.file_rows import BATCH, marks
 
 if TYPE_CHECKING:  # usearch loads only for a vault that needs the graph
     from memcore.storage.ann import AnnIndex
@@ -70,7 +71,6 @@ class StoreState(Protocol):
     ) -> VectorIndex | AnnIndex: ...
 
 
-_BATCH = 500  # ids per IN (...) query, well under SQLite's variable limit
 _LOAD_BATCH = 4096  # rows per fetch when loading the vector matrix
 _FETCH_IDS = 65536
 
@@ -86,12 +86,8 @@ def embedded_hashes_sql(paths: int) -> str:
     the model read, 1.5 s a write at 1.19M chunks, instead of the files' few by source_file."""
     return (
         "SELECT source_file, content_hash FROM memory_chunks WHERE +embedding_model = ? "
-        f"AND source_file IN ({_marks(paths)})"
+        f"AND source_file IN ({marks(paths)})"
     )
-
-
-def _marks(n: int) -> str:
-    return ",".join("?" * n)
 
 
 class _Queries:
@@ -105,12 +101,8 @@ class _Queries:
 
     async def _rows_in(self, sql: str, values: Sequence[object]) -> list[Any]:
         """The rows of ``sql``, whose ``{}`` is an IN list, over ``values`` in batches (under
-        SQLite's variable limit)."""
-        out: list[Any] = []
-        for i in range(0, len(values), _BATCH):
-            part = list(values[i : i + _BATCH])
-            out += await self._all(sql.format(_marks(len(part))), part)
-        return out
+        SQLite's variable limit), in one hand-off."""
+        return await file_rows.on_thread(self.conn, file_rows.rows_in, sql, values)
 
 
 class SqliteReader(_Queries):
@@ -274,11 +266,11 @@ class SqliteReader(_Queries):
         """(ids found, their vectors as one float32 matrix) of the named chunks."""
         got: list[int] = []
         blobs: list[bytes] = []
-        for i in range(0, len(ids), _BATCH):
-            part = ids[i : i + _BATCH].tolist()
+        for i in range(0, len(ids), BATCH):
+            part = ids[i : i + BATCH].tolist()
             sql = (
                 "SELECT id, embedding FROM memory_chunks WHERE embedding IS NOT NULL "
-                f"AND id IN ({_marks(len(part))})"
+                f"AND id IN ({marks(len(part))})"
             )
             for r in await self._all(sql, part):
                 got.append(r[0])
@@ -310,10 +302,10 @@ class SqliteReader(_Queries):
 
     async def chunk_rows(self, ids: Sequence[int]) -> dict[int, ChunkRow]:
         out: dict[int, ChunkRow] = {}
-        for i in range(0, len(ids), _BATCH):
-            part = list(ids[i : i + _BATCH])
+        for i in range(0, len(ids), BATCH):
+            part = list(ids[i : i + BATCH])
             rows = await self._all(
-                f"SELECT {CHUNK_ROW_COLUMNS} FROM memory_chunks WHERE id IN ({_marks(len(part))})",
+                f"SELECT {CHUNK_ROW_COLUMNS} FROM memory_chunks WHERE id IN ({marks(len(part))})",
                 part,
             )
             for r in rows:
@@ -323,11 +315,11 @@ class SqliteReader(_Queries):
     async def cached_vectors(self, hashes: Sequence[str], model_id: str) -> dict[str, Vector]:
         out: dict[str, Vector] = {}
         unique = list(dict.fromkeys(hashes))
-        for i in range(0, len(unique), _BATCH):
-            part = unique[i : i + _BATCH]
+        for i in range(0, len(unique), BATCH):
+            part = unique[i : i + BATCH]
             rows = await self._all(
                 f"SELECT content_hash, embedding FROM embedding_cache "
-                f"WHERE model = ? AND content_hash IN ({_marks(len(part))})",
+                f"WHERE model = ? AND content_hash IN ({marks(len(part))})",
                 [model_id, *part],
             )
             out.update({h: decode_vector(b) for h, b in rows})
@@ -387,8 +379,8 @@ class SqliteReader(_Queries):
 
     async def embedded_hashes(self, paths: Sequence[str], model_id: str) -> set[tuple[str, str]]:
         out: set[tuple[str, str]] = set()
-        for i in range(0, len(paths), _BATCH):
-            part = list(paths[i : i + _BATCH])
+        for i in range(0, len(paths), BATCH):
+            part = list(paths[i : i + BATCH])
             rows = await self._all(embedded_hashes_sql(len(part)), [model_id, *part])
             out.update((r[0], r[1]) for r in rows)
         return out
@@ -424,10 +416,10 @@ class SqliteReader(_Queries):
 
     async def memories_of_chunks(self, ids: Sequence[int]) -> dict[int, MemoryRecord]:
         out: dict[int, MemoryRecord] = {}
-        for i in range(0, len(ids), _BATCH):
-            part = list(ids[i : i + _BATCH])
+        for i in range(0, len(ids), BATCH):
+            part = list(ids[i : i + BATCH])
             rows = await self._all(
-                f"{MEMORY_SELECT} WHERE m.chunk_id IN ({_marks(len(part))})", part
+                f"{MEMORY_SELECT} WHERE m.chunk_id IN ({marks(len(part))})", part
             )
             out.update((r[-1], memory_record(r)) for r in rows)
         return out
@@ -435,17 +427,17 @@ class SqliteReader(_Queries):
     async def stored_files(self, paths: Sequence[str]) -> list[StoredFile]:
         states: dict[str, FileState] = {}
         rows: list[Any] = []
-        for i in range(0, len(paths), _BATCH):
-            part = list(paths[i : i + _BATCH])
+        for i in range(0, len(paths), BATCH):
+            part = list(paths[i : i + BATCH])
             found = await self._all(
                 "SELECT path, content_hash, size, mtime_ns FROM files "
-                f"WHERE path IN ({_marks(len(part))}) ORDER BY path",
+                f"WHERE path IN ({marks(len(part))}) ORDER BY path",
                 part,
             )
             states.update(file_states(found))
             rows += await self._all(
                 f"SELECT {STORED_CHUNK_COLUMNS} FROM memory_chunks "
-                f"WHERE source_file IN ({_marks(len(part))}) ORDER BY source_file, chunk_index",
+                f"WHERE source_file IN ({marks(len(part))}) ORDER BY source_file, chunk_index",
                 part,
             )
         return stored_files(states, rows, decode_vector)
@@ -503,9 +495,9 @@ class SqliteWriter(_Queries, file_rows.Changes):
         wanted = {cid: (h, v) for cid, h, v in vectors}
         current: dict[int, str] = {}
         ids = list(wanted)
-        for i in range(0, len(ids), _BATCH):
-            part = ids[i : i + _BATCH]
-            sql = f"SELECT id, content_hash FROM memory_chunks WHERE id IN ({_marks(len(part))})"
+        for i in range(0, len(ids), BATCH):
+            part = ids[i : i + BATCH]
+            sql = f"SELECT id, content_hash FROM memory_chunks WHERE id IN ({marks(len(part))})"
             current.update((r[0], r[1]) for r in await self._all(sql, part))
         fresh = [(cid, v) for cid, (h, v) in wanted.items() if current.get(cid) == h]
         if not fresh:
