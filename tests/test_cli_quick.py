@@ -217,6 +217,13 @@ def test_with_no_daemon_a_plain_read_is_answered_without_typer_and_prints_the_sa
     assert "typer" not in loaded and "numpy" in loaded  # it opened the index itself
     assert code == 0 and (out or err)
     assert (code, out, err) == run(TYPER, vault, *args)[:3]
+    # The command itself (main() reading sys.argv) leaves without tearing the interpreter
+    # down: the same answer, flushed, and the same exit code.
+    command = subprocess.run(
+        [sys.executable, "-m", "memcore", "--vault", str(vault), *args],
+        env=env(), capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert (command.returncode, command.stdout, command.stderr) == (code, out, err)
 
 
 def test_with_no_daemon_and_no_index_the_typer_command_says_what_to_do(vault: Path) -> None:
@@ -301,3 +308,21 @@ def test_an_add_the_daemon_took_and_answered_unreadably_is_reported_not_sent_aga
         "",
     ) and err == "memcore: the running daemon answered 200 without JSON\n"
     assert not (vault / "memory/users").exists()  # not added here behind the daemon's back
+
+
+@pytest.mark.parametrize("args", [("search", "DX12"), ("search", "DX12", "--fusion", "rrf")])
+def test_a_reader_that_goes_away_ends_the_command_quietly(
+    vault: Path, args: tuple[str, ...]
+) -> None:
+    """`memcore search x | head -1`: the plain form (answered here) and the typer command
+    both end with code 1 and say nothing (no traceback of a broken pipe)."""
+    write(vault, "MEMORY.md", "# M\n\n## Engine\n\nDiveAdstra uses DX12 by default.\n")
+    cmd = [sys.executable, "-m", "memcore", "--vault", str(vault)]
+    subprocess.run([*cmd, "index"], env=env(), capture_output=True, timeout=60, check=True)
+    with subprocess.Popen(
+        [*cmd, *args], env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    ) as command:
+        assert command.stdout is not None and command.stderr is not None
+        command.stdout.close()  # gone before the command prints anything
+        err = command.stderr.read().decode()
+        assert (command.wait(60), err) == (1, "")
