@@ -1,6 +1,7 @@
 """Searcher: hybrid search over one read snapshot (vector and keyword lists, fusion, recency).
 
-The query is embedded before the snapshot opens, so no snapshot waits on an embedder. The
+The query is embedded before the snapshot opens, so no snapshot waits on an embedder; the
+cache is asked in that snapshot, so a miss costs no second one. The
 pipeline stages (``candidates``, ``fuse``, ``boost_recent``, ``hits``) are public for the
 retrieval harness, which scores several fusion methods on the same candidates.
 """
@@ -17,6 +18,7 @@ import time
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 
@@ -31,6 +33,8 @@ from memcore.search.recall import Recall, note_key
 from memcore.storage.base import IndexReader, Store, Vector
 
 log = logging.getLogger(__name__)
+A = TypeVar("A")
+B = TypeVar("B")
 MAX_LIMIT = 1000  # results one search returns at most, on every front
 
 
@@ -72,72 +76,40 @@ class Searcher:
         query_vector: Vector | None = None,
         as_of: dt.date | None = None,
     ) -> SearchResult:
-        """Hybrid search, answered from the L1 cache when the same text query was asked of
-        the same index state (any write, here or in another process, moves the state on)."""
-        if self.cache is None or query_vector is not None:
-            result, _ = await self._search(
-                query, limit, filters, fusion_name, min_score, query_vector, as_of
-            )
-            return result
-        async with self.store.snapshot() as reader:
-            state = self._state(reader.generation)
-        key = (query, limit, repr(filters), fusion_name, min_score, as_of, state)
-        found = self.cache.get(key)
-        if found is not None:
-            return found
-        result, generation = await self._search(
-            query, limit, filters, fusion_name, min_score, None, as_of
-        )
-        # kept only when answered from the state it is filed under, and not degraded
-        # (embedder down); a write in between files it under no key at all
-        if not result.warnings and self._state(generation) == state:
-            self.cache.put(key, result)
-        return result
-
-    def _state(self, generation: int | None) -> tuple[object, ...]:
-        """What a cached answer depends on besides the query: the index generation, the
-        day (recency and strength age with it) and the review log when strength ranks."""
-        reviews = self.recall.log.size() if self.settings.strength.weight > 0 else 0
-        return (generation, dt.date.today(), reviews, self.embedder.model_id)
-
-    async def _search(
-        self,
-        query: str,
-        limit: int | None = None,
-        filters: SearchFilters | None = None,
-        fusion_name: str | None = None,
-        min_score: float | None = None,
-        query_vector: Vector | None = None,
-        as_of: dt.date | None = None,
-    ) -> tuple[SearchResult, int | None]:
-        """Hybrid search, and the index generation it read (None when it read none). Never
-        raises for odd query text; degrades to keyword-only (and says
+        """Hybrid search. Never raises for odd query text; degrades to keyword-only (and says
         so in ``warnings``) when the embedder is unreachable or vectors are still pending.
         Raises StorageError only when the index itself cannot be read.
 
         ``query_vector`` skips embedding the query (it must come from the same model; with
         no query text the search is by the vector alone);
-        ``as_of`` is the day the recency boost counts ages from (default today)."""
+        ``as_of`` is the day the recency boost counts ages from (default today).
+
+        A text query is answered from the L1 cache when it was asked of the same index state
+        (any write, here or in another process, moves the state on): the state is read in the
+        snapshot the search would use, so a miss searches on in it."""
         s = self.settings.search
         limit = limit or s.limit
         if not 1 <= limit <= MAX_LIMIT:
             raise InputError(f"limit must be 1-{MAX_LIMIT}, got {limit}")
         method = fusion_name or s.fusion
-        min_score = s.min_score if min_score is None else min_score
-        if not 0 <= min_score <= 1:  # also NaN
-            raise InputError(f"min_score (threshold) must be between 0 and 1, got {min_score}")
+        floor = s.min_score if min_score is None else min_score
+        if not 0 <= floor <= 1:  # also NaN
+            raise InputError(f"min_score (threshold) must be between 0 and 1, got {floor}")
         started = time.perf_counter()
         filters = vault_relative(filters or SearchFilters(), self.settings.vault)
         warnings: list[str] = []
+        cached = self.cache is not None and query_vector is None
         if not has_words(query) and query_vector is not None:
             method = "vector"  # a precomputed vector alone: nothing for keywords to match
         elif not has_words(query) and filters.tag:
-            return await self.listing(filters, limit), None
+            return await self.listing(filters, limit)
         elif not has_words(query):
             # "?" or "..." would only match noise (every chunk is somewhat near it)
             warnings.append("the query has no words to search for")
             empty: SearchMode = "keyword" if method == "keyword" else "hybrid"
-            return SearchResult(query, (), empty, tuple(warnings)), None
+            return SearchResult(query, (), empty, tuple(warnings))
+        # Embedded before the snapshot opens, so no snapshot waits on an embedder (a repeated
+        # query's vector is remembered by the runner: a cached answer costs no model run).
         if query_vector is None and method != "keyword" and query.strip():
             query_vector = await self.embed_query(query, warnings)
         elif query_vector is not None:
@@ -149,42 +121,70 @@ class Searcher:
                 )
             query_vector = unit_vector(query_vector)
         async with self.store.snapshot() as reader:
-            generation = reader.generation
-            try:
-                found, ranking = await self.rank(
-                    reader, query, s.candidates, filters, query_vector, method, as_of
-                )
-                if limit > s.candidates and len(ranking) >= s.candidates:
-                    # past the pool: the first search.candidates results stay as they are
-                    # and the rest continue from a pool as deep as the deepest limit, so
-                    # every limit's results are the first ones of any longer search
-                    more, deeper = await self.rank(
-                        reader, query, MAX_LIMIT, filters, query_vector, method, as_of
-                    )
-                    ranking = continued(ranking[: s.candidates], deeper)
-                    found = dataclasses.replace(  # a hit shows the parts it was ranked by
-                        found, candidates=[*more.candidates, *found.candidates]
-                    )
-            except ValueError as exc:  # a caller's vector of another size than the index's
-                raise InputError(
-                    f"query_vector has {len(query_vector or ())} dimensions; the index holds "
-                    f"vectors of {self.embedder.model_id} of another dimension"
-                ) from exc
-            fused = method if found.has_vectors else "keyword"
-            top = [(cid, sc) for cid, sc in ranking if sc >= min_score][:limit]
-            hits = await self.hits(reader, found.candidates, top)
+            key = (query, limit, repr(filters), fusion_name, min_score, as_of,
+                   *self._state(reader.generation))  # fmt: skip
+            if cached and self.cache is not None and (found := self.cache.get(key)) is not None:
+                return found
+            result = await self._search_in(
+                reader, query, limit, filters, method, floor, query_vector, as_of, warnings
+            )
         log.debug(
-            "search %r: %d vector + %d keyword candidates, %s fusion, %d hits in %.1f ms",
-            query, sum(c.vector_score is not None for c in found.candidates),
-            sum(c.keyword_score is not None for c in found.candidates),
-            fused, len(hits), (time.perf_counter() - started) * 1000,
+            "search %r: %d hits (%s) in %.1f ms",
+            query, len(result.hits), result.mode, (time.perf_counter() - started) * 1000,
         )  # fmt: skip
+        # kept only when not degraded (embedder down, vectors pending)
+        if cached and self.cache is not None and not result.warnings:
+            self.cache.put(key, result)
+        return result
+
+    def _state(self, generation: int | None) -> tuple[object, ...]:
+        """What a cached answer depends on besides the query: the index generation, the
+        day (recency and strength age with it) and the review log when strength ranks."""
+        reviews = self.recall.log.size() if self.settings.strength.weight > 0 else 0
+        return (generation, dt.date.today(), reviews, self.embedder.model_id)
+
+    async def _search_in(
+        self,
+        reader: IndexReader,
+        query: str,
+        limit: int,
+        filters: SearchFilters,
+        method: str,
+        min_score: float,
+        query_vector: Vector | None,
+        as_of: dt.date | None,
+        warnings: list[str],
+    ) -> SearchResult:
+        """The search itself, in one snapshot, the query already embedded (or not)."""
+        s = self.settings.search
+        try:
+            found, ranking = await self.rank(
+                reader, query, s.candidates, filters, query_vector, method, as_of
+            )
+            if limit > s.candidates and len(ranking) >= s.candidates:
+                # past the pool: the first search.candidates results stay as they are
+                # and the rest continue from a pool as deep as the deepest limit, so
+                # every limit's results are the first ones of any longer search
+                more, deeper = await self.rank(
+                    reader, query, MAX_LIMIT, filters, query_vector, method, as_of
+                )
+                ranking = continued(ranking[: s.candidates], deeper)
+                found = dataclasses.replace(  # a hit shows the parts it was ranked by
+                    found, candidates=[*more.candidates, *found.candidates]
+                )
+        except ValueError as exc:  # a caller's vector of another size than the index's
+            raise InputError(
+                f"query_vector has {len(query_vector or ())} dimensions; the index holds "
+                f"vectors of {self.embedder.model_id} of another dimension"
+            ) from exc
+        top = [(cid, sc) for cid, sc in ranking if sc >= min_score][:limit]
+        hits = await self.hits(reader, found.candidates, top)
         mode: SearchMode = (
             "keyword"
             if not found.vectors_available
             else ("vector" if method == "vector" else "hybrid")
         )
-        return SearchResult(query, hits, mode, (*warnings, *found.warnings)), generation
+        return SearchResult(query, hits, mode, (*warnings, *found.warnings))
 
     async def listing(self, filters: SearchFilters, limit: int) -> SearchResult:
         """What carries the filters' tag (with no query): newest first, each scored 1 (every
@@ -308,8 +308,7 @@ class Searcher:
             return scores
         now = dt.datetime.combine(as_of, dt.time(12), dt.UTC) if as_of else dt.datetime.now(dt.UTC)
         ids = list(scores)
-        rows = await reader.chunk_rows(ids)
-        memories = await reader.memories_of_chunks(ids)
+        rows, memories = await _both(reader.chunk_rows(ids), reader.memories_of_chunks(ids))
         held = await self.recall.of_chunks(rows, memories, now)
         return {
             cid: strength.weigh(sc, held[cid].retrievability, weight) if cid in held else sc
@@ -323,8 +322,8 @@ class Searcher:
         top: Sequence[tuple[int, float]],
     ) -> tuple[Hit, ...]:
         """Hit values for fused (chunk id, score) pairs, in that order."""
-        rows = await reader.chunk_rows([cid for cid, _ in top])
-        memories = await reader.memories_of_chunks([cid for cid, _ in top])
+        ids = [cid for cid, _ in top]
+        rows, memories = await _both(reader.chunk_rows(ids), reader.memories_of_chunks(ids))
         by_id = {c.chunk_id: c for c in cands}
         none = fusion.Candidate(0, None, None, None, None)
         return tuple(
@@ -403,11 +402,11 @@ async def _no_hits() -> list[tuple[int, float]]:
     return []
 
 
-async def _both(
-    first: Awaitable[list[tuple[int, float]]], second: Awaitable[list[tuple[int, float]]]
-) -> tuple[list[tuple[int, float]], list[tuple[int, float]]]:
-    """Run two searches at once; the first starts before the second takes the event loop.
-    An error in either propagates as itself (no ExceptionGroup), the other one cancelled."""
+async def _both(first: Awaitable[A], second: Awaitable[B]) -> tuple[A, B]:
+    """Run two reads at once; the first starts before the second takes the event loop (two
+    queries of one snapshot queue on its connection's thread back to back: one wait for the
+    loop, not two). An error in either propagates as itself (no ExceptionGroup), the other
+    one cancelled."""
     task = asyncio.ensure_future(first)
     try:
         await asyncio.sleep(0)  # let the first hand its query to the database thread
