@@ -133,8 +133,12 @@ async def _index(store: SqliteStore, files: list[tuple[str, str]]) -> None:
 
 
 async def test_word_counts_are_exact_under_the_cap_and_estimated_past_it(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from memcore.storage.sqlite import queries as sqlite_queries
+    from memcore.storage.sqlite.file_rows import on_thread
+
+    monkeypatch.setattr(sqlite_queries, "ANCHOR_CAP", 20)
     async with SqliteStore(tmp_path / "index.db") as store:
         # "alpha" in every chunk, "beta" only in a stretch of 100 notes, "gamma" in 8
         files = [
@@ -146,8 +150,11 @@ async def test_word_counts_are_exact_under_the_cap_and_estimated_past_it(
             for i in range(400)
         ]
         await _index(store, files)
+        words = ["alpha", "beta", "gamma", "delta"]
         async with store.snapshot() as r:
-            counts = await r._doc_counts(["alpha", "beta", "gamma", "delta"], cap=20)
+            await r.search_text(" ".join(words), 3, SearchFilters())  # counts, remembers
+            counts, span, _ = await on_thread(r.conn, sqlite_queries._doc_counts, words, 20, {})
+        assert span == 400
         # estimates are remembered for the next query; exact counts are not (a new chunk counts)
         assert store.common_counts.get("alpha", span=400) == counts["alpha"]
         assert store.common_counts.get("gamma", span=400) is None

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -90,6 +91,108 @@ def embedded_hashes_sql(paths: int) -> str:
     )
 
 
+def _text_search(
+    db: sqlite3.Connection,
+    terms: list[str],
+    k: int,
+    where: str,
+    params: list[object],
+    known: dict[str, int],
+) -> tuple[list[tuple[int, float]], int | None, dict[str, int]]:
+    """The keyword search of ``terms`` (the top ``k`` chunks by BM25), on the connection's
+    thread; also the chunk-id span it counted over (None: it counted nothing) and the common
+    words' estimated counts, for the caller to remember (``known`` holds the ones it did).
+
+    Ranking costs ~3 us a matching chunk, and BM25 first reads every chunk of every word to
+    weigh it: a query with common words ("using", "looking") matches most of a big index.
+    So: weigh only the rarer words (RANK_POSTINGS), and rank only the chunks holding the
+    rarest of them (at least ANCHOR_ROWS chunks), still by BM25 over every weighed word;
+    chunks that match only common words score little anyway. When every word is common (a
+    big vault: "what kind of art does Caroline make"), the chunks holding all of them, else
+    any two, are ranked before every match is. Small indexes (every word rarer than the
+    need) are ranked as a whole."""
+    if not 1 < len(terms) <= ANCHOR_MAX_TERMS:  # one word, or a pasted page: rank all
+        return _ranked(db, fts_any(terms), k, where, params), None, {}
+    counts, span, estimated = _doc_counts(db, terms, ANCHOR_CAP, known)
+    weighed = ranked_terms(counts, RANK_POSTINGS)
+    if not weighed:
+        return [], span, estimated
+    every = fts_any(weighed)
+    narrower: list[str] = []
+    anchors = anchor_terms(counts, want=max(ANCHOR_ROWS, 5 * k), cap=ANCHOR_CAP)
+    if anchors is not None:
+        narrower.append(anchored_expression(weighed, anchors))
+    narrower += [
+        f"({tier}) AND ({every})"
+        for tier in common_tiers({t: counts[t] for t in weighed}, ANCHOR_CAP)
+    ]
+    for expression in narrower:
+        rows = _ranked(db, expression, k, where, params)
+        if len(rows) >= k:
+            return rows, span, estimated
+    return _ranked(db, every, k, where, params), span, estimated
+
+
+def _doc_counts(
+    db: sqlite3.Connection, terms: list[str], cap: int, known: dict[str, int]
+) -> tuple[dict[str, int], int | None, dict[str, int]]:
+    """How many chunks hold each term: ``known`` ones as given (remembered from an earlier
+    query, see CommonCounts); the rest exact up to ``cap``, past it estimated from where the
+    term's first cap + 1 and last cap / 2 chunks lie among the chunk ids (at most 1.5 * cap
+    chunks read a term, however common it is). Also the span of chunk ids counted over (None
+    when every term was known) and the estimated counts, to be remembered."""
+    counts = {t: known[t] for t in terms if t in known}
+    rest = [t for t in terms if t not in counts]
+    if not rest:
+        return counts, None, {}
+    head_sql = (
+        "SELECT {i}, count(*), max(r) FROM "
+        "(SELECT rowid AS r FROM memory_fts WHERE memory_fts MATCH ? LIMIT ?)"
+    )
+    bounds_sql = (
+        "SELECT -1, (SELECT min(id) FROM memory_chunks), (SELECT max(id) FROM memory_chunks)"
+    )
+    params: list[object] = []
+    for term in rest:
+        params += [fts_any([term]), cap + 1]
+    sql = " UNION ALL ".join([bounds_sql, *(head_sql.format(i=i) for i in range(len(rest)))])
+    head = {i: (n or 0, last) for i, n, last in db.execute(sql, params).fetchall()}
+    lo, hi = head.pop(-1)
+    span = hi - lo + 1 if hi else 0
+    counts |= {rest[i]: n for i, (n, _) in head.items()}
+    common = [i for i, (n, _) in head.items() if n > cap]
+    if not common:
+        return counts, span, {}
+    tail_sql = (
+        "SELECT {i}, count(*), min(r) FROM (SELECT rowid AS r FROM memory_fts "
+        "WHERE memory_fts MATCH ? ORDER BY rowid DESC LIMIT ?)"
+    )
+    params = []
+    for i in common:
+        params += [fts_any([rest[i]]), cap // 2]
+    sql = " UNION ALL ".join(tail_sql.format(i=i) for i in common)
+    estimated: dict[str, int] = {}
+    for i, n, first in db.execute(sql, params).fetchall():
+        count, last = head[i]
+        counts[rest[i]] = estimated[rest[i]] = estimated_count(count, last, n, first, lo, hi)
+    return counts, span, estimated
+
+
+def _ranked(
+    db: sqlite3.Connection, match: str, k: int, where: str, params: list[object]
+) -> list[tuple[int, float]]:
+    if where:
+        sql = (
+            "SELECT c.id, -memory_fts.rank FROM memory_fts "
+            "JOIN memory_chunks c ON c.id = memory_fts.rowid "
+            f"WHERE memory_fts MATCH ?{where} ORDER BY memory_fts.rank LIMIT ?"
+        )
+    else:
+        # FTS5's own rank column (BM25) lets it sort without a join: 40% faster at 100k
+        sql = "SELECT rowid, -rank FROM memory_fts WHERE memory_fts MATCH ? ORDER BY rank LIMIT ?"
+    return [(r[0], float(r[1])) for r in db.execute(sql, [match, *params, k]).fetchall()]
+
+
 class _Queries:
     def __init__(self, conn: aiosqlite.Connection) -> None:
         self.conn = conn
@@ -128,93 +231,18 @@ class SqliteReader(_Queries):
         if not terms:
             return []
         where, params = filter_sql(filters, SQLITE)
-        if not 1 < len(terms) <= ANCHOR_MAX_TERMS:  # one word, or a pasted page: rank all
-            return await self._ranked(fts_any(terms), k, where, params)
-        # Ranking costs ~3 us a matching chunk, and BM25 first reads every chunk of every word
-        # to weigh it: a query with common words ("using", "looking") matches most of a big
-        # index. So: weigh only the rarer words (RANK_POSTINGS), and rank only the chunks
-        # holding the rarest of them (at least ANCHOR_ROWS chunks), still by BM25 over every
-        # weighed word; chunks that match only common words score little anyway. When every
-        # word is common (a big vault: "what kind of art does Caroline make"), the chunks
-        # holding all of them, else any two, are ranked before every match is. Small indexes
-        # (every word rarer than the need) are ranked as a whole, as before.
-        counts = await self._doc_counts(terms, ANCHOR_CAP)
-        weighed = ranked_terms(counts, RANK_POSTINGS)
-        if not weighed:
-            return []
-        every = fts_any(weighed)
-        narrower: list[str] = []
-        anchors = anchor_terms(counts, want=max(ANCHOR_ROWS, 5 * k), cap=ANCHOR_CAP)
-        if anchors is not None:
-            narrower.append(anchored_expression(weighed, anchors))
-        narrower += [
-            f"({tier}) AND ({every})"
-            for tier in common_tiers({t: counts[t] for t in weighed}, ANCHOR_CAP)
-        ]
-        for expression in narrower:
-            rows = await self._ranked(expression, k, where, params)
-            if len(rows) >= k:
-                return rows
-        return await self._ranked(every, k, where, params)
-
-    async def _doc_counts(self, terms: list[str], cap: int) -> dict[str, int]:
-        """How many chunks hold each term: exact up to ``cap``; past it, estimated from where
-        the term's first cap + 1 and last cap / 2 chunks lie among the chunk ids (at most
-        1.5 * cap chunks read a term, however common it is), or remembered from an earlier
-        query (CommonCounts, checked against the ids the index spanned at the last count)."""
         remembered = self._store.common_counts
-        counts = {t: n for t in terms if (n := remembered.get(t, remembered.span)) is not None}
-        rest = [t for t in terms if t not in counts]
-        if not rest:
-            return counts
-        head_sql = (
-            "SELECT {i}, count(*), max(r) FROM "
-            "(SELECT rowid AS r FROM memory_fts WHERE memory_fts MATCH ? LIMIT ?)"
+        known = {t: n for t in terms if (n := remembered.get(t, remembered.span)) is not None}
+        # every query of one search in one hand-off to the connection's thread: under load
+        # each hand-off waits its turn on the event loop, and this one took two to four
+        rows, span, estimated = await file_rows.on_thread(
+            self.conn, _text_search, terms, k, where, params, known
         )
-        bounds_sql = (
-            "SELECT -1, (SELECT min(id) FROM memory_chunks), (SELECT max(id) FROM memory_chunks)"
-        )
-        params: list[object] = []
-        for term in rest:
-            params += [fts_any([term]), cap + 1]
-        sql = " UNION ALL ".join([bounds_sql, *(head_sql.format(i=i) for i in range(len(rest)))])
-        head = {i: (n or 0, last) for i, n, last in await self._all(sql, params)}
-        lo, hi = head.pop(-1)
-        remembered.span = hi - lo + 1 if hi else 0
-        counts |= {rest[i]: n for i, (n, _) in head.items()}
-        common = [i for i, (n, _) in head.items() if n > cap]
-        if not common:
-            return counts
-        tail_sql = (
-            "SELECT {i}, count(*), min(r) FROM (SELECT rowid AS r FROM memory_fts "
-            "WHERE memory_fts MATCH ? ORDER BY rowid DESC LIMIT ?)"
-        )
-        params = []
-        for i in common:
-            params += [fts_any([rest[i]]), cap // 2]
-        sql = " UNION ALL ".join(tail_sql.format(i=i) for i in common)
-        for i, n, first in await self._all(sql, params):
-            count, last = head[i]
-            counts[rest[i]] = estimated_count(count, last, n, first, lo, hi)
-            remembered.put(rest[i], counts[rest[i]], remembered.span)
-        return counts
-
-    async def _ranked(
-        self, match: str, k: int, where: str, params: list[object]
-    ) -> list[tuple[int, float]]:
-        if where:
-            sql = (
-                "SELECT c.id, -memory_fts.rank FROM memory_fts "
-                "JOIN memory_chunks c ON c.id = memory_fts.rowid "
-                f"WHERE memory_fts MATCH ?{where} ORDER BY memory_fts.rank LIMIT ?"
-            )
-        else:
-            # FTS5's own rank column (BM25) lets it sort without a join: 40% faster at 100k
-            sql = (
-                "SELECT rowid, -rank FROM memory_fts WHERE memory_fts MATCH ? ORDER BY rank LIMIT ?"
-            )
-        rows = await self._all(sql, [match, *params, k])
-        return [(r[0], float(r[1])) for r in rows]
+        if span is not None:
+            remembered.span = span
+        for term, n in estimated.items():
+            remembered.put(term, n, remembered.span)
+        return rows
 
     async def _filtered_ids(self, filters: SearchFilters) -> set[int] | None:
         if not filters.active:
