@@ -5,11 +5,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 
-@dataclass(frozen=True, slots=True)
-class Candidate:
-    """A chunk found by either retriever. Ranks are 1-based; None means not in that list."""
+class Candidate(NamedTuple):
+    """A chunk found by either retriever. Ranks are 1-based; None means not in that list.
+    (A named tuple: a search makes hundreds, each in under half the time of a frozen
+    dataclass.)"""
 
     chunk_id: int
     vector_score: float | None
