@@ -210,3 +210,30 @@ async def test_a_failed_batch_fails_every_query_waiting_on_it_then_recovers() ->
     assert all(isinstance(a, EmbedderUnavailable) for a in answers)
     fake.down = False
     assert (await runner.embed_queries(["q1"])).shape == (1, len(hash_vector("q1")))
+
+
+async def test_texts_embedded_ahead_are_taken_by_the_index_run_and_failures_embedded_again() -> (
+    None
+):
+    fake = FakeEmbedder()
+    runner = EmbeddingRunner(fake, retries=0, document_prefix="d: ")
+    runner.embed_ahead(["alpha", "beta"])
+    out = await runner.embed(["beta", "gamma", "alpha"])  # waits for the two made ahead
+    assert [np.array_equal(r, hash_vector("d: " + t)) for r, t in
+            zip(out, ["beta", "gamma", "alpha"], strict=True)] == [True, True, True]  # fmt: skip
+    assert fake.calls == 2 and sorted(fake.texts) == ["d: alpha", "d: beta", "d: gamma"]
+    await runner.embed(["alpha"])  # taken once: a later run embeds it again
+    assert fake.texts[-1] == "d: alpha"
+    fake.down = True
+    runner.embed_ahead(["delta"])
+    await asyncio.sleep(0.01)  # it failed in the background, and said nothing
+    fake.down = False
+    assert np.array_equal((await runner.embed(["delta"]))[0], hash_vector("d: delta"))
+    fake.down = True
+    runner.mark_down("down")
+    runner.embed_ahead(["epsilon"])  # nothing starts while the embedder is down
+    assert fake.calls == 4
+    runner.mark_up()
+    fake.down = False
+    runner.embed_ahead(["zeta"])
+    await runner.aclose()  # cancels what is still being made ahead

@@ -9,8 +9,11 @@ import os
 import shutil
 import sys
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
+import numpy.typing as npt
 import pytest
 
 from memcore.core.errors import InputError, NotFound, VaultError
@@ -714,3 +717,30 @@ async def test_filters_or_not_ranges_and_text_operators_on_every_backend(
     ]:
         with pytest.raises(InputError, match=says):
             await m.get_all(filters=bad)
+
+
+async def test_an_add_embeds_its_memory_once_while_it_waits(
+    vault: Path, settings: Settings
+) -> None:
+    """The writer has a new memory embedded as it arrives (embed_ahead), before its Markdown
+    is written; the index run of that write takes the vector: one model call for the text,
+    and the memory is found."""
+    seen: list[tuple[str, bool]] = []  # (text embedded, was it in the Markdown already)
+
+    class Watching(FakeEmbedder):
+        async def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+            core = vault / "memory/users/alice/core.md"
+            held = core.read_text() if core.exists() else ""
+            seen.extend((t, t.split("\n")[-1] in held) for t in texts)
+            return await super().embed(texts)
+
+    async with make_service(settings, Watching()) as svc:
+        first = svc.memories.add("the deploy runs on Fridays", user_id="alice")
+        second = svc.memories.add("the standup is at nine", user_id="alice")
+        (a,), (b,) = await asyncio.gather(first, second)
+        assert sorted(seen) == [
+            ("core memories\nthe deploy runs on Fridays", False),
+            ("core memories\nthe standup is at nine", False),
+        ]
+        found = await svc.memories.search("when is the deploy", user_id="alice")
+        assert found[0].id == a.id and b.id != a.id

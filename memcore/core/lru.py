@@ -28,6 +28,10 @@ class LRU(Generic[K, V]):
         self.hits += 1
         return value
 
+    def pop(self, key: K) -> V | None:
+        """The value, removed (None when absent)."""
+        return self._items.pop(key, None)
+
     def put(self, key: K, value: V) -> None:
         self._items[key] = value
         self._items.move_to_end(key)

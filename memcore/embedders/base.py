@@ -19,6 +19,7 @@ log = logging.getLogger(__name__)
 Matrix = npt.NDArray[np.float32]
 DOWN_FOR_S = 30.0  # how long callers skip an embedder that failed before trying it again
 QUERY_CACHE = 2048  # query vectors kept: a query asked again is not embedded again
+AHEAD = 256  # document vectors made ahead (embed_ahead) and kept until an index run asks
 
 
 class Embedder(Protocol):
@@ -77,6 +78,9 @@ class EmbeddingRunner:
         # queries waiting for the model: whoever arrives while a batch runs goes in the next
         self._waiting: list[tuple[str, asyncio.Future[npt.NDArray[np.float32]]]] = []
         self._flusher: asyncio.Task[None] | None = None
+        # documents embedded ahead of the index run that stores them (see embed_ahead)
+        self._ahead: LRU[str, asyncio.Future[npt.NDArray[np.float32]]] = LRU(AHEAD)
+        self._ahead_tasks: set[asyncio.Task[None]] = set()
 
     @property
     def down(self) -> bool:
@@ -115,10 +119,61 @@ class EmbeddingRunner:
     async def embed(
         self, texts: Sequence[str], progress: Callable[[int], None] | None = None
     ) -> Matrix:
-        """Vectors for texts to index (document prefix applied), one row per text, in order."""
+        """Vectors for texts to index (document prefix applied), one row per text, in order.
+        Texts embedded ahead (``embed_ahead``) are taken from there, waiting for them if
+        they are still being made; a failed one is embedded again here."""
         if self.document_prefix:
             texts = [self.document_prefix + t for t in texts]
-        return await self._embed(texts, progress)
+        ahead = {t: f for t in dict.fromkeys(texts) if (f := self._ahead.pop(t)) is not None}
+        if not ahead:
+            return await self._embed(texts, progress)
+        await asyncio.wait(ahead.values())  # (waiting never cancels them)
+        done = {
+            t: f.result() for t, f in ahead.items() if not f.cancelled() and f.exception() is None
+        }
+        rest = [t for t in dict.fromkeys(texts) if t not in done]
+        if progress is not None and done:
+            progress(sum(1 for t in texts if t in done))
+        if rest:
+            done |= dict(zip(rest, await self._embed(rest, progress), strict=True))
+        return np.stack([done[t] for t in texts])
+
+    def embed_ahead(self, texts: Sequence[str]) -> None:
+        """Start embedding texts that an index run will soon ask ``embed`` for (a memory
+        being added, while its write waits for the one in progress on its file): the model
+        runs while the write waits, not after it. A failure is left for that run to meet.
+        At most AHEAD texts are kept; nothing starts while the embedder is down."""
+        if self.down:
+            return
+        wanted = [self.document_prefix + t for t in dict.fromkeys(texts)]
+        wanted = [t for t in wanted if self._ahead.get(t) is None][:AHEAD]
+        if not wanted:
+            return
+        loop = asyncio.get_running_loop()
+        futures = {t: loop.create_future() for t in wanted}
+        for text, future in futures.items():
+            self._ahead.put(text, future)
+
+        async def run() -> None:
+            try:
+                vectors = await self._embed(wanted, None)
+            except BaseException as exc:
+                for future in futures.values():
+                    if isinstance(exc, asyncio.CancelledError):
+                        future.cancel()
+                    elif not future.done():
+                        future.set_exception(exc)
+                        future.exception()  # read: nobody may ever ask for it
+                if isinstance(exc, asyncio.CancelledError):
+                    raise
+                return
+            for future, vector in zip(futures.values(), vectors, strict=True):
+                if not future.done():
+                    future.set_result(vector.copy())  # not a view that keeps the batch
+
+        task = asyncio.create_task(run())
+        self._ahead_tasks.add(task)
+        task.add_done_callback(self._ahead_tasks.discard)
 
     async def embed_queries(self, queries: Sequence[str]) -> Matrix:
         """Vectors for search queries (query prefix applied), one row per query, in order.
@@ -216,4 +271,7 @@ class EmbeddingRunner:
         raise AssertionError("unreachable")
 
     async def aclose(self) -> None:
+        for task in list(self._ahead_tasks):
+            task.cancel()
+        await asyncio.gather(*self._ahead_tasks, return_exceptions=True)
         await self.embedder.aclose()

@@ -38,7 +38,7 @@ from memcore.core.errors import (
 from memcore.core.models import FileFailure, MemoryQuery, MemoryRecord
 from memcore.index.indexer import Indexer, PathLocks
 from memcore.storage.base import Store
-from memcore.vault.chunker import memory_file_of
+from memcore.vault.chunker import memory_embed_text, memory_file_of
 from memcore.vault.files import append_text, check_writable, is_memory_path
 from memcore.vault.history import Appended, HistoryEvent, HistoryLog, fields_of, now
 from memcore.vault.memory_format import (
@@ -163,6 +163,10 @@ class MemoryWriter:
         by_file: dict[str, list[NewMemory]] = {}
         for m in checked:
             by_file.setdefault(m.file or self.file_for(m.scope, m.category), []).append(m)
+        # the model runs while the write waits for the round in progress on its file
+        self.indexer.embedder.embed_ahead(
+            [memory_embed_text(m.category, m.content) for m in checked]
+        )
         loop = asyncio.get_running_loop()
         waits = []
         for rel, group in by_file.items():

@@ -347,10 +347,21 @@ def chunk_markdown(
     return chunks, [fm_error] if fm_error else []
 
 
+def memory_heading(category: str) -> str:
+    """The heading every memory chunk of a category's file carries."""
+    return f"{category} memories"
+
+
+def memory_embed_text(category: str, text: str) -> str:
+    """What the embedder will see of a memory holding ``text`` (its chunk's ``embed_text``),
+    known before the memory is written: the writer has it embedded while the write waits."""
+    return f"{memory_heading(category)}\n{text}"
+
+
 def memory_chunks(parsed: MemoryFile, path: str, date: str | None) -> list[Chunk]:
     """One chunk per memory of a memory file, carrying its id, scope and fields."""
     chunks: list[Chunk] = []
-    heading = (f"{parsed.category} memories",)
+    heading = (memory_heading(parsed.category),)
     for item in parsed.items:
         record = {
             **item.fields(),
