@@ -142,10 +142,15 @@ class MemoryService:
         )
 
     async def catch_up(self, stop: asyncio.Event | None = None) -> IndexReport | None:
-        """Bring the index in line with the vault once, following the progress in
-        ``readiness`` (a server answers meanwhile, saying its results may be incomplete). A
-        failure is logged, not raised: the index is served as it is; None then."""
+        """Load the model and the Chinese dictionary, then bring the index in line with the
+        vault once, following the progress in ``readiness`` (a server answers meanwhile,
+        saying its results may be incomplete). A failure is logged, not raised: the index is
+        served as it is; None then."""
         self.readiness.phase = "starting"
+        try:  # as the daemon does: loading jieba later would stall every caller for ~1 s
+            await self.warm()
+        except Exception:
+            log.exception("warming up failed; the first search loads what it needs")
         try:
             report = await self.index(stop=stop, progress=self.readiness.progress)
         except MemcoreError as exc:
