@@ -94,6 +94,9 @@ async def test_hand_edits_are_updates_deletes_and_adds(vault: Path, service: Mem
     await service.memories.add("another", user_id="alice")
     assert hand.id in path.read_text()
     assert (await service.memories.get(hand.id)).text == "a note added by hand"
+    # a memory deleted by hand comes back whole: its DELETE event kept every field
+    back = await service.memories.restore(b.id)
+    assert (back.text, back.user_id, back.created) == (b.text, "alice", b.created)
 
 
 async def test_scopes_never_leak_and_shared_notes_join_when_asked(

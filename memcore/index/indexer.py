@@ -12,7 +12,7 @@ import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping, Sequence
 from functools import partial
 from pathlib import Path
 
@@ -36,9 +36,10 @@ from memcore.index.prepare import (
     attach_vectors,
     chunking_signature,
     embed_missing,
+    known_vectors,
     prepare_files,
 )
-from memcore.storage.base import IndexWriter, Store
+from memcore.storage.base import IndexReader, IndexWriter, Store, Vector, both
 from memcore.vault.chunker import ChunkerConfig
 from memcore.vault.files import scan_vault, stat_memory_files
 from memcore.vault.history import HistoryEvent, HistoryLog, changes
@@ -54,11 +55,20 @@ WriteJob = Callable[[IndexWriter], Awaitable[object]]
 
 
 async def _replace(
-    item: PreparedFile, model_id: str, root: Path, stale: list[str], tx: IndexWriter
+    item: PreparedFile,
+    fresh: Mapping[str, Vector],
+    model_id: str,
+    root: Path,
+    stale: list[str],
+    tx: IndexWriter,
 ) -> None:
-    """Write a prepared file, unless the file changed on disk since it was read: then another
+    """Cache the vectors made now for the file's chunks (``fresh``, by content hash) and
+    write the prepared file, unless it changed on disk since it was read: then another
     writer's newer version may already be in the index, and this older one must not replace
-    it. Checked inside the write transaction, so no newer version can commit in between."""
+    it. Checked inside the write transaction, so no newer version can commit in between (the
+    vectors are cached either way: the file's next version most likely has those chunks)."""
+    await tx.cache_vectors({c.content_hash: fresh[c.content_hash] for c in item.chunks
+                            if c.content_hash in fresh}, model_id)  # fmt: skip
     if await asyncio.to_thread(_disk_stat, root / item.state.path) != (
         item.state.size,
         item.state.mtime_ns,
@@ -66,6 +76,37 @@ async def _replace(
         stale.append(item.state.path)
         return
     await tx.replace_file(item.state, item.chunks, item.vectors, model_id)
+
+
+Before = tuple[dict[str, str], dict[str, MemoryRecord]]  # (id -> text, the ones going whole)
+
+
+async def _memories_before(
+    reader: IndexReader, prepared: Sequence[PreparedFile]
+) -> dict[str, Before]:
+    """What a diff of these files' memories needs of the index before they are written: the
+    text of each memory, and every field of those the new versions no longer hold (a DELETE
+    event keeps them). A write to a file of a thousand memories reads a thousand texts, not
+    a thousand records."""
+    out: dict[str, Before] = {}
+    for item in prepared:
+        texts = await reader.memory_texts(item.state.path)
+        if not texts:
+            continue
+        after = _memories_after(item)
+        gone = [mid for mid in texts if mid not in after]
+        records = (
+            await reader.memories(MemoryQuery(ids=tuple(gone), limit=len(gone))) if gone else []
+        )
+        out[item.state.path] = (texts, {r.id: r for r in records})
+    return out
+
+
+def _memories_after(item: PreparedFile) -> dict[str, str]:
+    """Id -> text of the memories a prepared file holds."""
+    return {
+        str(m["id"]): c.text for c in item.chunks if isinstance(m := c.metadata.get("memory"), dict)
+    }
 
 
 def _disk_stat(path: Path) -> tuple[int, int] | None:
@@ -162,10 +203,10 @@ class Indexer:
         disk = await asyncio.to_thread(
             scan_vault, s.vault, s.index.include, s.index.exclude, s.index.follow_links
         ) if paths is None else await self._on_disk(paths)  # fmt: skip
-        async with self.store.snapshot() as reader:
-            states = await reader.file_states()
-            skipped = await reader.skipped_files()
-            stamp = await reader.get_meta(CHUNKING_KEY)
+        async with self.store.snapshot() as reader:  # the three reads at once
+            (states, skipped), stamp = await both(
+                both(reader.file_states(), reader.skipped_files()), reader.get_meta(CHUNKING_KEY)
+            )
         if not states and stamp != self.chunking:
             await self._stamp()  # an empty index: its first files use the current chunking
         # re-chunk everything when the chunking changed; unchanged chunk texts keep vectors
@@ -281,10 +322,18 @@ class Indexer:
                 await self._write(tally, [t.path for t in touched], touch)
             if not prepared:
                 return
-            error = await attach_vectors(self.store, self.embedder, prepared, tally)
+            model = self.embedder.model_id
+            logged = [p for p in prepared if p.state.path in states] if log_edits else []
+            # what the index holds for these files, in one snapshot: the vectors it has for
+            # their chunks and (to log a person's edits) their memories before this write
+            async with self.store.snapshot() as reader:
+                known, before = await both(
+                    known_vectors(reader, model, prepared), _memories_before(reader, logged)
+                )
+            error, fresh = await attach_vectors(self.embedder, prepared, known, tally)
             if error is not None:
                 self._embedder_failed(tally, error)
-            await self._replace_all(prepared, states, tally, log_edits, stale)
+            await self._replace_all(prepared, fresh, before, states, tally, log_edits, stale)
         if stale and retries:
             again = await self._on_disk(stale)
             await self._index_batch(again, {}, tally, log_edits, retries - 1)
@@ -292,31 +341,28 @@ class Indexer:
     async def _replace_all(
         self,
         prepared: Sequence[PreparedFile],
+        fresh: Mapping[str, Vector],
+        before: Mapping[str, Before],
         states: dict[str, FileState],
         tally: Tally,
         log_edits: bool,
         stale: list[str],
     ) -> None:
-        """Write each prepared file in its own transaction (files changed on disk meanwhile go
-        to ``stale``); with ``log_edits``, log the person's edits to memories."""
+        """Write each prepared file in its own transaction, with the vectors made for it
+        (files changed on disk meanwhile go to ``stale``); with ``log_edits``, log the
+        person's edits to memories (``before``: the files' memories as indexed, see
+        ``_memories_before``)."""
         model = self.embedder.model_id
-        before = await self._memories_of(
-            [p.state.path for p in prepared if p.state.path in states] if log_edits else []
-        )
         events = []
         for item in prepared:
             path = item.state.path
-            write = partial(_replace, item, model, self.settings.vault, stale)
+            write = partial(_replace, item, fresh, model, self.settings.vault, stale)
             if not await self._write(tally, [path], write) or (stale and stale[-1] == path):
                 continue
             tally.indexed.append(path)
             if path in before or (log_edits and path in states):
-                after = {
-                    str(m["id"]): c.text
-                    for c in item.chunks
-                    if isinstance(m := c.metadata.get("memory"), dict)
-                }
-                events += changes(path, before.get(path, []), after, "person")
+                texts, gone = before.get(path, ({}, {}))
+                events += changes(path, texts, _memories_after(item), "person", gone)
         if events and self.history is not None:
             await self._log(events)
 
@@ -348,7 +394,13 @@ class Indexer:
 
             if gone and await self._write(tally, gone, job):
                 if before and self.history is not None:
-                    events = [e for p, rs in before.items() for e in changes(p, rs, {}, "person")]
+                    events = [
+                        e
+                        for p, rs in before.items()
+                        for e in changes(
+                            p, {r.id: r.text for r in rs}, {}, "person", {r.id: r for r in rs}
+                        )
+                    ]
                     await self._log(events)
                 return tuple(gone)
         return ()

@@ -14,7 +14,7 @@ from memcore.core.errors import EmbedderError, VaultError
 from memcore.core.models import Chunk, DiskFile, FileFailure, FileState
 from memcore.core.settings import IndexSettings
 from memcore.embedders.base import EmbeddingRunner
-from memcore.storage.base import Store
+from memcore.storage.base import IndexReader, Store
 from memcore.vault.chunker import CHUNKER_VERSION, ChunkerConfig, chunk_markdown
 from memcore.vault.files import content_hash, read_memory_file
 
@@ -114,32 +114,58 @@ async def embed_missing(
     return fresh
 
 
+@dataclass(frozen=True, slots=True)
+class KnownVectors:
+    """What the index already has for prepared chunks: (file, hash) pairs whose row keeps its
+    vector, and cached vectors by content hash."""
+
+    kept: set[tuple[str, str]]
+    cached: dict[str, npt.NDArray[np.float32]]
+    looked_up: int  # chunks not kept by their row (the ones the cache was asked for)
+
+
+async def known_vectors(
+    reader: IndexReader, model_id: str, prepared: Sequence[PreparedFile]
+) -> KnownVectors:
+    """The vectors the index holds for these chunks (read in the caller's snapshot)."""
+    # chunks the file already holds with a vector stay as they are (see replace_file)
+    kept = await reader.embedded_hashes([p.state.path for p in prepared], model_id)
+    hashes = [
+        c.content_hash for p in prepared for c in p.chunks if (p.state.path, c.content_hash)
+        not in kept
+    ]  # fmt: skip
+    return KnownVectors(kept, await reader.cached_vectors(hashes, model_id), len(hashes))
+
+
 async def attach_vectors(
-    store: Store, embedder: EmbeddingRunner, prepared: list[PreparedFile], tally: Tally
-) -> EmbedderError | None:
-    """Give every chunk its cached vector, embedding the rest unless the embedder is down.
-    Chunks left without one stay pending; the embedder's error is returned, not raised."""
-    async with store.snapshot() as reader:
-        # chunks the file already holds with a vector stay as they are (see replace_file)
-        kept = await reader.embedded_hashes([p.state.path for p in prepared], embedder.model_id)
-        hashes = [
-            c.content_hash for p in prepared for c in p.chunks if (p.state.path, c.content_hash)
-            not in kept
-        ]  # fmt: skip
-        cached = await reader.cached_vectors(hashes, embedder.model_id)
+    embedder: EmbeddingRunner, prepared: list[PreparedFile], known: KnownVectors, tally: Tally
+) -> tuple[EmbedderError | None, dict[str, npt.NDArray[np.float32]]]:
+    """Give every chunk its known vector, embedding the rest unless the embedder is down.
+    Chunks left without one stay pending. Returns the embedder's error (not raised) and the
+    vectors made now, by content hash, for the caller to cache in the transaction that writes
+    their file."""
+    cached = dict(known.cached)
     total = sum(len(p.chunks) for p in prepared)
-    tally.reused += total - len(hashes) + sum(1 for h in hashes if h in cached)
+    tally.reused += total - known.looked_up + sum(
+        1 for p in prepared for c in p.chunks
+        if (p.state.path, c.content_hash) not in known.kept and c.content_hash in cached
+    )  # fmt: skip
     missing: dict[str, str] = {}
     for p in prepared:
         for c in p.chunks:
-            if c.content_hash not in cached and (p.state.path, c.content_hash) not in kept:
+            if c.content_hash not in cached and (p.state.path, c.content_hash) not in known.kept:
                 missing.setdefault(c.content_hash, c.embed_text)
     error: EmbedderError | None = None
+    fresh: dict[str, npt.NDArray[np.float32]] = {}
     if missing and tally.embed and not tally.embedder_down:
         try:
-            cached.update(await embed_missing(store, embedder, missing, tally))
+            vecs = await embedder.embed(list(missing.values()))
         except EmbedderError as exc:
             error = exc
+        else:
+            fresh = dict(zip(missing, vecs, strict=True))
+            tally.embedded += len(fresh)
+            cached |= fresh
     for p in prepared:
         p.vectors = [cached.get(c.content_hash) for c in p.chunks]
-    return error
+    return error, fresh

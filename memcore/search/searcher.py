@@ -9,16 +9,14 @@ retrieval harness, which scores several fusion methods on the same candidates.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import datetime as dt
 import logging
 import os
 import time
-from collections.abc import Awaitable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
 
 import numpy as np
 
@@ -30,11 +28,9 @@ from memcore.core.tokenize import has_cjk, has_words, warm_segmenter
 from memcore.embedders.base import EmbeddingRunner
 from memcore.search import fusion, strength
 from memcore.search.recall import Recall, note_key
-from memcore.storage.base import IndexReader, Store, Vector
+from memcore.storage.base import IndexReader, Store, Vector, both
 
 log = logging.getLogger(__name__)
-A = TypeVar("A")
-B = TypeVar("B")
 MAX_LIMIT = 1000  # results one search returns at most, on every front
 
 
@@ -252,7 +248,7 @@ class Searcher:
         cosine: dict[int, float] = {}
         available = False
         # the keyword query runs in the database's thread while the vectors are scored
-        keyword, vector = await _both(
+        keyword, vector = await both(
             reader.search_text(query, n, filters) if use_keywords else _no_hits(),
             (
                 reader.search_vectors(query_vector, model, n, filters)
@@ -308,7 +304,7 @@ class Searcher:
             return scores
         now = dt.datetime.combine(as_of, dt.time(12), dt.UTC) if as_of else dt.datetime.now(dt.UTC)
         ids = list(scores)
-        rows, memories = await _both(reader.chunk_rows(ids), reader.memories_of_chunks(ids))
+        rows, memories = await both(reader.chunk_rows(ids), reader.memories_of_chunks(ids))
         held = await self.recall.of_chunks(rows, memories, now)
         return {
             cid: strength.weigh(sc, held[cid].retrievability, weight) if cid in held else sc
@@ -323,7 +319,7 @@ class Searcher:
     ) -> tuple[Hit, ...]:
         """Hit values for fused (chunk id, score) pairs, in that order."""
         ids = [cid for cid, _ in top]
-        rows, memories = await _both(reader.chunk_rows(ids), reader.memories_of_chunks(ids))
+        rows, memories = await both(reader.chunk_rows(ids), reader.memories_of_chunks(ids))
         by_id = {c.chunk_id: c for c in cands}
         none = fusion.Candidate(0, None, None, None, None)
         return tuple(
@@ -400,20 +396,3 @@ def continued(
 
 async def _no_hits() -> list[tuple[int, float]]:
     return []
-
-
-async def _both(first: Awaitable[A], second: Awaitable[B]) -> tuple[A, B]:
-    """Run two reads at once; the first starts before the second takes the event loop (two
-    queries of one snapshot queue on its connection's thread back to back: one wait for the
-    loop, not two). An error in either propagates as itself (no ExceptionGroup), the other
-    one cancelled."""
-    task = asyncio.ensure_future(first)
-    try:
-        await asyncio.sleep(0)  # let the first hand its query to the database thread
-        other = await second
-        return await task, other
-    finally:
-        if not task.done():
-            task.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await task  # also when both failed: the first's error is seen, never left unread

@@ -9,11 +9,13 @@ Every failure of the backend surfaces as a ``StorageError`` with a one-line mess
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Protocol, Self
+from typing import Protocol, Self, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -29,6 +31,25 @@ from memcore.core.models import (
 )
 
 Vector = npt.NDArray[np.float32]
+A = TypeVar("A")
+B = TypeVar("B")
+
+
+async def both(first: Awaitable[A], second: Awaitable[B]) -> tuple[A, B]:
+    """Two reads at once; the first starts before the second takes the event loop. Two
+    queries of one snapshot queue on its connection back to back: one wait for the loop, not
+    two. An error in either propagates as itself (no ExceptionGroup), the other one
+    cancelled."""
+    task = asyncio.ensure_future(first)
+    try:
+        await asyncio.sleep(0)  # let the first hand its query to the database
+        other = await second
+        return await task, other
+    finally:
+        if not task.done():
+            task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task  # also when both failed: the first's error is seen, never left unread
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,6 +171,11 @@ class IndexReader(Protocol):
 
     async def memories_of_chunks(self, ids: Sequence[int]) -> dict[int, MemoryRecord]:
         """The memory each of these chunks holds (chunks of plain notes are left out)."""
+        ...
+
+    async def memory_texts(self, path: str) -> dict[str, str]:
+        """Id -> text of the memories one file holds (what a diff of its memories needs,
+        without reading their every field)."""
         ...
 
     async def get_meta(self, key: str) -> str | None: ...

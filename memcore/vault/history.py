@@ -96,23 +96,24 @@ def now() -> str:
 
 def changes(
     path: str,
-    before: Iterable[MemoryRecord],
+    before: Mapping[str, str],
     after: Mapping[str, str],
     actor: Actor,
+    records: Mapping[str, MemoryRecord],
 ) -> list[HistoryEvent]:
-    """Events turning ``before`` (records of one file) into ``after`` (id -> text)."""
+    """Events turning ``before`` into ``after`` (the memories of one file, id -> text);
+    ``records`` holds at least the memories gone (a DELETE event keeps their fields)."""
     at = now()
-    old = {r.id: r for r in before}
     out = [
-        HistoryEvent(r.id, "DELETE", r.text, None, actor, at, path, record=fields_of(r))
-        for r in old.values()
-        if r.id not in after
+        HistoryEvent(mid, "DELETE", text, None, actor, at, path, record=fields_of(records[mid]))
+        for mid, text in before.items()
+        if mid not in after
     ]
     for mid, text in after.items():
-        if mid not in old:
+        if mid not in before:
             out.append(HistoryEvent(mid, "ADD", None, text, actor, at, path))
-        elif old[mid].text != text:
-            out.append(HistoryEvent(mid, "UPDATE", old[mid].text, text, actor, at, path))
+        elif before[mid] != text:
+            out.append(HistoryEvent(mid, "UPDATE", before[mid], text, actor, at, path))
     return out
 
 

@@ -397,6 +397,13 @@ class PostgresReader(_Queries):
         )
         return [Entity(r[0], r[1], int(r[2]), r[3], r[4]) for r in rows]
 
+    async def memory_texts(self, path: str) -> dict[str, str]:
+        sql = (
+            "SELECT m.memory_id, c.content FROM memories m "
+            "JOIN memory_chunks c ON c.id = m.chunk_id WHERE m.ns = %s AND m.path = %s"
+        )
+        return {str(i): str(t) for i, t in await self._all(sql, (self.ns, path))}
+
     async def memories_of_chunks(self, ids: Sequence[int]) -> dict[int, MemoryRecord]:
         if not ids:
             return {}

@@ -442,6 +442,13 @@ class SqliteReader(_Queries):
         )
         return [Entity(r[0], r[1], int(r[2]), r[3], r[4]) for r in rows]
 
+    async def memory_texts(self, path: str) -> dict[str, str]:
+        sql = (
+            "SELECT m.memory_id, c.content FROM memories m "
+            "JOIN memory_chunks c ON c.id = m.chunk_id WHERE m.path = ?"
+        )
+        return dict(await self._all(sql, (path,)))
+
     async def memories_of_chunks(self, ids: Sequence[int]) -> dict[int, MemoryRecord]:
         out: dict[int, MemoryRecord] = {}
         for i in range(0, len(ids), BATCH):
