@@ -358,6 +358,16 @@ def memory_embed_text(category: str, text: str) -> str:
     return f"{memory_heading(category)}\n{text}"
 
 
+@lru_cache(maxsize=65_536)
+def _memory_digest(heading: str, text: str) -> tuple[str, tuple[str, ...]]:
+    """(content hash, hashtags) of a memory's chunk; cached, as a file of a thousand memories
+    is chunked again on every write to it."""
+    tags = frozenset(_HASHTAG.findall(text))
+    return text_hash(f"{heading}\n{text}"), tuple(
+        sorted(t for t in tags if not _HEX_COLOUR.fullmatch(t))
+    )
+
+
 def memory_chunks(parsed: MemoryFile, path: str, date: str | None) -> list[Chunk]:
     """One chunk per memory of a memory file, carrying its id, scope and fields."""
     chunks: list[Chunk] = []
@@ -368,7 +378,7 @@ def memory_chunks(parsed: MemoryFile, path: str, date: str | None) -> list[Chunk
             **parsed.scope.to_dict(),
             "category": parsed.category,
         }
-        tags = frozenset(_HASHTAG.findall(item.text))
+        digest, tags = _memory_digest(heading[0], item.text)
         chunks.append(
             Chunk(
                 path=path,
@@ -377,8 +387,8 @@ def memory_chunks(parsed: MemoryFile, path: str, date: str | None) -> list[Chunk
                 start_line=item.start_line,
                 end_line=item.end_line,
                 text=item.text,
-                content_hash=text_hash(f"{heading[0]}\n{item.text}"),
-                tags=tuple(sorted(t for t in tags if not _HEX_COLOUR.fullmatch(t))),
+                content_hash=digest,
+                tags=tags,
                 date=(item.created[:10] or date) if item.created else date,
                 metadata={"memory": record},
             )

@@ -227,7 +227,13 @@ def _item_spans(lines: Sequence[str], first: int) -> list[tuple[int, int]]:
 
 
 def _item(path: str, lines: Sequence[str], start: int, end: int) -> MemoryItem:
-    block = "\n".join(lines[start : end + 1])
+    return _placed(path, "\n".join(lines[start : end + 1]), start, end)
+
+
+@functools.lru_cache(maxsize=65_536)
+def _placed(path: str, block: str, start: int, end: int) -> MemoryItem:
+    """The item of a block at its lines. Cached as well: an append leaves every other item
+    of the file where it was, and placing one (a dataclass replace) costs more than parsing."""
     return dataclasses.replace(_item_of_block(path, block), start_line=start + 1, end_line=end + 1)
 
 
