@@ -67,12 +67,11 @@ async def _replace(
     writer's newer version may already be in the index, and this older one must not replace
     it. Checked inside the write transaction, so no newer version can commit in between (the
     vectors are cached either way: the file's next version most likely has those chunks)."""
-    await tx.cache_vectors({c.content_hash: fresh[c.content_hash] for c in item.chunks
-                            if c.content_hash in fresh}, model_id)  # fmt: skip
-    if await asyncio.to_thread(_disk_stat, root / item.state.path) != (
-        item.state.size,
-        item.state.mtime_ns,
-    ):
+    made = {c.content_hash: fresh[c.content_hash] for c in item.chunks if c.content_hash in fresh}
+    _, on_disk = await both(
+        tx.cache_vectors(made, model_id), asyncio.to_thread(_disk_stat, root / item.state.path)
+    )
+    if on_disk != (item.state.size, item.state.mtime_ns):
         stale.append(item.state.path)
         return
     await tx.replace_file(item.state, item.chunks, item.vectors, model_id)
@@ -185,6 +184,7 @@ class Indexer:
         history: bool = True,
         fill_pending: bool = True,
         embed: bool = True,
+        count_pending: bool = True,
     ) -> IndexReport:
         """Bring the index in line with the vault (or only with ``paths``, vault-relative).
 
@@ -197,24 +197,32 @@ class Indexer:
         (no ``paths``) also embeds the chunks still waiting for a vector. ``embed=False``: the
         chunks go in with the vectors already cached and the rest pending (``fill_pending``
         embeds them later), so a large write is searchable by keyword at once.
+        ``count_pending=False``: the report's ``chunks_pending`` is 0, not counted (a caller
+        that only wants the files in, such as a write through the API, saves a snapshot).
         """
         started = time.perf_counter()
         s = self.settings
         disk = await asyncio.to_thread(
             scan_vault, s.vault, s.index.include, s.index.exclude, s.index.follow_links
         ) if paths is None else await self._on_disk(paths)  # fmt: skip
+        scope = None if paths is None else sorted(set(paths))
         async with self.store.snapshot() as reader:  # the three reads at once
             (states, skipped), stamp = await both(
-                both(reader.file_states(), reader.skipped_files()), reader.get_meta(CHUNKING_KEY)
+                both(reader.file_states(scope), reader.skipped_files()),
+                reader.get_meta(CHUNKING_KEY),
             )
-        if not states and stamp != self.chunking:
-            await self._stamp()  # an empty index: its first files use the current chunking
+        # an empty index: its first files use the current chunking (a run over some paths read
+        # only their states; the whole index is asked only in this rare case)
+        if stamp != self.chunking and not (states if scope is None else await self._states()):
+            await self._stamp()
         # re-chunk everything when the chunking changed; unchanged chunk texts keep vectors
         rechunk = bool(states) and stamp != self.chunking and paths is None and not full
         full = full or rechunk
         log_edits = history and self.history is not None and not full
-        scope = None if paths is None else set(paths)
-        plan = await asyncio.to_thread(plan_changes, disk, states, full, scope, skipped)
+        if scope is None:  # the whole vault: tens of thousands of files, in a worker
+            plan = await asyncio.to_thread(plan_changes, disk, states, full, None, skipped)
+        else:
+            plan = plan_changes(disk, states, full, set(scope), skipped)
         kept_all = paths is None and not disk and bool(states)
         if kept_all and await asyncio.to_thread(_any_file, s.vault, plan.to_delete):
             # The indexed files are still there, just no longer matched: a wrong index.include
@@ -264,8 +272,10 @@ class Indexer:
         # whole vault after an embedder change. The daemon's retry loop fills them meanwhile.
         if not tally.embedder_down and not stopped() and paths is None and fill_pending:
             await self._fill_pending(tally, progress, stop)
-        async with self.store.snapshot() as reader:
-            pending = await reader.count_pending(self.embedder.model_id)
+        pending = 0
+        if count_pending:
+            async with self.store.snapshot() as reader:
+                pending = await reader.count_pending(self.embedder.model_id)
         done = paths is None and not stopped() and not tally.failed_transient
         if done and stamp != self.chunking:
             await self._stamp()
@@ -281,6 +291,10 @@ class Indexer:
             elapsed_ms=(time.perf_counter() - started) * 1000,
             warnings=tuple(dict.fromkeys(tally.warnings)),
         )
+
+    async def _states(self) -> dict[str, FileState]:
+        async with self.store.snapshot() as reader:
+            return await reader.file_states()
 
     async def _stamp(self) -> None:
         async with self.store.transaction() as tx:

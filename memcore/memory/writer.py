@@ -495,7 +495,7 @@ class MemoryWriter:
         Markdown and the history as they were) and raise why: nothing was applied."""
         rels = [w.rel for w in writes]
         try:  # with history: a person's edit the write carried along is logged as theirs
-            report = await self.indexer.index(rels)
+            report = await self.indexer.index(rels, count_pending=False)
         except StorageError as exc:  # e.g. the embedding cache's write found the index busy
             failure = FileFailure(rels[0], str(exc), True, isinstance(exc, StorageBusy))
             raise _refusal(failure, await self._undo(writes)) from exc

@@ -102,7 +102,9 @@ class IndexReader(Protocol):
 
     generation: int  # which committed state: every write transaction moves it on
 
-    async def file_states(self) -> dict[str, FileState]: ...
+    async def file_states(self, paths: Sequence[str] | None = None) -> dict[str, FileState]:
+        """What the index knows of every file, or only of ``paths`` (those it holds)."""
+        ...
 
     async def search_text(
         self, query: str, k: int, filters: SearchFilters

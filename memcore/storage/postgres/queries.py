@@ -146,10 +146,11 @@ class PostgresReader(_Queries):
         super().__init__(conn, store)
         self.generation = generation
 
-    async def file_states(self) -> dict[str, FileState]:
-        rows = await self._all(
-            "SELECT path, content_hash, size, mtime_ns FROM files WHERE ns = %s", (self.ns,)
-        )
+    async def file_states(self, paths: Sequence[str] | None = None) -> dict[str, FileState]:
+        sql = "SELECT path, content_hash, size, mtime_ns FROM files WHERE ns = %s"
+        if paths is not None:  # a write's few files: no reason to read the whole vault's
+            return file_states(await self._all(sql + " AND path = ANY(%s)", (self.ns, list(paths))))
+        rows = await self._all(sql, (self.ns,))
         return await asyncio.to_thread(file_states, rows)
 
     async def search_text(

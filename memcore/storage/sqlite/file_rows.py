@@ -9,8 +9,10 @@ whole step is one hand-off (``on_thread``).
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import aiosqlite
@@ -49,6 +51,22 @@ async def on_thread(
     way to run a function. pyproject pins aiosqlite below the next minor for that reason.)"""
     result: T = await conn._execute(fn, conn._conn, *args, **kwargs)  # type: ignore[no-untyped-call]
     return result
+
+
+def enqueue(
+    conn: aiosqlite.Connection,
+    fn: Callable[Concatenate[sqlite3.Connection, P], T],
+    *args: P.args,
+    **kwargs: P.kwargs,
+) -> asyncio.Future[T]:
+    """``fn(db, *args)`` queued on the connection's thread now (before anything queued after
+    this call returns), without waiting for it: its future. Raises ValueError when the
+    connection is closed. (Done as aiosqlite's ``_execute`` does; see on_thread.)"""
+    if not conn._running or not conn._connection:
+        raise ValueError("Connection closed")
+    future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+    conn._tx.put_nowait((future, partial(fn, conn._conn, *args, **kwargs)))
+    return future
 
 
 def marks(n: int) -> str:

@@ -216,8 +216,11 @@ class SqliteReader(_Queries):
         self.generation = generation
         self._store = store
 
-    async def file_states(self) -> dict[str, FileState]:
-        rows = await self._all("SELECT path, content_hash, size, mtime_ns FROM files")
+    async def file_states(self, paths: Sequence[str] | None = None) -> dict[str, FileState]:
+        sql = "SELECT path, content_hash, size, mtime_ns FROM files"
+        if paths is not None:  # a write's few files: no reason to read the whole vault's
+            return file_states(await self._rows_in(sql + " WHERE path IN ({})", paths))
+        rows = await self._all(sql)
         # 20k rows take ~20 ms to wrap: in a worker, so the loop keeps answering
         return await asyncio.to_thread(file_states, rows)
 

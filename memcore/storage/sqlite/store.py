@@ -20,6 +20,7 @@ import tempfile
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager, suppress
+from functools import partial
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Self, TypeAlias
@@ -34,7 +35,7 @@ from memcore.core.vectors import VectorIndex
 from memcore.storage.base import Vector
 from memcore.storage.migrations import load_migrations
 from memcore.storage.rows import now
-from memcore.storage.sqlite.file_rows import on_thread
+from memcore.storage.sqlite.file_rows import enqueue, on_thread
 from memcore.storage.sqlite.queries import SqliteReader, SqliteWriter
 
 if TYPE_CHECKING:  # usearch (and numkong) load only for a vault that needs the graph
@@ -101,6 +102,7 @@ class SqliteStore:
         self._writer: aiosqlite.Connection | None = None
         self._readers: asyncio.Queue[aiosqlite.Connection] | None = None
         self._all_readers: list[aiosqlite.Connection] = []
+        self._closing: set[asyncio.Task[None]] = set()  # readers being closed (dropped)
         self._write_lock = asyncio.Lock()
         self._loading: dict[str, asyncio.Lock] = {}  # model -> its load or catch-up
         self._building: dict[str, asyncio.Task[None]] = {}  # model -> its graph being built
@@ -188,6 +190,7 @@ class SqliteStore:
             for conn in conns:
                 with suppress(sqlite3.Error, ValueError):
                     await conn.close()
+            await asyncio.gather(*self._closing, return_exceptions=True)
         if self._scratch is not None:
             shutil.rmtree(self._scratch, ignore_errors=True)
             self._scratch, self.path = None, Path(":memory:")
@@ -230,7 +233,10 @@ class SqliteStore:
             conn = await self._connect(cache_mb=self.reader_cache_mb)
             self._all_readers.append(conn)
             return conn
-        return await self._readers.get()
+        while True:
+            conn = await self._readers.get()
+            if conn in self._all_readers:  # not one dropped while it waited in the queue
+                return conn
 
     @asynccontextmanager
     async def snapshot(self) -> AsyncIterator[SqliteReader]:
@@ -245,7 +251,7 @@ class SqliteStore:
         finally:
             if generation is not None:
                 self._release_snapshot(generation)
-            await self._end_read(conn)
+            self._end_read(conn)
 
     async def _begin_read(self, conn: aiosqlite.Connection) -> int:
         """Start a read transaction; its first SELECT fixes the snapshot (both in one hand-off
@@ -258,18 +264,36 @@ class SqliteStore:
             await conn.execute("ROLLBACK")
         raise StorageBusy("index is busy: could not take a consistent snapshot")
 
-    async def _end_read(self, conn: aiosqlite.Connection) -> None:
+    def _end_read(self, conn: aiosqlite.Connection) -> None:
+        """End the read transaction on the connection's own queue and give the connection back
+        at once: the next snapshot's BEGIN queues behind the ROLLBACK, so nobody waits a
+        hand-off to the connection's thread and back for it (under load, each is a turn on a
+        busy event loop). A connection whose ROLLBACK fails is dropped (see _take_reader)."""
         try:
-            if conn.in_transaction:
-                await conn.execute("ROLLBACK")
-        except (sqlite3.Error, ValueError):
-            with suppress(sqlite3.Error, ValueError):
-                await conn.close()
-            if conn in self._all_readers:
-                self._all_readers.remove(conn)
+            ended = enqueue(conn, _end_snapshot)
+        except ValueError:  # closed under us
+            self._drop_reader(conn)
             return
+        ended.add_done_callback(partial(self._ended, conn))
         if self._readers is not None and conn in self._all_readers:
             self._readers.put_nowait(conn)
+
+    def _ended(self, conn: aiosqlite.Connection, ended: asyncio.Future[None]) -> None:
+        if ended.cancelled() or ended.exception() is not None:
+            self._drop_reader(conn)
+
+    def _drop_reader(self, conn: aiosqlite.Connection) -> None:
+        """Never hand this reader out again, and close it."""
+        if conn in self._all_readers:
+            self._all_readers.remove(conn)
+            task = asyncio.ensure_future(self._close_quietly(conn))
+            self._closing.add(task)
+            task.add_done_callback(self._closing.discard)
+
+    @staticmethod
+    async def _close_quietly(conn: aiosqlite.Connection) -> None:
+        with suppress(sqlite3.Error, ValueError):
+            await conn.close()
 
     def _release_snapshot(self, generation: int) -> None:
         self._open_snapshots[generation] -= 1
@@ -548,6 +572,11 @@ class SqliteStore:
                     del self._vectors[model_id]
         if event is not None:
             event.set()
+
+
+def _end_snapshot(db: sqlite3.Connection) -> None:
+    if db.in_transaction:
+        db.execute("ROLLBACK")
 
 
 def _begin_snapshot(db: sqlite3.Connection) -> int:
