@@ -30,9 +30,10 @@ def build_candidates(
     krank = {cid: i + 1 for i, (cid, _) in enumerate(keyword)}
     vscore = dict(cosine or {}) | dict(vector)
     kscore = dict(keyword)
-    ids = list(dict.fromkeys([cid for cid, _ in vector] + [cid for cid, _ in keyword]))
+    ids = dict.fromkeys([cid for cid, _ in vector] + [cid for cid, _ in keyword])
+    new = tuple.__new__  # a named tuple's own constructor is a Python function: 2.5x slower
     return [
-        Candidate(cid, vscore.get(cid), kscore.get(cid), vrank.get(cid), krank.get(cid))
+        new(Candidate, (cid, vscore.get(cid), kscore.get(cid), vrank.get(cid), krank.get(cid)))
         for cid in ids
     ]
 
