@@ -722,12 +722,12 @@ async def test_filters_or_not_ranges_and_text_operators_on_every_backend(
             await m.get_all(filters=bad)
 
 
-async def test_an_add_embeds_its_memory_once_while_it_waits(
+async def test_an_add_that_waits_for_its_file_is_embedded_meanwhile_and_only_once(
     vault: Path, settings: Settings
 ) -> None:
-    """The writer has a new memory embedded as it arrives (embed_ahead), before its Markdown
-    is written; the index run of that write takes the vector: one model call for the text,
-    and the memory is found."""
+    """An add that has to wait for the round in progress on its file has its memory embedded
+    meanwhile (embed_ahead), before its Markdown is written; one that goes at once is
+    embedded by its index run. Either way one model call for the text, and it is found."""
     seen: list[tuple[str, bool]] = []  # (text embedded, was it in the Markdown already)
 
     class Watching(FakeEmbedder):
@@ -742,8 +742,8 @@ async def test_an_add_embeds_its_memory_once_while_it_waits(
         second = svc.memories.add("the standup is at nine", user_id="alice")
         (a,), (b,) = await asyncio.gather(first, second)
         assert sorted(seen) == [
-            ("core memories\nthe deploy runs on Fridays", False),
-            ("core memories\nthe standup is at nine", False),
+            ("core memories\nthe deploy runs on Fridays", True),  # went at once
+            ("core memories\nthe standup is at nine", False),  # waited: embedded meanwhile
         ]
         found = await svc.memories.search("when is the deploy", user_id="alice")
         assert found[0].id == a.id and b.id != a.id

@@ -163,9 +163,16 @@ class MemoryWriter:
         by_file: dict[str, list[NewMemory]] = {}
         for m in checked:
             by_file.setdefault(m.file or self.file_for(m.scope, m.category), []).append(m)
-        # the model runs while the write waits for the round in progress on its file
+        # A write that will wait for the round in progress on its file has its memories
+        # embedded meanwhile. (One that goes at once leaves it to its index run, which takes
+        # a vector the index has cached instead of running the model.)
         self.indexer.embedder.embed_ahead(
-            [memory_embed_text(m.category, m.content) for m in checked]
+            [
+                memory_embed_text(m.category, m.content)
+                for rel, group in by_file.items()
+                if rel in self._draining
+                for m in group
+            ]
         )
         loop = asyncio.get_running_loop()
         waits = []
