@@ -6,7 +6,8 @@
 
 The server runs in its own process (`memcore serve --no-watch`); this process is the clients.
 Prints search p50/p95 (query embedding included), the load run's requests, errors and
-p50/p95/p99 per kind, whether every added memory is found afterwards, and the server's peak RSS.
+p50/p95/p99 per kind, whether every added memory is found afterwards, the CPU the server and
+the clients used during the load (of 100% per core), and the server's peak RSS.
 """
 
 from __future__ import annotations
@@ -60,6 +61,12 @@ def start_serve(vault: Path, env: dict[str, str]) -> tuple[subprocess.Popen[byte
             pass
         time.sleep(0.1)
     return server, url
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU a process has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def peak_rss_mb(pid: int) -> float:
@@ -142,7 +149,13 @@ def main(args: argparse.Namespace) -> None:
         try:
             qs = questions(200)
             asyncio.run(warm(url, qs))
+            served, ours, started = cpu_seconds(server.pid), time.process_time(), time.monotonic()
             asyncio.run(load(url, args.clients, args.seconds, qs))
+            wall = time.monotonic() - started
+            server_cpu = 100 * (cpu_seconds(server.pid) - served) / wall
+            clients_cpu = 100 * (time.process_time() - ours) / wall
+            # is the machine saturated (2 cores = 200%), or is the latency waiting?
+            print(f"CPU during the load: server {server_cpu:.0f}%, clients {clients_cpu:.0f}%")
             print(f"server peak RSS {peak_rss_mb(server.pid):.0f} MB")
         finally:
             server.terminate()
