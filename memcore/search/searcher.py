@@ -94,7 +94,7 @@ class Searcher:
         started = time.perf_counter()
         filters = vault_relative(filters or SearchFilters(), self.settings.vault)
         warnings: list[str] = []
-        cached = self.cache is not None and query_vector is None
+        cache = self.cache if query_vector is None else None  # a caller's vector: not cached
         if not has_words(query) and query_vector is not None:
             method = "vector"  # a precomputed vector alone: nothing for keywords to match
         elif not has_words(query) and filters.tag:
@@ -119,7 +119,7 @@ class Searcher:
         async with self.store.snapshot() as reader:
             key = (query, limit, repr(filters), fusion_name, min_score, as_of,
                    *self._state(reader.generation))  # fmt: skip
-            if cached and self.cache is not None and (found := self.cache.get(key)) is not None:
+            if cache is not None and (found := cache.get(key)) is not None:
                 return found
             result = await self._search_in(
                 reader, query, limit, filters, method, floor, query_vector, as_of, warnings
@@ -129,8 +129,8 @@ class Searcher:
             query, len(result.hits), result.mode, (time.perf_counter() - started) * 1000,
         )  # fmt: skip
         # kept only when not degraded (embedder down, vectors pending)
-        if cached and self.cache is not None and not result.warnings:
-            self.cache.put(key, result)
+        if cache is not None and not result.warnings:
+            cache.put(key, result)
         return result
 
     def _state(self, generation: int | None) -> tuple[object, ...]:
