@@ -81,23 +81,22 @@ Before = tuple[dict[str, str], dict[str, MemoryRecord]]  # (id -> text, the ones
 
 
 async def _memories_before(
-    reader: IndexReader, prepared: Sequence[PreparedFile]
+    reader: IndexReader, afters: Mapping[str, Mapping[str, str]]
 ) -> dict[str, Before]:
-    """What a diff of these files' memories needs of the index before they are written: the
-    text of each memory, and every field of those the new versions no longer hold (a DELETE
-    event keeps them). A write to a file of a thousand memories reads a thousand texts, not
-    a thousand records."""
+    """What a diff of these files' memories needs of the index before they are written (
+    ``afters``: path -> id -> text of the memories each will hold): the text of each memory,
+    and every field of those the new versions no longer hold (a DELETE event keeps them). A
+    write to a file of a thousand memories reads a thousand texts, not a thousand records."""
     out: dict[str, Before] = {}
-    for item in prepared:
-        texts = await reader.memory_texts(item.state.path)
+    for path, after in afters.items():
+        texts = await reader.memory_texts(path)
         if not texts:
             continue
-        after = _memories_after(item)
         gone = [mid for mid in texts if mid not in after]
         records = (
             await reader.memories(MemoryQuery(ids=tuple(gone), limit=len(gone))) if gone else []
         )
-        out[item.state.path] = (texts, {r.id: r for r in records})
+        out[path] = (texts, {r.id: r for r in records})
     return out
 
 
@@ -337,17 +336,22 @@ class Indexer:
             if not prepared:
                 return
             model = self.embedder.model_id
-            logged = [p for p in prepared if p.state.path in states] if log_edits else []
+            # the memories of the files indexed before, whose changes are a person's edits
+            afters = {
+                p.state.path: _memories_after(p)
+                for p in prepared
+                if log_edits and p.state.path in states
+            }
             # what the index holds for these files, in one snapshot: the vectors it has for
             # their chunks and (to log a person's edits) their memories before this write
             async with self.store.snapshot() as reader:
                 known, before = await both(
-                    known_vectors(reader, model, prepared), _memories_before(reader, logged)
+                    known_vectors(reader, model, prepared), _memories_before(reader, afters)
                 )
             error, fresh = await attach_vectors(self.embedder, prepared, known, tally)
             if error is not None:
                 self._embedder_failed(tally, error)
-            await self._replace_all(prepared, fresh, before, states, tally, log_edits, stale)
+            await self._replace_all(prepared, fresh, before, afters, tally, stale)
         if stale and retries:
             again = await self._on_disk(stale)
             await self._index_batch(again, {}, tally, log_edits, retries - 1)
@@ -357,14 +361,13 @@ class Indexer:
         prepared: Sequence[PreparedFile],
         fresh: Mapping[str, Vector],
         before: Mapping[str, Before],
-        states: dict[str, FileState],
+        afters: Mapping[str, Mapping[str, str]],
         tally: Tally,
-        log_edits: bool,
         stale: list[str],
     ) -> None:
         """Write each prepared file in its own transaction, with the vectors made for it
-        (files changed on disk meanwhile go to ``stale``); with ``log_edits``, log the
-        person's edits to memories (``before``: the files' memories as indexed, see
+        (files changed on disk meanwhile go to ``stale``); log the person's edits to the
+        memories of the files in ``afters`` (their memories now; ``before``: as indexed, see
         ``_memories_before``)."""
         model = self.embedder.model_id
         events = []
@@ -374,9 +377,9 @@ class Indexer:
             if not await self._write(tally, [path], write) or (stale and stale[-1] == path):
                 continue
             tally.indexed.append(path)
-            if path in before or (log_edits and path in states):
+            if path in afters:
                 texts, gone = before.get(path, ({}, {}))
-                events += changes(path, texts, _memories_after(item), "person", gone)
+                events += changes(path, texts, afters[path], "person", gone)
         if events and self.history is not None:
             await self._log(events)
 
