@@ -106,12 +106,19 @@ async def embed_missing(
     """Embed texts (by content hash) and add them to the vector cache. Raises EmbedderError."""
     if not texts:
         return {}
-    vecs = await embedder.embed(list(texts.values()))
-    fresh = dict(zip(texts, vecs, strict=True))
+    fresh = await _embedded(embedder, texts, tally)
     async with store.transaction() as tx:
         await tx.cache_vectors(fresh, embedder.model_id)
-    tally.embedded += len(fresh)
     return fresh
+
+
+async def _embedded(
+    embedder: EmbeddingRunner, texts: Mapping[str, str], tally: Tally
+) -> dict[str, npt.NDArray[np.float32]]:
+    """Vectors of texts by content hash, counted in the tally. Raises EmbedderError."""
+    vecs = await embedder.embed(list(texts.values()))
+    tally.embedded += len(texts)
+    return dict(zip(texts, vecs, strict=True))
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,13 +166,10 @@ async def attach_vectors(
     fresh: dict[str, npt.NDArray[np.float32]] = {}
     if missing and tally.embed and not tally.embedder_down:
         try:
-            vecs = await embedder.embed(list(missing.values()))
+            fresh = await _embedded(embedder, missing, tally)
         except EmbedderError as exc:
             error = exc
-        else:
-            fresh = dict(zip(missing, vecs, strict=True))
-            tally.embedded += len(fresh)
-            cached |= fresh
+        cached |= fresh
     for p in prepared:
         p.vectors = [cached.get(c.content_hash) for c in p.chunks]
     return error, fresh
