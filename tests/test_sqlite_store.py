@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -234,3 +236,57 @@ async def test_a_write_reads_its_files_chunks_by_path_not_every_chunk_of_the_mod
         conn.close()
     (step,) = [row[3] for row in plan]
     assert "(source_file=?" in step and "memory_chunks_model" not in step, step
+
+
+def _connection_threads() -> int:
+    """aiosqlite connections alive in this process (each runs on its own thread)."""
+    return sum(1 for t in threading.enumerate() if "_connection_worker_thread" in t.name)
+
+
+async def test_concurrent_reads_open_no_more_readers_than_the_pool_holds(
+    tmp_path: Path,
+) -> None:
+    """Twelve searches arriving together each saw room for one more reader while the first
+    connects were awaited, and opened twelve: more threads taking turns at the GIL."""
+    store = SqliteStore(tmp_path / "index.db", readers=2)
+    async with store:
+        before = _connection_threads()  # the writer
+        seen = []
+
+        async def read(n: int) -> int:
+            async with store.snapshot() as r:
+                seen.append(_connection_threads() - before)
+                await asyncio.sleep(0.01)
+                return int((await r._all("SELECT ?", [n]))[0][0])
+
+        assert await asyncio.gather(*(read(n) for n in range(12))) == list(range(12))
+        assert max(seen) == 2 and _connection_threads() - before == 2
+
+
+async def test_a_reader_that_fails_to_open_lets_a_waiting_read_open_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The one reader slot's connect fails while another read waits for a reader: that read
+    opens one itself instead of waiting for ever."""
+    store = SqliteStore(tmp_path / "index.db", readers=1)
+    async with store:
+        connect = store._connect
+        failures = [sqlite3.OperationalError("unable to open database file")]
+
+        async def flaky(cache_mb: int | None = None) -> object:
+            await asyncio.sleep(0.05)  # the second read arrives meanwhile and waits
+            if failures:
+                raise failures.pop()
+            return await connect(cache_mb)
+
+        monkeypatch.setattr(store, "_connect", flaky)
+
+        async def read() -> int:
+            async with store.snapshot() as r:
+                return int((await r._all("SELECT 7"))[0][0])
+
+        first, second = await asyncio.wait_for(
+            asyncio.gather(read(), read(), return_exceptions=True), 5
+        )
+    assert isinstance(first, StorageError) and second == 7
+    assert "unable to open database file" in str(first)

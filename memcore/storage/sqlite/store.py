@@ -41,7 +41,12 @@ from memcore.storage.sqlite.queries import SqliteReader, SqliteWriter
 if TYPE_CHECKING:  # usearch (and numkong) load only for a vault that needs the graph
     from memcore.storage.ann import AnnIndex
 
-READERS = 3  # reader connections (each is a thread); more searches than this queue up
+# Reader connections, each a thread; more concurrent reads than this queue up. One per core
+# (at least 2): the searches' SQL holds the GIL for part of its run, so more readers than cores
+# only take turns at it. Under 12 clients on 2 cores, 4 readers measured search p99 90 ms and
+# 2 readers 65-74 ms (bench/http_api.py; docs/performance.md).
+READERS = max(2, min(8, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                     else os.cpu_count() or 2))  # fmt: skip
 ANN_MIN_VECTORS = 50_000  # from here a model's vectors are searched in an HNSW graph
 # Page cache of each reader connection. SQLite's default (2 MB) holds none of a big index's
 # full-text working set, so every search read the same pages again: at 119k chunks 142 MB
@@ -100,7 +105,8 @@ class SqliteStore:
         self._busy_ms = max(0, int(busy_timeout_s * 1000))
         self._max_readers = max(1, readers)
         self._writer: aiosqlite.Connection | None = None
-        self._readers: asyncio.Queue[aiosqlite.Connection] | None = None
+        self._readers: asyncio.Queue[aiosqlite.Connection | None] | None = None
+        self._opening = 0  # reader connections being opened (see _open_reader)
         self._all_readers: list[aiosqlite.Connection] = []
         self._closing: set[asyncio.Task[None]] = set()  # readers being closed (dropped)
         self._write_lock = asyncio.Lock()
@@ -229,14 +235,36 @@ class SqliteStore:
     async def _take_reader(self) -> aiosqlite.Connection:
         if self._readers is None:
             raise StorageError("index is not open")
-        if self._readers.empty() and len(self._all_readers) < self._max_readers:
-            conn = await self._connect(cache_mb=self.reader_cache_mb)
-            self._all_readers.append(conn)
-            return conn
+        readers = self._readers
         while True:
-            conn = await self._readers.get()
-            if conn in self._all_readers:  # not one dropped while it waited in the queue
+            if readers.empty() and len(self._all_readers) + self._opening < self._max_readers:
+                return await self._open_reader()
+            conn = await readers.get()
+            if conn is not None and conn in self._all_readers:  # not one dropped meanwhile
                 return conn
+
+    async def _open_reader(self) -> aiosqlite.Connection:
+        """A new reader connection. Its slot in the pool is taken before the connect is
+        awaited, so callers arriving meanwhile wait for a reader instead of each opening
+        one more (the pool stays at ``readers``)."""
+        self._opening += 1
+        try:
+            conn = await self._connect(cache_mb=self.reader_cache_mb)
+        except BaseException as exc:
+            self._wake_waiter()  # its slot is free again: a waiter may open one
+            if isinstance(exc, sqlite3.Error):
+                raise translate(exc, "read") from exc
+            raise
+        finally:
+            self._opening -= 1
+        self._all_readers.append(conn)
+        return conn
+
+    def _wake_waiter(self) -> None:
+        """A reader slot came free (a reader dropped, or a connect failed): wake one caller
+        waiting for a reader so it can open one (None is not a connection)."""
+        if self._readers is not None:
+            self._readers.put_nowait(None)
 
     @asynccontextmanager
     async def snapshot(self) -> AsyncIterator[SqliteReader]:
@@ -289,6 +317,7 @@ class SqliteStore:
             task = asyncio.ensure_future(self._close_quietly(conn))
             self._closing.add(task)
             task.add_done_callback(self._closing.discard)
+            self._wake_waiter()
 
     @staticmethod
     async def _close_quietly(conn: aiosqlite.Connection) -> None:
