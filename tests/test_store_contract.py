@@ -5,6 +5,7 @@ Parametrised over backends; SQLite runs it now, and a new backend joins by addin
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
@@ -183,6 +184,46 @@ async def test_a_snapshot_sees_one_state_while_writes_commit(open_store: OpenSto
             assert sorted(c for c, _ in hits) == sorted(new_ids)
             rows = await new.chunk_rows([c for c, _ in hits])
             assert {last_line(r.text) for r in rows.values()} == {"after", "more"}
+
+
+async def test_a_writes_reads_never_wait_behind_the_searches_holding_the_readers(
+    open_store: OpenStore,
+) -> None:
+    """Under load every reader is held by a search and more searches queue for one; the reads
+    an add makes (what the index holds of its file, the rows it confirms) must not join that
+    queue: they were half of an add's time at 12 clients. A second write's read meanwhile
+    (or one nested in the first) takes a reader like a search, and never deadlocks."""
+    async with open_store() as store:
+        async with store.transaction() as tx:
+            (held,) = await put(tx, "MEMORY.md", "# A\n\nheld\n", [vec(1, 0)])
+        release = asyncio.Event()
+        holding = 0
+
+        async def search() -> list[tuple[int, float]]:
+            nonlocal holding
+            async with store.snapshot() as r:
+                holding += 1
+                await release.wait()
+                return await r.search_text("held", 5, SearchFilters())
+
+        searches = [asyncio.create_task(search()) for _ in range(12)]
+        await asyncio.sleep(0.3)
+        assert 0 < holding < 12  # every reader held, the other searches queued
+        async with asyncio.timeout(5), store.snapshot(writing=True) as w:
+            assert [last_line(r.text) for r in (await w.chunk_rows([held])).values()] == ["held"]
+            nested = asyncio.create_task(text_paths(store, "held"))
+            await asyncio.sleep(0.05)
+            assert not nested.done()  # queued with the searches
+        release.set()
+        assert [c for c, _ in (await asyncio.gather(*searches))[0]] == [held]
+        assert await nested == {"MEMORY.md"}
+        # the kept connection is taken: the inner read takes a reader
+        async with (
+            asyncio.timeout(5),
+            store.snapshot(writing=True) as w,
+            store.snapshot(writing=True) as inner,
+        ):
+            assert await inner.chunk_rows([held]) == await w.chunk_rows([held])
 
 
 async def test_writes_by_another_client_reach_this_ones_vector_search(

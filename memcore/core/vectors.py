@@ -99,6 +99,11 @@ class VectorIndex:
         return chunk_id in self._row
 
     @property
+    def cells(self) -> int:
+        """Stored rows times dimensions: what a scan multiplies."""
+        return self._n * (self._dim or 0)
+
+    @property
     def dim(self) -> int | None:
         return self._dim
 

@@ -205,7 +205,7 @@ class Indexer:
             scan_vault, s.vault, s.index.include, s.index.exclude, s.index.follow_links
         ) if paths is None else await self._on_disk(paths)  # fmt: skip
         scope = None if paths is None else sorted(set(paths))
-        async with self.store.snapshot() as reader:  # the three reads at once
+        async with self.store.snapshot(writing=True) as reader:  # three reads at once
             (states, skipped), stamp = await both(
                 both(reader.file_states(scope), reader.skipped_files()),
                 reader.get_meta(CHUNKING_KEY),
@@ -292,7 +292,7 @@ class Indexer:
         )
 
     async def _states(self) -> dict[str, FileState]:
-        async with self.store.snapshot() as reader:
+        async with self.store.snapshot(writing=True) as reader:
             return await reader.file_states()
 
     async def _stamp(self) -> None:
@@ -344,7 +344,7 @@ class Indexer:
             }
             # what the index holds for these files, in one snapshot: the vectors it has for
             # their chunks and (to log a person's edits) their memories before this write
-            async with self.store.snapshot() as reader:
+            async with self.store.snapshot(writing=True) as reader:
                 known, before = await both(
                     known_vectors(reader, model, prepared), _memories_before(reader, afters)
                 )
@@ -448,7 +448,7 @@ class Indexer:
         deleted = [e.memory_id for e in events if e.event == "DELETE"]
         if not deleted:
             return events
-        async with self.store.snapshot() as reader:
+        async with self.store.snapshot(writing=True) as reader:
             found = await reader.memories(MemoryQuery(ids=tuple(deleted), limit=len(deleted)))
         moved = {r.id for r in found}
         return [e for e in events if not (e.event == "DELETE" and e.memory_id in moved)]
@@ -458,7 +458,7 @@ class Indexer:
         if not paths:
             return {}
         out: dict[str, list[MemoryRecord]] = {}
-        async with self.store.snapshot() as reader:
+        async with self.store.snapshot(writing=True) as reader:
             for path in paths:
                 rows = await reader.memories(MemoryQuery(path=path, limit=1_000_000))
                 if rows:

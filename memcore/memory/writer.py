@@ -224,7 +224,7 @@ class MemoryWriter:
             if not ids:
                 ids = written.ids
             await self._commit([written])
-            seen |= {r.id: r for r in await self._records(ids, missing_ok=True)}
+            seen |= {r.id: r for r in await self._records(ids, missing_ok=True, writing=True)}
             # An editor that saved a buffer read before our write drops our lines: add again.
             # A memory another caller archived or deleted since is not lost: it stays gone.
             gone = await self.history.removed_by_api(mid for mid in ids if mid not in seen)
@@ -296,8 +296,10 @@ class MemoryWriter:
     async def history_of(self, memory_id: str) -> list[dict[str, object]]:
         return await self.history.of(memory_id)
 
-    async def _records(self, ids: Sequence[str], missing_ok: bool = False) -> list[MemoryRecord]:
-        async with self.store.snapshot() as reader:
+    async def _records(
+        self, ids: Sequence[str], missing_ok: bool = False, writing: bool = False
+    ) -> list[MemoryRecord]:
+        async with self.store.snapshot(writing) as reader:
             rows = await reader.memories(MemoryQuery(ids=tuple(ids), limit=max(len(ids), 1)))
         by_id = {r.id: r for r in rows}
         if not missing_ok and len(by_id) < len(set(ids)):

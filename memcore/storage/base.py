@@ -241,8 +241,12 @@ class Store(Protocol):
         tb: TracebackType | None,
     ) -> None: ...
 
-    def snapshot(self) -> AbstractAsyncContextManager[IndexReader]:
-        """A read snapshot; many may be open at once, writers never block them."""
+    def snapshot(self, writing: bool = False) -> AbstractAsyncContextManager[IndexReader]:
+        """A read snapshot; many may be open at once, writers never block them. ``writing``:
+        a read a write makes (what the index holds of the files it replaces, and the rows it
+        confirms): served on a connection kept for writes' reads, so that a write never waits
+        behind the searches queued for a reader (one at a time; another write's read meanwhile
+        takes a reader as searches do)."""
         ...
 
     def transaction(self) -> AbstractAsyncContextManager[IndexWriter]:

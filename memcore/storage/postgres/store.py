@@ -95,6 +95,9 @@ class PostgresStore:
         self._readers: asyncio.Queue[psycopg.AsyncConnection[tuple[object, ...]]] | None = None
         self._all_readers: list[psycopg.AsyncConnection[tuple[object, ...]]] = []
         self._opening = 0  # reader connections being opened right now
+        # one more connection, for the reads a write makes (see Store.snapshot)
+        self._write_reader: psycopg.AsyncConnection[tuple[object, ...]] | None = None
+        self._write_reads = asyncio.Lock()
         self._write_lock = asyncio.Lock()
         self.vector_indexes: set[str] = set()  # HNSW indexes known to exist
         self.pending_memo: dict[tuple[int, str], int] = {}
@@ -182,8 +185,13 @@ class PostgresStore:
 
     async def close(self) -> None:
         async with self._write_lock:
-            conns = [*self._all_readers, *([self._writer] if self._writer else [])]
+            conns = [
+                *self._all_readers,
+                *([self._write_reader] if self._write_reader else []),
+                *([self._writer] if self._writer else []),
+            ]
             self._writer, self._readers, self._all_readers = None, None, []
+            self._write_reader = None
             for conn in conns:
                 with suppress(psycopg.Error):
                     await conn.close()
@@ -238,9 +246,29 @@ class PostgresStore:
             return conn
         return await self._readers.get()
 
+    async def _take_write_reader(self) -> psycopg.AsyncConnection[tuple[object, ...]] | None:
+        """The connection kept for writes' reads, held (``_write_reads``) until the read
+        ends; None when another write's read has it. One the server dropped is replaced."""
+        if self._readers is None:
+            raise StorageError("index is not open")
+        if self._write_reads.locked():
+            return None
+        await self._write_reads.acquire()
+        conn = self._write_reader
+        if conn is None or conn.broken or conn.closed:
+            try:
+                self._write_reader = conn = await self._connect()
+            except psycopg.Error as exc:
+                self._write_reads.release()
+                raise translate(exc, "read") from exc
+            except BaseException:
+                self._write_reads.release()
+                raise
+        return conn
+
     @asynccontextmanager
-    async def snapshot(self) -> AsyncIterator[PostgresReader]:
-        conn, generation = await self._begin_read()
+    async def snapshot(self, writing: bool = False) -> AsyncIterator[PostgresReader]:
+        conn, generation = await self._begin_read(writing)
         try:
             yield PostgresReader(conn, generation, self)
         except psycopg.Error as exc:
@@ -248,11 +276,15 @@ class PostgresStore:
         finally:
             await self._end_read(conn)
 
-    async def _begin_read(self) -> tuple[psycopg.AsyncConnection[tuple[object, ...]], int]:
+    async def _begin_read(
+        self, writing: bool = False
+    ) -> tuple[psycopg.AsyncConnection[tuple[object, ...]], int]:
         """A reader connection inside a fresh snapshot, and the snapshot's generation. A
         pooled connection the server has dropped (a restart) is replaced, once."""
         for attempt in range(2):
-            conn = await self._take_reader()
+            conn = (await self._take_write_reader() if writing else None) or (
+                await self._take_reader()
+            )
             try:
                 await conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
                 await conn.execute(f"SET LOCAL hnsw.ef_search = {int(self.ef_search)}")
@@ -273,6 +305,16 @@ class PostgresStore:
         raise AssertionError("unreachable")
 
     async def _end_read(self, conn: psycopg.AsyncConnection[tuple[object, ...]]) -> None:
+        if conn is self._write_reader:
+            try:
+                await conn.execute("ROLLBACK")
+            except psycopg.Error:
+                self._write_reader = None  # the next write's read connects again
+                with suppress(psycopg.Error):
+                    await conn.close()
+            finally:
+                self._write_reads.release()
+            return
         try:
             await conn.execute("ROLLBACK")
         except psycopg.Error:

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import aiosqlite
 import numpy as np
@@ -79,6 +79,20 @@ _FETCH_IDS = 65536
 # always NULL together, so the embedding_model index answers this without reading the
 # rows (a scan over rows carrying 1.5 KB vectors took 238 ms at 100k chunks; this, 0.03 ms).
 _PENDING = "(embedding_model IS NULL OR embedding_model < ? OR embedding_model > ?)"
+
+
+# A matrix up to this many cells (rows x dimensions: 16k vectors of 384) is scanned on the
+# event loop, in under half a millisecond; under load a hop to a worker thread and back costs
+# several. A bigger one, and an HNSW graph, is searched in a worker: the scan releases the GIL,
+# so the keyword query started beside it in SQLite's thread keeps going (Searcher.candidates).
+INLINE_SCAN_CELLS = 16_384 * 384
+R = TypeVar("R")
+
+
+async def _scan(index: VectorIndex | AnnIndex, fn: Callable[..., R], *args: object) -> R:
+    if isinstance(index, VectorIndex) and index.cells <= INLINE_SCAN_CELLS:
+        return fn(*args)
+    return await asyncio.to_thread(fn, *args)
 
 
 def embedded_hashes_sql(paths: int) -> str:
@@ -259,16 +273,13 @@ class SqliteReader(_Queries):
     ) -> list[tuple[int, float]]:
         allowed = await self._filtered_ids(filters)
         index = await self._store.vectors_at(self.conn, self.generation, model_id)
-        # in a worker: the scan releases the GIL, so the keyword query started beside it in
-        # SQLite's thread keeps going (see Searcher.candidates)
-        return await asyncio.to_thread(index.search, vector, k, allowed, self.generation)
+        return await _scan(index, index.search, vector, k, allowed, self.generation)
 
     async def vector_similarity(
         self, vector: Vector, model_id: str, ids: Sequence[int]
     ) -> dict[int, float]:
         index = await self._store.vectors_at(self.conn, self.generation, model_id)
-        # In a worker thread, as search: the index's lock may be held (a graph read in).
-        return await asyncio.to_thread(index.similarity, vector, ids, self.generation)
+        return await _scan(index, index.similarity, vector, ids, self.generation)
 
     async def newest_matching(
         self, filters: SearchFilters, limit: int, offset: int = 0

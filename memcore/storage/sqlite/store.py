@@ -108,6 +108,10 @@ class SqliteStore:
         self._readers: asyncio.Queue[aiosqlite.Connection | None] | None = None
         self._opening = 0  # reader connections being opened (see _open_reader)
         self._all_readers: list[aiosqlite.Connection] = []
+        # one more connection, for the reads a write makes (see snapshot): never queued
+        # behind searches; while one write's read has it, another's takes a reader
+        self._write_reader: aiosqlite.Connection | None = None
+        self._write_reads = asyncio.Lock()
         self._closing: set[asyncio.Task[None]] = set()  # readers being closed (dropped)
         self._write_lock = asyncio.Lock()
         self._loading: dict[str, asyncio.Lock] = {}  # model -> its load or catch-up
@@ -185,8 +189,13 @@ class SqliteStore:
         await asyncio.gather(*builds, return_exceptions=True)
         self._building.clear()
         async with self._write_lock:
-            conns = [*self._all_readers, *([self._writer] if self._writer else [])]
+            conns = [
+                *self._all_readers,
+                *([self._write_reader] if self._write_reader else []),
+                *([self._writer] if self._writer else []),
+            ]
             self._writer, self._readers, self._all_readers = None, None, []
+            self._write_reader = None
             graphs = {m: v for m, v in self._vectors.items() if not isinstance(v, VectorIndex)}
             self._vectors.clear()
             self._retired.clear()
@@ -266,9 +275,27 @@ class SqliteStore:
         if self._readers is not None:
             self._readers.put_nowait(None)
 
+    async def _take_write_reader(self) -> aiosqlite.Connection | None:
+        """The connection kept for writes' reads, held (``_write_reads``) until the read
+        ends; None when another write's read has it."""
+        if self._readers is None:
+            raise StorageError("index is not open")
+        if self._write_reads.locked():
+            return None
+        await self._write_reads.acquire()
+        if self._write_reader is None:
+            try:
+                self._write_reader = await self._connect(cache_mb=self.reader_cache_mb)
+            except BaseException as exc:
+                self._write_reads.release()
+                if isinstance(exc, sqlite3.Error):
+                    raise translate(exc, "read") from exc
+                raise
+        return self._write_reader
+
     @asynccontextmanager
-    async def snapshot(self) -> AsyncIterator[SqliteReader]:
-        conn = await self._take_reader()
+    async def snapshot(self, writing: bool = False) -> AsyncIterator[SqliteReader]:
+        conn = (await self._take_write_reader() if writing else None) or await self._take_reader()
         generation: int | None = None
         try:
             generation = await self._begin_read(conn)
@@ -297,14 +324,17 @@ class SqliteStore:
         at once: the next snapshot's BEGIN queues behind the ROLLBACK, so nobody waits a
         hand-off to the connection's thread and back for it (under load, each is a turn on a
         busy event loop). A connection whose ROLLBACK fails is dropped (see _take_reader)."""
+        for_writes = conn is self._write_reader
         try:
             ended = enqueue(conn, _end_snapshot)
         except ValueError:  # closed under us
             self._drop_reader(conn)
-            return
-        ended.add_done_callback(partial(self._ended, conn))
-        if self._readers is not None and conn in self._all_readers:
-            self._readers.put_nowait(conn)
+        else:
+            ended.add_done_callback(partial(self._ended, conn))
+            if not for_writes and self._readers is not None and conn in self._all_readers:
+                self._readers.put_nowait(conn)
+        if for_writes:
+            self._write_reads.release()
 
     def _ended(self, conn: aiosqlite.Connection, ended: asyncio.Future[None]) -> None:
         if ended.cancelled() or ended.exception() is not None:
@@ -312,6 +342,10 @@ class SqliteStore:
 
     def _drop_reader(self, conn: aiosqlite.Connection) -> None:
         """Never hand this reader out again, and close it."""
+        if conn is self._write_reader:
+            self._write_reader = None  # the next write's read opens another
+            self._closing.add(task := asyncio.ensure_future(self._close_quietly(conn)))
+            task.add_done_callback(self._closing.discard)
         if conn in self._all_readers:
             self._all_readers.remove(conn)
             task = asyncio.ensure_future(self._close_quietly(conn))
