@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from memcore.core.heap import freeze_heap
 from memcore.core.models import IndexReport
 from memcore.core.settings import Settings, embedder_signature
 from memcore.fronts.daemon_state import LOCK_NAME, vault_lock, write_status
@@ -160,6 +161,7 @@ class Daemon:
                 self.service.readiness.phase = "ready"
                 self.publish()
                 log.info("caught up with the vault: %s", report.summary())
+                freeze_heap()
                 self._watcher = watcher
                 self._note_failures(report, None)
                 mode = "polling" if watcher.polling else "native events"
