@@ -99,3 +99,15 @@ def test_a_process_with_the_copy_cuts_a_query_without_loading_the_dictionary(
     second = probe()
     assert second["loaded"] is False and second["terms"] == first["terms"]
     assert second["terms"] == query_terms(query)
+
+
+def test_a_query_is_cut_in_a_worker_only_while_jieba_loads_or_when_long() -> None:
+    """Cutting a short query once the dictionary is loaded costs less than a hop to a worker
+    thread under load; loading it (about a second) never runs where the caller is."""
+    from memcore.core import segmenter
+    from memcore.core.tokenize import cuts_quickly
+
+    assert cuts_quickly("render engine water " * 100)  # no Chinese: always where it is
+    assert cuts_quickly("水彩画的颜料") == segmenter.loaded()
+    segmenter.full()
+    assert cuts_quickly("水彩画的颜料") and not cuts_quickly("水彩画的颜料" * 60)

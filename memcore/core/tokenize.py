@@ -42,6 +42,14 @@ def has_cjk(text: str) -> bool:
     return _CJK_RUN.search(text) is not None
 
 
+def cuts_quickly(query: str) -> bool:
+    """Whether a query's terms are quick to cut where the caller is: no Chinese, or jieba's
+    dictionary already loaded (serve and watch load it at start) and a short query. Else it
+    belongs in a worker thread; for a short query, that hop costs more under load than
+    cutting it."""
+    return not has_cjk(query) or (segmenter.loaded() and len(query) <= 256)
+
+
 def warm_segmenter() -> None:
     """Load jieba now (blocking, about a second) instead of on the first Chinese text."""
     segmenter.full()

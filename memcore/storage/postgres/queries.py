@@ -27,7 +27,7 @@ from memcore.core.tokenize import (
     ANCHOR_MAX_TERMS,
     ANCHOR_ROWS,
     anchor_terms,
-    has_cjk,
+    cuts_quickly,
     query_terms,
     segment,
 )
@@ -157,7 +157,9 @@ class PostgresReader(_Queries):
         self, query: str, k: int, filters: SearchFilters
     ) -> list[tuple[int, float]]:
         terms = (
-            await asyncio.to_thread(query_terms, query) if has_cjk(query) else query_terms(query)
+            query_terms(query)
+            if cuts_quickly(query)
+            else await asyncio.to_thread(query_terms, query)
         )
         if not terms:
             return []

@@ -31,9 +31,9 @@ from memcore.core.tokenize import (
     anchor_terms,
     anchored_expression,
     common_tiers,
+    cuts_quickly,
     estimated_count,
     fts_any,
-    has_cjk,
     query_terms,
     ranked_terms,
 )
@@ -241,9 +241,11 @@ class SqliteReader(_Queries):
     async def search_text(
         self, query: str, k: int, filters: SearchFilters
     ) -> list[tuple[int, float]]:
-        # The first Chinese query loads jieba (about a second): not on the event loop.
+        # Loading jieba (the first Chinese query: about a second) is never on the event loop.
         terms = (
-            await asyncio.to_thread(query_terms, query) if has_cjk(query) else query_terms(query)
+            query_terms(query)
+            if cuts_quickly(query)
+            else await asyncio.to_thread(query_terms, query)
         )
         if not terms:
             return []
