@@ -124,7 +124,7 @@ class StorageSettings:
     ann_min_vectors: int = 50_000
     # SQLite page cache of each search connection (up to 3), filled only as pages are read
     cache_mb: int = 128
-    # PostgreSQL: connections for concurrent reads (seed 000's pool_size); writes take one more
+    # PostgreSQL: connections for concurrent reads (seed 000's pool_size); writes take two more
     pool_size: int = 3
 
 
