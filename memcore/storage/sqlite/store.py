@@ -44,7 +44,8 @@ if TYPE_CHECKING:  # usearch (and numkong) load only for a vault that needs the 
 # Reader connections, each a thread; more concurrent reads than this queue up. One per core
 # (at least 2): the searches' SQL holds the GIL for part of its run, so more readers than cores
 # only take turns at it. Under 12 clients on 2 cores, 4 readers measured search p99 90 ms and
-# 2 readers 65-74 ms (bench/http_api.py; docs/performance.md).
+# 2 readers 65-74 ms over 20 s; over 60 s a third trades adds for searches (add p99 266-301 ms
+# against 241-263, search p99 ~108 against ~125: bench/http_api.py, docs/performance.md).
 READERS = max(2, min(8, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
                      else os.cpu_count() or 2))  # fmt: skip
 ANN_MIN_VECTORS = 50_000  # from here a model's vectors are searched in an HNSW graph
@@ -295,7 +296,8 @@ class SqliteStore:
 
     @asynccontextmanager
     async def snapshot(self, writing: bool = False) -> AsyncIterator[SqliteReader]:
-        conn = (await self._take_write_reader() if writing else None) or await self._take_reader()
+        kept = await self._take_write_reader() if writing else None
+        conn = kept or await self._take_reader()
         generation: int | None = None
         try:
             generation = await self._begin_read(conn)
@@ -306,7 +308,7 @@ class SqliteStore:
         finally:
             if generation is not None:
                 self._release_snapshot(generation)
-            self._end_read(conn)
+            self._end_read(conn, kept is not None)
 
     async def _begin_read(self, conn: aiosqlite.Connection) -> int:
         """Start a read transaction; its first SELECT fixes the snapshot (both in one hand-off
@@ -319,21 +321,21 @@ class SqliteStore:
             await conn.execute("ROLLBACK")
         raise StorageBusy("index is busy: could not take a consistent snapshot")
 
-    def _end_read(self, conn: aiosqlite.Connection) -> None:
+    def _end_read(self, conn: aiosqlite.Connection, kept: bool = False) -> None:
         """End the read transaction on the connection's own queue and give the connection back
         at once: the next snapshot's BEGIN queues behind the ROLLBACK, so nobody waits a
         hand-off to the connection's thread and back for it (under load, each is a turn on a
-        busy event loop). A connection whose ROLLBACK fails is dropped (see _take_reader)."""
-        for_writes = conn is self._write_reader
+        busy event loop). A connection whose ROLLBACK fails is dropped (see _take_reader).
+        ``kept``: the connection kept for writes' reads, given back to the next write."""
         try:
             ended = enqueue(conn, _end_snapshot)
         except ValueError:  # closed under us
             self._drop_reader(conn)
         else:
             ended.add_done_callback(partial(self._ended, conn))
-            if not for_writes and self._readers is not None and conn in self._all_readers:
+            if not kept and self._readers is not None and conn in self._all_readers:
                 self._readers.put_nowait(conn)
-        if for_writes:
+        if kept:
             self._write_reads.release()
 
     def _ended(self, conn: aiosqlite.Connection, ended: asyncio.Future[None]) -> None:
