@@ -259,16 +259,22 @@ class SqliteStore:
         one more (the pool stays at ``readers``)."""
         self._opening += 1
         try:
-            conn = await self._connect(cache_mb=self.reader_cache_mb)
-        except BaseException as exc:
+            conn = await self._connect_reader()
+        except BaseException:
             self._wake_waiter()  # its slot is free again: a waiter may open one
-            if isinstance(exc, sqlite3.Error):
-                raise translate(exc, "read") from exc
             raise
         finally:
             self._opening -= 1
         self._all_readers.append(conn)
         return conn
+
+    async def _connect_reader(self) -> aiosqlite.Connection:
+        """A connection for reads (a reader's, or the one kept for writes' reads); a failure
+        is a StorageError."""
+        try:
+            return await self._connect(cache_mb=self.reader_cache_mb)
+        except sqlite3.Error as exc:
+            raise translate(exc, "read") from exc
 
     def _wake_waiter(self) -> None:
         """A reader slot came free (a reader dropped, or a connect failed): wake one caller
@@ -286,11 +292,9 @@ class SqliteStore:
         await self._write_reads.acquire()
         if self._write_reader is None:
             try:
-                self._write_reader = await self._connect(cache_mb=self.reader_cache_mb)
-            except BaseException as exc:
+                self._write_reader = await self._connect_reader()
+            except BaseException:
                 self._write_reads.release()
-                if isinstance(exc, sqlite3.Error):
-                    raise translate(exc, "read") from exc
                 raise
         return self._write_reader
 
@@ -346,14 +350,14 @@ class SqliteStore:
         """Never hand this reader out again, and close it."""
         if conn is self._write_reader:
             self._write_reader = None  # the next write's read opens another
-            self._closing.add(task := asyncio.ensure_future(self._close_quietly(conn)))
-            task.add_done_callback(self._closing.discard)
-        if conn in self._all_readers:
+        elif conn in self._all_readers:
             self._all_readers.remove(conn)
-            task = asyncio.ensure_future(self._close_quietly(conn))
-            self._closing.add(task)
-            task.add_done_callback(self._closing.discard)
             self._wake_waiter()
+        else:
+            return
+        task = asyncio.ensure_future(self._close_quietly(conn))
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
 
     @staticmethod
     async def _close_quietly(conn: aiosqlite.Connection) -> None:
