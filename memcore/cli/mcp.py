@@ -4,24 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING
 
 import typer
 
 from memcore.cli.app import app, run, settings_of
 from memcore.compose import open_service
-from memcore.core.heap import freeze_heap
-
-if TYPE_CHECKING:
-    from memcore.service import MemoryService
+from memcore.core.heap import freeze_after
 
 log = logging.getLogger(__name__)
-
-
-async def caught_up(service: MemoryService) -> None:
-    """Catch up with the vault, then leave the warm heap out of later full collections."""
-    await service.catch_up()
-    freeze_heap()
 
 
 @app.command(name="mcp")
@@ -33,7 +23,7 @@ def mcp_command(ctx: typer.Context) -> None:
     async def job() -> None:
         async with open_service(settings_of(ctx), catch_up=False) as service:
             service.readiness.phase = "starting"  # until the catch-up below is done
-            catch_up = asyncio.create_task(caught_up(service))
+            catch_up = asyncio.create_task(freeze_after(service.catch_up()))
             try:
                 await build_mcp(service).run_stdio_async()
             finally:

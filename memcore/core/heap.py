@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+from collections.abc import Awaitable
 
 
 def freeze_heap() -> None:
@@ -14,3 +15,9 @@ def freeze_heap() -> None:
     is never collected."""
     gc.collect()
     gc.freeze()
+
+
+async def freeze_after(catch_up: Awaitable[object]) -> None:
+    """Await a server's warm-up and catch-up with its vault, then ``freeze_heap``."""
+    await catch_up
+    freeze_heap()

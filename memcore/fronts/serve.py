@@ -15,7 +15,7 @@ from pathlib import Path
 import uvicorn
 
 from memcore.core.errors import ConfigError, DaemonError, MemcoreError
-from memcore.core.heap import freeze_heap
+from memcore.core.heap import freeze_after
 from memcore.core.settings import Settings
 from memcore.fronts.daemon import Daemon
 from memcore.fronts.http.app import LOOPBACK_NAMES, build_app
@@ -121,13 +121,6 @@ async def serve_socket(service: MemoryService, daemon: Daemon) -> None:
         sock.close()
 
 
-async def _catch_up(service: MemoryService, stop: asyncio.Event) -> None:
-    """``serve --no-watch``: catch up once, then leave the warm heap to the collector as the
-    daemon does (see freeze_heap)."""
-    await service.catch_up(stop)
-    freeze_heap()
-
-
 async def _until_stopped(
     server: _Server,
     stop: asyncio.Event,
@@ -198,7 +191,7 @@ async def serve(
                 tg.create_task(daemon.run())
                 tg.create_task(serve_socket(service, daemon))
             else:
-                tg.create_task(_catch_up(service, stop))
+                tg.create_task(freeze_after(service.catch_up(stop)))
     except BaseExceptionGroup as group:  # one line for the person: the watcher's own error
         raise _one_error(group) from None
     if not server.started:
