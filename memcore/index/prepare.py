@@ -128,7 +128,7 @@ class KnownVectors:
 
     kept: set[tuple[str, str]]
     cached: dict[str, npt.NDArray[np.float32]]
-    looked_up: int  # chunks not kept by their row (the ones the cache was asked for)
+    looked_up: list[str]  # hashes of the chunks not kept by their row (the cache was asked)
 
 
 async def known_vectors(
@@ -141,7 +141,7 @@ async def known_vectors(
         c.content_hash for p in prepared for c in p.chunks if (p.state.path, c.content_hash)
         not in kept
     ]  # fmt: skip
-    return KnownVectors(kept, await reader.cached_vectors(hashes, model_id), len(hashes))
+    return KnownVectors(kept, await reader.cached_vectors(hashes, model_id), hashes)
 
 
 async def attach_vectors(
@@ -153,10 +153,7 @@ async def attach_vectors(
     their file."""
     cached = dict(known.cached)
     total = sum(len(p.chunks) for p in prepared)
-    tally.reused += total - known.looked_up + sum(
-        1 for p in prepared for c in p.chunks
-        if (p.state.path, c.content_hash) not in known.kept and c.content_hash in cached
-    )  # fmt: skip
+    tally.reused += total - len(known.looked_up) + sum(1 for h in known.looked_up if h in cached)
     missing: dict[str, str] = {}
     for p in prepared:
         for c in p.chunks:
