@@ -345,16 +345,8 @@ class SqliteReader(_Queries):
         return index
 
     async def chunk_rows(self, ids: Sequence[int]) -> dict[int, ChunkRow]:
-        out: dict[int, ChunkRow] = {}
-        for i in range(0, len(ids), BATCH):
-            part = list(ids[i : i + BATCH])
-            rows = await self._all(
-                f"SELECT {CHUNK_ROW_COLUMNS} FROM memory_chunks WHERE id IN ({marks(len(part))})",
-                part,
-            )
-            for r in rows:
-                out[r[0]] = chunk_row(r)
-        return out
+        sql = f"SELECT {CHUNK_ROW_COLUMNS} FROM memory_chunks WHERE id IN ({{}})"
+        return {r[0]: chunk_row(r) for r in await self._rows_in(sql, ids)}
 
     async def cached_vectors(self, hashes: Sequence[str], model_id: str) -> dict[str, Vector]:
         out: dict[str, Vector] = {}
@@ -466,14 +458,8 @@ class SqliteReader(_Queries):
         return dict(await self._all(sql, (path,)))
 
     async def memories_of_chunks(self, ids: Sequence[int]) -> dict[int, MemoryRecord]:
-        out: dict[int, MemoryRecord] = {}
-        for i in range(0, len(ids), BATCH):
-            part = list(ids[i : i + BATCH])
-            rows = await self._all(
-                f"{MEMORY_SELECT} WHERE m.chunk_id IN ({marks(len(part))})", part
-            )
-            out.update((r[-1], memory_record(r)) for r in rows)
-        return out
+        rows = await self._rows_in(f"{MEMORY_SELECT} WHERE m.chunk_id IN ({{}})", ids)
+        return {r[-1]: memory_record(r) for r in rows}
 
     async def stored_files(self, paths: Sequence[str]) -> list[StoredFile]:
         states: dict[str, FileState] = {}
