@@ -271,6 +271,7 @@ async def test_without_a_saved_graph_the_matrix_answers_until_the_graph_built_be
         assert await nearest(store, vecs[4], 1) == [ids[4]]  # answered at once, exactly
         assert isinstance(store._vectors[M], VectorIndex)
         async with store.snapshot() as before:
+            await before.begun()  # its state is fixed now, before the writes below
             # writes while the graph is built: wherever they land, the graph must hold them
             async with store.transaction() as tx:
                 await tx.delete_files(["n4.md"])
@@ -342,6 +343,7 @@ async def test_a_graph_catches_up_in_place_with_another_clients_writes(tmp_path:
             await tx.delete_files(["n6.md"])
         assert ids[6] not in await nearest(store, vecs[6], 20)
         async with store.snapshot() as before:
+            await before.begun()  # its state is fixed now, before the writes below
             async with other.transaction() as tx:
                 await tx.delete_files(["n5.md"])
             new = await write(other, "late.md", "# Late\n\nlate note\n", vecs[30:31])

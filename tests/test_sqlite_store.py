@@ -12,10 +12,15 @@ import pytest
 
 from memcore.core.errors import StorageBusy, StorageError
 from memcore.core.models import FileState, SearchFilters
+from memcore.core.settings import load_settings
+from memcore.embedders.base import EmbeddingRunner
 from memcore.storage.migrations import load_migrations
+from memcore.storage.sqlite import file_rows, queries
 from memcore.storage.sqlite.queries import embedded_hashes_sql
 from memcore.storage.sqlite.store import SqliteStore
+from memcore.service import MemoryService
 from memcore.vault.chunker import chunk_markdown
+from tests.support import FakeEmbedder
 
 
 async def test_migrations_run_once_are_recorded_and_use_wal(tmp_path: Path) -> None:
@@ -290,3 +295,115 @@ async def test_a_reader_that_fails_to_open_lets_a_waiting_read_open_one(
         )
     assert isinstance(first, StorageError) and second == 7
     assert "unable to open database file" in str(first)
+
+
+async def _note(store: SqliteStore, path: str, text: str, vector: np.ndarray) -> list[int]:
+    chunks, _ = chunk_markdown(text, path)
+    async with store.transaction() as tx:
+        state = FileState(path, f"h{hash(text)}", len(text), 1)
+        return await tx.replace_file(state, chunks, [vector] * len(chunks), "m")
+
+
+async def test_a_snapshot_starts_with_its_first_query_and_queries_sent_meanwhile_share_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No hand-off of its own for BEGIN: the first query carries it, the ones sent while it
+    is on its way queue behind it in the same transaction, and later writes stay unseen."""
+    vec = np.ones(4, dtype=np.float32)
+    begins = []
+    begin = queries.begin_snapshot
+
+    def counted(db: sqlite3.Connection) -> int:
+        begins.append(1)
+        return begin(db)
+
+    monkeypatch.setattr(queries, "begin_snapshot", counted)
+    async with SqliteStore(tmp_path / "index.db") as store:
+        await _note(store, "a.md", "# A\n\nfirst note\n", vec)
+        async with store.snapshot() as r:
+            await _note(store, "b.md", "# B\n\nsecond note\n", vec)  # before its first query
+            states, hits, generation = await asyncio.gather(
+                r.file_states(), r.search_text("note", 5, SearchFilters()), r.begun()
+            )
+            assert sorted(states) == ["a.md", "b.md"] and len(hits) == 2
+            assert begins == [1]
+            await _note(store, "c.md", "# C\n\nthird note\n", vec)
+            assert sorted(await r.file_states()) == ["a.md", "b.md"]
+            assert len(await r.search_text("note", 5, SearchFilters())) == 2
+            assert r.generation == generation == await r.begun()
+            assert begins == [1]
+
+
+async def test_a_write_committed_while_a_snapshot_starts_drops_no_rows_it_needs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A snapshot's BEGIN runs on its connection's thread while a write commits and the
+    matrix compacts on the event loop. The snapshot, opened before, holds the matrix's
+    generation, so the rows of its older state stay: it is answered from the matrix as of
+    its own state, not by reloading every vector."""
+    vecs = np.eye(4, dtype=np.float32)
+    began, go_on = threading.Event(), threading.Event()
+    begin = queries.begin_snapshot
+    async with SqliteStore(tmp_path / "index.db") as store:
+        (gone,) = await _note(store, "a.md", "# A\n\nsoon deleted\n", vecs[0])
+        await _note(store, "b.md", "# B\n\nstays\n", vecs[1])
+        async with store.snapshot() as r:  # the matrix, loaded
+            assert [c for c, _ in await r.search_vectors(vecs[0], "m", 1, SearchFilters())] == [
+                gone
+            ]
+        loads = []
+        load = store._load
+
+        async def counted(reader: object, model_id: str) -> object:
+            loads.append(model_id)
+            return await load(reader, model_id)  # type: ignore[arg-type]
+
+        def held(db: sqlite3.Connection) -> int:
+            generation = begin(db)
+            began.set()
+            go_on.wait(5)
+            return generation
+
+        monkeypatch.setattr(store, "_load", counted)
+        monkeypatch.setattr(queries, "begin_snapshot", held)
+        async with store.snapshot() as r:
+            search = asyncio.ensure_future(r.search_vectors(vecs[0], "m", 1, SearchFilters()))
+            assert await asyncio.to_thread(began.wait, 5)  # BEGIN ran: the old state is fixed
+            monkeypatch.setattr(queries, "begin_snapshot", begin)
+            async with store.transaction() as tx:
+                await tx.delete_files(["a.md"])
+            go_on.set()
+            assert [c for c, _ in await search] == [gone]  # as of its own state
+        assert loads == []
+        async with store.snapshot() as r:
+            found = await r.search_vectors(vecs[0], "m", 2, SearchFilters())
+            assert gone not in [c for c, _ in found]
+
+
+async def test_a_search_holds_its_reader_for_two_hand_offs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under load every hand-off to a reader's thread waits its turn on the event loop while
+    the search holds that reader: BEGIN rides with the keyword query, and the hits' rows come
+    with their memories, so a search over memories makes two."""
+    vault = tmp_path / "vault"
+    (vault / "memory").mkdir(parents=True)
+    (vault / "MEMORY.md").write_text("# Engines\n\nThe render engine uses DX12.\n")
+    settings = load_settings(vault)
+    settings.state_dir.mkdir(exist_ok=True)
+    store = SqliteStore(settings.db_path)
+    async with MemoryService(settings, store, EmbeddingRunner(FakeEmbedder())) as service:
+        await service.index()
+        await service.memories.add("The water shader runs in DX12 too", user_id="u")
+        hand_offs = []
+        on_thread = file_rows.on_thread
+
+        async def counted(conn: object, fn: object, *args: object) -> object:
+            hand_offs.append(getattr(fn, "__name__", fn))
+            return await on_thread(conn, fn, *args)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(file_rows, "on_thread", counted)
+        result = await service.search("DX12 engine")
+        assert {h.path for h in result.hits} == {"MEMORY.md", "memory/users/u/core.md"}
+        assert any(h.id for h in result.hits)  # a memory's hit, with its record
+        assert hand_offs == ["_begun_with", "_hit_rows"]

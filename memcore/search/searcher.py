@@ -9,12 +9,13 @@ retrieval harness, which scores several fusion methods on the same candidates.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import datetime as dt
 import logging
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -117,13 +118,27 @@ class Searcher:
                 )
             query_vector = unit_vector(query_vector)
         async with self.store.snapshot() as reader:
-            key = (query, limit, repr(filters), fusion_name, min_score, as_of,
-                   *self._state(reader.generation))  # fmt: skip
-            if cache is not None and (found := cache.get(key)) is not None:
-                return found
-            result = await self._search_in(
-                reader, query, limit, filters, method, floor, query_vector, as_of, warnings
+            # The keyword list of the first pool is asked for first: a snapshot may start with
+            # its first query (one hand-off for both), and the cache is asked once the
+            # snapshot's generation is known (a hit leaves that list unused).
+            keywords = (
+                asyncio.ensure_future(reader.search_text(query, s.candidates, filters))
+                if method != "vector"
+                else None
             )
+            await asyncio.sleep(0)  # let it hand its query to the database (as ``both`` does)
+            try:
+                key = (query, limit, repr(filters), fusion_name, min_score, as_of,
+                       *self._state(await reader.begun()))  # fmt: skip
+                if cache is not None and (found := cache.get(key)) is not None:
+                    return found
+                result = await self._search_in(
+                    reader, query, limit, filters, method, floor, query_vector, as_of,
+                    warnings, keywords,
+                )  # fmt: skip
+            finally:
+                if keywords is not None:
+                    await _settled(keywords)
         log.debug(
             "search %r: %d hits (%s) in %.1f ms",
             query, len(result.hits), result.mode, (time.perf_counter() - started) * 1000,
@@ -150,12 +165,14 @@ class Searcher:
         query_vector: Vector | None,
         as_of: dt.date | None,
         warnings: list[str],
+        keywords: Awaitable[list[tuple[int, float]]] | None = None,
     ) -> SearchResult:
-        """The search itself, in one snapshot, the query already embedded (or not)."""
+        """The search itself, in one snapshot, the query already embedded (or not);
+        ``keywords``, the keyword list of the first pool when it was asked for already."""
         s = self.settings.search
         try:
             found, ranking = await self.rank(
-                reader, query, s.candidates, filters, query_vector, method, as_of
+                reader, query, s.candidates, filters, query_vector, method, as_of, keywords
             )
             if limit > s.candidates and len(ranking) >= s.candidates:
                 # past the pool: the first search.candidates results stay as they are
@@ -199,6 +216,7 @@ class Searcher:
         query_vector: Vector | None,
         method: str,
         as_of: dt.date | None,
+        keywords: Awaitable[list[tuple[int, float]]] | None = None,
     ) -> tuple[Found, list[tuple[int, float]]]:
         """Every candidate of a pool (the top ``pool`` of each list), fused, boosted and
         weighed, best first. Scores are rounded to 6 digits: the score every front shows."""
@@ -209,6 +227,7 @@ class Searcher:
             filters,
             query_vector if method != "keyword" else None,
             use_keywords=method != "vector",
+            keywords=keywords,
         )
         fused = method if found.has_vectors else "keyword"
         scores = self.fuse(found.candidates, fused, found.query_has_cjk)
@@ -241,15 +260,19 @@ class Searcher:
         filters: SearchFilters,
         query_vector: Vector | None,
         use_keywords: bool = True,
+        keywords: Awaitable[list[tuple[int, float]]] | None = None,
     ) -> Found:
-        """The top ``n`` of each retriever (cosine and BM25) in one snapshot, before fusion."""
+        """The top ``n`` of each retriever (cosine and BM25) in one snapshot, before fusion
+        (``keywords``: the keyword list, when it was asked for already)."""
         warnings: list[str] = []
         model = self.embedder.model_id
         cosine: dict[int, float] = {}
         available = False
+        if keywords is None:
+            keywords = reader.search_text(query, n, filters) if use_keywords else _no_hits()
         # the keyword query runs in the database's thread while the vectors are scored
         keyword, vector = await both(
-            reader.search_text(query, n, filters) if use_keywords else _no_hits(),
+            keywords,
             (
                 reader.search_vectors(query_vector, model, n, filters)
                 if query_vector is not None
@@ -304,7 +327,7 @@ class Searcher:
             return scores
         now = dt.datetime.combine(as_of, dt.time(12), dt.UTC) if as_of else dt.datetime.now(dt.UTC)
         ids = list(scores)
-        rows, memories = await both(reader.chunk_rows(ids), reader.memories_of_chunks(ids))
+        rows, memories = await reader.hit_rows(ids)
         held = await self.recall.of_chunks(rows, memories, now)
         return {
             cid: strength.weigh(sc, held[cid].retrievability, weight) if cid in held else sc
@@ -319,7 +342,7 @@ class Searcher:
     ) -> tuple[Hit, ...]:
         """Hit values for fused (chunk id, score) pairs, in that order."""
         ids = [cid for cid, _ in top]
-        rows, memories = await both(reader.chunk_rows(ids), reader.memories_of_chunks(ids))
+        rows, memories = await reader.hit_rows(ids)
         by_id = {c.chunk_id: c for c in cands}
         none = fusion.Candidate(0, None, None, None, None)
         return tuple(
@@ -392,6 +415,15 @@ def continued(
     shown = {cid for cid, _ in first}
     floor = first[-1][1] if first else 1.0
     return first + [(cid, min(sc, floor)) for cid, sc in deeper if cid not in shown]
+
+
+async def _settled(task: asyncio.Future[list[tuple[int, float]]]) -> None:
+    """Wait for a query this search started and no longer needs (cancelled if it still
+    runs), its error seen: the search has raised it already, or had no use for it."""
+    if not task.done():
+        task.cancel()
+    with contextlib.suppress(asyncio.CancelledError, Exception):
+        await task
 
 
 async def _no_hits() -> list[tuple[int, float]]:

@@ -98,9 +98,19 @@ class StoreStats:
 
 
 class IndexReader(Protocol):
-    """One consistent snapshot of the index: every call sees the same committed state."""
+    """One consistent snapshot of the index: every call sees the same committed state, the
+    one its first query (or ``begun``) found, as in a database's own transactions."""
 
-    generation: int  # which committed state: every write transaction moves it on
+    @property
+    def generation(self) -> int:
+        """Which committed state: every write transaction moves it on. Known once the
+        snapshot has started (see ``begun``)."""
+        ...
+
+    async def begun(self) -> int:
+        """The snapshot's generation. A backend may start a snapshot with its first query (one
+        hand-off for both, not two); this starts it now unless a query already did (or is)."""
+        ...
 
     async def file_states(self, paths: Sequence[str] | None = None) -> dict[str, FileState]:
         """What the index knows of every file, or only of ``paths`` (those it holds)."""
@@ -175,6 +185,13 @@ class IndexReader(Protocol):
         """The memory each of these chunks holds (chunks of plain notes are left out)."""
         ...
 
+    async def hit_rows(
+        self, ids: Sequence[int]
+    ) -> tuple[dict[int, ChunkRow], dict[int, MemoryRecord]]:
+        """``chunk_rows`` and ``memories_of_chunks`` of the same chunks, together: what a
+        search shows of its hits (a backend may fetch both in one hand-off)."""
+        ...
+
     async def memory_texts(self, path: str) -> dict[str, str]:
         """Id -> text of the memories one file holds (what a diff of its memories needs,
         without reading their every field)."""
@@ -242,7 +259,8 @@ class Store(Protocol):
     ) -> None: ...
 
     def snapshot(self, writing: bool = False) -> AbstractAsyncContextManager[IndexReader]:
-        """A read snapshot; many may be open at once, writers never block them. ``writing``:
+        """A read snapshot; many may be open at once, writers never block them. Its state is
+        the one its first query finds (``IndexReader.begun`` fixes it sooner). ``writing``:
         a read a write makes (what the index holds of the files it replaces, and the rows it
         confirms): served on a connection kept for writes' reads, so that a write never waits
         behind the searches queued for a reader (one at a time; another write's read meanwhile

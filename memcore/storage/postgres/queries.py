@@ -146,6 +146,9 @@ class PostgresReader(_Queries):
         super().__init__(conn, store)
         self.generation = generation
 
+    async def begun(self) -> int:
+        return self.generation  # started before the snapshot was handed out
+
     async def file_states(self, paths: Sequence[str] | None = None) -> dict[str, FileState]:
         sql = "SELECT path, content_hash, size, mtime_ns FROM files WHERE ns = %s"
         if paths is not None:  # a write's few files: no reason to read the whole vault's
@@ -406,6 +409,11 @@ class PostgresReader(_Queries):
             "JOIN memory_chunks c ON c.id = m.chunk_id WHERE m.ns = %s AND m.path = %s"
         )
         return {str(i): str(t) for i, t in await self._all(sql, (self.ns, path))}
+
+    async def hit_rows(
+        self, ids: Sequence[int]
+    ) -> tuple[dict[int, ChunkRow], dict[int, MemoryRecord]]:
+        return await self.chunk_rows(ids), await self.memories_of_chunks(ids)
 
     async def memories_of_chunks(self, ids: Sequence[int]) -> dict[int, MemoryRecord]:
         if not ids:

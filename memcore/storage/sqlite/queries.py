@@ -13,6 +13,7 @@ import aiosqlite
 import numpy as np
 import numpy.typing as npt
 
+from memcore.core.errors import StorageError
 from memcore.core.models import (
     Chunk,
     Entity,
@@ -207,28 +208,140 @@ def _ranked(
     return [(r[0], float(r[1])) for r in db.execute(sql, [match, *params, k]).fetchall()]
 
 
+def _fetch_all(db: sqlite3.Connection, sql: str, params: Sequence[object]) -> list[Any]:
+    return db.execute(sql, params).fetchall()
+
+
+def begin_snapshot(db: sqlite3.Connection) -> int:
+    """BEGIN a read transaction and read the generation it sees (which fixes the snapshot)."""
+    db.execute("BEGIN")
+    row = db.execute("SELECT value FROM generation").fetchone()
+    return int(row[0]) if row else 0
+
+
+def _pending_count(db: sqlite3.Connection, model_id: str) -> int:
+    # three index-backed counts: an OR cannot use the index (see _PENDING)
+    row = db.execute(
+        "SELECT (SELECT count(*) FROM memory_chunks WHERE embedding_model IS NULL)"
+        " + (SELECT count(*) FROM memory_chunks WHERE embedding_model < ?)"
+        " + (SELECT count(*) FROM memory_chunks WHERE embedding_model > ?)",
+        (model_id, model_id),
+    ).fetchone()
+    return int(row[0])
+
+
+def _begun_with(
+    db: sqlite3.Connection, counted: tuple[int, str] | None, fn: Callable[..., R], *args: Any
+) -> tuple[int, int | None, R]:
+    """A snapshot's start and its first query, in one hand-off: (generation, chunks pending,
+    result). ``counted``: (generation, model) of the pending count remembered; at a newer
+    generation the model's chunks pending are counted again (None: not counted). Every
+    search asks for it, and the count is a few index lookups: not worth a hand-off of its
+    own at each generation, which under writes is every tenth search."""
+    generation = begin_snapshot(db)
+    pending = None
+    if counted is not None and counted[0] != generation:
+        pending = _pending_count(db, counted[1])
+    return generation, pending, fn(db, *args)
+
+
+_CHUNK_ROWS = f"SELECT {CHUNK_ROW_COLUMNS} FROM memory_chunks WHERE id IN ({{}})"
+_MEMORIES_OF_CHUNKS = f"{MEMORY_SELECT} WHERE m.chunk_id IN ({{}})"
+
+
+def _hit_rows(db: sqlite3.Connection, ids: Sequence[int]) -> tuple[list[Any], list[Any]]:
+    return file_rows.rows_in(db, _CHUNK_ROWS, ids), file_rows.rows_in(db, _MEMORIES_OF_CHUNKS, ids)
+
+
+def _nothing(db: sqlite3.Connection) -> None:
+    return None
+
+
 class _Queries:
     def __init__(self, conn: aiosqlite.Connection) -> None:
         self.conn = conn
 
+    async def _on_thread(self, fn: Callable[..., R], *args: Any) -> R:
+        """``fn(db, *args)`` on the connection's thread: one hand-off for a whole step."""
+        return await file_rows.on_thread(self.conn, fn, *args)
+
     async def _all(self, sql: str, params: Sequence[object] = ()) -> list[Any]:
         # one trip to the connection's thread (execute, fetch and close are three): a search
         # makes a dozen queries, and each trip is a thread wake-up on both sides
-        return list(await self.conn.execute_fetchall(sql, params))
+        return await self._on_thread(_fetch_all, sql, params)
 
     async def _rows_in(self, sql: str, values: Sequence[object]) -> list[Any]:
         """The rows of ``sql``, whose ``{}`` is an IN list, over ``values`` in batches (under
         SQLite's variable limit), in one hand-off."""
-        return await file_rows.on_thread(self.conn, file_rows.rows_in, sql, values)
+        return await self._on_thread(file_rows.rows_in, sql, values)
 
 
 class SqliteReader(_Queries):
-    """One WAL read transaction: every query sees the state as of ``generation``."""
+    """One WAL read transaction: every query sees the state as of ``generation``.
 
-    def __init__(self, conn: aiosqlite.Connection, generation: int, store: StoreState) -> None:
+    Opened by the store (``generation`` None), it starts with its first query: BEGIN, the
+    generation it sees and that query go to the connection's thread in one hand-off. (Under
+    load every hand-off waits its turn on the event loop, and a search holds its connection
+    across them: the BEGIN's own was a third of a search's.) Queries made while the start is
+    on its way queue behind it on the connection, in the same transaction."""
+
+    def __init__(
+        self, conn: aiosqlite.Connection, generation: int | None, store: StoreState
+    ) -> None:
         super().__init__(conn)
-        self.generation = generation
+        self._generation = generation
         self._store = store
+        self._starting: asyncio.Future[int] | None = None
+
+    @property
+    def generation(self) -> int:
+        if self._generation is None:
+            raise RuntimeError("the snapshot has not started yet (see SqliteReader.begun)")
+        return self._generation
+
+    @property
+    def started(self) -> bool:
+        return self._generation is not None
+
+    async def begun(self) -> int:
+        """The snapshot's generation, starting it now unless a query already did (or is)."""
+        if self._starting is not None:
+            await asyncio.shield(self._starting)
+        elif self._generation is None:
+            await self._on_thread(_nothing)
+        return self.generation
+
+    async def _on_thread(self, fn: Callable[..., R], *args: Any) -> R:
+        if self._generation is not None:
+            return await file_rows.on_thread(self.conn, fn, *args)
+        if self._starting is not None:  # queued behind the start's BEGIN
+            result = await file_rows.on_thread(self.conn, fn, *args)
+            await asyncio.shield(self._starting)  # its error is this query's: it ran
+            # outside the snapshot
+            return result
+        self._starting = starting = asyncio.get_running_loop().create_future()
+        memo = self._store.pending_memo
+        counted = next(iter(memo), None)
+        try:
+            generation, pending, result = await file_rows.on_thread(
+                self.conn, _begun_with, counted, fn, *args
+            )
+        except BaseException as exc:
+            starting.set_exception(
+                exc if isinstance(exc, Exception) else StorageError("the snapshot did not start")
+            )
+            starting.exception()  # seen: the followers, if any, raise it themselves
+            raise
+        self._generation = generation
+        if (
+            counted is not None
+            and pending is not None
+            and generation >= max(memo, default=counted)[0]
+        ):
+            memo.clear()
+            memo[generation, counted[1]] = pending
+        starting.set_result(generation)
+        return result
 
     async def file_states(self, paths: Sequence[str] | None = None) -> dict[str, FileState]:
         sql = "SELECT path, content_hash, size, mtime_ns FROM files"
@@ -254,9 +367,7 @@ class SqliteReader(_Queries):
         known = {t: n for t in terms if (n := remembered.get(t, remembered.span)) is not None}
         # every query of one search in one hand-off to the connection's thread: under load
         # each hand-off waits its turn on the event loop, and this one took two to four
-        rows, span, estimated = await file_rows.on_thread(
-            self.conn, _text_search, terms, k, where, params, known
-        )
+        rows, span, estimated = await self._on_thread(_text_search, terms, k, where, params, known)
         if span is not None:
             remembered.span = span
         for term, n in estimated.items():
@@ -274,13 +385,13 @@ class SqliteReader(_Queries):
         self, vector: Vector, model_id: str, k: int, filters: SearchFilters
     ) -> list[tuple[int, float]]:
         allowed = await self._filtered_ids(filters)
-        index = await self._store.vectors_at(self.conn, self.generation, model_id)
+        index = await self._store.vectors_at(self.conn, await self.begun(), model_id)
         return await _scan(index, index.search, vector, k, allowed, self.generation)
 
     async def vector_similarity(
         self, vector: Vector, model_id: str, ids: Sequence[int]
     ) -> dict[int, float]:
-        index = await self._store.vectors_at(self.conn, self.generation, model_id)
+        index = await self._store.vectors_at(self.conn, await self.begun(), model_id)
         return await _scan(index, index.similarity, vector, ids, self.generation)
 
     async def newest_matching(
@@ -301,6 +412,7 @@ class SqliteReader(_Queries):
         """Ids of the chunks holding a vector of this model, ascending (from the index alone)."""
         sql = "SELECT id FROM memory_chunks WHERE embedding_model = ? ORDER BY id"
         out: list[int] = []
+        await self.begun()  # a cursor's fetches are hand-offs of their own
         async with self.conn.execute(sql, (model_id,)) as cur:
             while rows := await cur.fetchmany(_FETCH_IDS):
                 out += [r[0] for r in rows]
@@ -329,6 +441,7 @@ class SqliteReader(_Queries):
     ) -> AsyncIterator[tuple[list[int], Vector]]:
         """Every vector of this model, ``size`` at a time: (ids, float32 matrix)."""
         sql = "SELECT id, embedding FROM memory_chunks WHERE embedding_model = ?"
+        await self.begun()
         async with self.conn.execute(sql, (model_id,)) as cur:
             while rows := list(await cur.fetchmany(size)):
                 flat = np.frombuffer(b"".join(r[1] for r in rows), dtype="<f4")
@@ -345,8 +458,7 @@ class SqliteReader(_Queries):
         return index
 
     async def chunk_rows(self, ids: Sequence[int]) -> dict[int, ChunkRow]:
-        sql = f"SELECT {CHUNK_ROW_COLUMNS} FROM memory_chunks WHERE id IN ({{}})"
-        return {r[0]: chunk_row(r) for r in await self._rows_in(sql, ids)}
+        return {r[0]: chunk_row(r) for r in await self._rows_in(_CHUNK_ROWS, ids)}
 
     async def cached_vectors(self, hashes: Sequence[str], model_id: str) -> dict[str, Vector]:
         out: dict[str, Vector] = {}
@@ -370,23 +482,15 @@ class SqliteReader(_Queries):
         return [PendingChunk(r[0], r[1], f"{r[2]}\n{r[3]}" if r[2] else r[3]) for r in rows]
 
     async def count_pending(self, model_id: str) -> int:
-        # Every search asks; one snapshot generation always has the same answer.
+        # Every search asks; one snapshot generation always has the same answer (and the
+        # start of a snapshot at a newer one counts for the model asked last: see _begun_with).
         memo = self._store.pending_memo
-        key = (self.generation, model_id)
+        key = (await self.begun(), model_id)
         if key not in memo:
+            count = await self._on_thread(_pending_count, model_id)
             memo.clear()  # only the newest generation is asked for again
-            memo[key] = await self._count_pending(model_id)
+            memo[key] = count
         return memo[key]
-
-    async def _count_pending(self, model_id: str) -> int:
-        # three index-backed counts: an OR cannot use the index (see _PENDING)
-        rows = await self._all(
-            "SELECT (SELECT count(*) FROM memory_chunks WHERE embedding_model IS NULL)"
-            " + (SELECT count(*) FROM memory_chunks WHERE embedding_model < ?)"
-            " + (SELECT count(*) FROM memory_chunks WHERE embedding_model > ?)",
-            (model_id, model_id),
-        )
-        return int(rows[0][0])
 
     async def stats(self, model_id: str) -> StoreStats:
         files = (await self._all("SELECT count(*), max(indexed_at) FROM files"))[0]
@@ -458,8 +562,15 @@ class SqliteReader(_Queries):
         return dict(await self._all(sql, (path,)))
 
     async def memories_of_chunks(self, ids: Sequence[int]) -> dict[int, MemoryRecord]:
-        rows = await self._rows_in(f"{MEMORY_SELECT} WHERE m.chunk_id IN ({{}})", ids)
+        rows = await self._rows_in(_MEMORIES_OF_CHUNKS, ids)
         return {r[-1]: memory_record(r) for r in rows}
+
+    async def hit_rows(
+        self, ids: Sequence[int]
+    ) -> tuple[dict[int, ChunkRow], dict[int, MemoryRecord]]:
+        # one hand-off for both: a search holds its connection until they are back
+        rows, memories = await self._on_thread(_hit_rows, ids)
+        return {r[0]: chunk_row(r) for r in rows}, {r[-1]: memory_record(r) for r in memories}
 
     async def stored_files(self, paths: Sequence[str]) -> list[StoredFile]:
         states: dict[str, FileState] = {}

@@ -36,7 +36,7 @@ from memcore.storage.base import Vector
 from memcore.storage.migrations import load_migrations
 from memcore.storage.rows import now
 from memcore.storage.sqlite.file_rows import enqueue, on_thread
-from memcore.storage.sqlite.queries import SqliteReader, SqliteWriter
+from memcore.storage.sqlite.queries import SqliteReader, SqliteWriter, begin_snapshot
 
 if TYPE_CHECKING:  # usearch (and numkong) load only for a vault that needs the graph
     from memcore.storage.ann import AnnIndex
@@ -302,28 +302,18 @@ class SqliteStore:
     async def snapshot(self, writing: bool = False) -> AsyncIterator[SqliteReader]:
         kept = await self._take_write_reader() if writing else None
         conn = kept or await self._take_reader()
-        generation: int | None = None
+        # The snapshot starts with its first query (see SqliteReader). Until it closes it
+        # holds the oldest generation a matrix here is at: its BEGIN, sent after this, sees
+        # that one or a newer one, so no compaction meanwhile drops rows it may need.
+        held = min((v.generation for v in self._vectors.values()), default=0)
+        self._open_snapshots[held] += 1
         try:
-            generation = await self._begin_read(conn)
-            self._open_snapshots[generation] += 1
-            yield SqliteReader(conn, generation, self)
+            yield SqliteReader(conn, None, self)
         except sqlite3.Error as exc:
             raise translate(exc, "read") from exc
         finally:
-            if generation is not None:
-                self._release_snapshot(generation)
+            self._release_snapshot(held)
             self._end_read(conn, kept is not None)
-
-    async def _begin_read(self, conn: aiosqlite.Connection) -> int:
-        """Start a read transaction; its first SELECT fixes the snapshot (both in one hand-off
-        to the connection's thread). Retries while the vector matrix has already dropped rows
-        that snapshot would need (a rare race)."""
-        for _ in range(100):
-            generation = await on_thread(conn, _begin_snapshot)
-            if all(v.floor <= generation for v in self._vectors.values()):
-                return generation
-            await conn.execute("ROLLBACK")
-        raise StorageBusy("index is busy: could not take a consistent snapshot")
 
     def _end_read(self, conn: aiosqlite.Connection, kept: bool = False) -> None:
         """End the read transaction on the connection's own queue and give the connection back
@@ -444,7 +434,7 @@ class SqliteStore:
         first = await reader.vectors_of(ids[:1])
         dim = first[1].shape[1]
         graph = await asyncio.to_thread(
-            AnnIndex.load, self.graph_path(model_id), dim, reader.generation
+            AnnIndex.load, self.graph_path(model_id), dim, await reader.begun()
         )
         if graph is None:
             return None
@@ -482,7 +472,7 @@ class SqliteStore:
         conn: aiosqlite.Connection | None = None
         try:
             conn = await self._connect()
-            generation = await self._begin_read(conn)
+            generation = await on_thread(conn, begin_snapshot)
             reader = SqliteReader(conn, generation, self)
             ids = await reader.vector_ids(model_id)
             await conn.execute("ROLLBACK")
@@ -553,7 +543,7 @@ class SqliteStore:
     async def _catch_up(self, reader: SqliteReader, model_id: str, graph: AnnIndex) -> None:
         """Advance a graph that missed writes (another process's) to the reader's snapshot,
         as one generation step, by comparing its keys with the chunk ids holding vectors."""
-        if graph.generation >= reader.generation:
+        if graph.generation >= await reader.begun():
             return
         if graph.mapped:  # another process wrote: read it in off the loop (_unmap_graphs)
             await asyncio.to_thread(graph.unmap)
@@ -646,13 +636,6 @@ class SqliteStore:
 def _end_snapshot(db: sqlite3.Connection) -> None:
     if db.in_transaction:
         db.execute("ROLLBACK")
-
-
-def _begin_snapshot(db: sqlite3.Connection) -> int:
-    """BEGIN a read transaction and read the generation it sees (which fixes the snapshot)."""
-    db.execute("BEGIN")
-    row = db.execute("SELECT value FROM generation").fetchone()
-    return int(row[0]) if row else 0
 
 
 def _differences(
