@@ -204,3 +204,37 @@ def test_hex_colours_in_prose_are_not_tags() -> None:
         "MEMORY.md",
     )
     assert set(chunks[0].tags) == {"design", "cafe"}
+
+
+def test_a_memory_files_unchanged_memories_keep_their_chunks_and_changed_ones_get_new_ones() -> (
+    None
+):
+    """A write to a file of a thousand memories re-chunks it: the memories that did not
+    change or move hand out the chunk they had (no rebuilding, no re-encoding of its fields);
+    an edited or moved one gets a chunk with its new text and lines."""
+    from memcore.storage.rows import fresh_chunk_fields
+    from memcore.vault.memory_format import MemoryItem, Scope, new_memory_file, render_item
+
+    def item(n: int, text: str) -> list[str]:
+        return render_item(MemoryItem(f"m{n}", text, None, f"2024-01-0{n}", "", {}))
+
+    head = new_memory_file(Scope(user_id="u"), "core")
+    lines = [*item(1, "likes tea"), *item(2, "works in Oslo")]
+    path = "memory/users/u/core.md"
+    first, _ = chunk_markdown(head + "\n".join(lines) + "\n", path)
+    fields = [fresh_chunk_fields(c) for c in first]
+    appended, _ = chunk_markdown(head + "\n".join([*lines, *item(3, "has a cat")]) + "\n", path)
+    assert appended[0] is first[0] and appended[1] is first[1]
+    assert [fresh_chunk_fields(c) for c in appended[:2]] == fields
+    assert appended[2].text == "has a cat"
+    edited, _ = chunk_markdown(
+        head + "\n".join([*item(1, "likes green tea"), *item(2, "works in Oslo")]) + "\n", path
+    )
+    assert edited[0] is not first[0] and edited[0].text == "likes green tea"
+    assert edited[1] is first[1]  # same lines, same text
+    moved, _ = chunk_markdown(head + "\n".join([*item(2, "works in Oslo")]) + "\n", path)
+    assert moved[0] is not first[1] and moved[0].start_line < first[1].start_line
+    assert moved[0].index == 0 and moved[0].metadata["memory"]["id"] == "m2"  # type: ignore[index]
+    other_head = new_memory_file(Scope(user_id="v"), "core")
+    other, _ = chunk_markdown(other_head + "\n".join(lines) + "\n", "memory/users/v/core.md")
+    assert other[0] is not first[0] and other[0].metadata["memory"]["user_id"] == "v"  # type: ignore[index]

@@ -14,11 +14,11 @@ from memcore.core.errors import StorageBusy, StorageError
 from memcore.core.models import FileState, SearchFilters
 from memcore.core.settings import load_settings
 from memcore.embedders.base import EmbeddingRunner
+from memcore.service import MemoryService
 from memcore.storage.migrations import load_migrations
 from memcore.storage.sqlite import file_rows, queries
 from memcore.storage.sqlite.queries import embedded_hashes_sql
 from memcore.storage.sqlite.store import SqliteStore
-from memcore.service import MemoryService
 from memcore.vault.chunker import chunk_markdown
 from tests.support import FakeEmbedder
 

@@ -1,9 +1,10 @@
-"""A small least-recently-used map: the L1 cache of search results. Pure."""
+"""Small memos: a least-recently-used map (the L1 cache of search results), and values
+remembered by their object's identity. Pure."""
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from typing import Generic, TypeVar
 
 K = TypeVar("K", bound=Hashable)
@@ -40,3 +41,32 @@ class LRU(Generic[K, V]):
 
     def __len__(self) -> int:
         return len(self._items)
+
+
+Obj = TypeVar("Obj")
+
+
+class ByIdentity(Generic[Obj, V]):
+    """Values derived from objects, remembered by the object's identity: for objects that
+    cannot be hashed (a dataclass holding a dict) and that a cache upstream hands out again
+    unchanged, such as the items and chunks of a memory file written to a thousand times.
+
+    An entry keeps its object alive, so its id is never reused while the entry is here; at
+    ``size`` entries the memo starts again empty. Safe from several threads (one dict get,
+    one set: a race at worst computes a value twice)."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._items: dict[int, tuple[Obj, Hashable, V]] = {}
+
+    def get(self, obj: Obj, extra: Hashable, make: Callable[[], V]) -> V:
+        """The value made for ``obj`` along with ``extra`` (what else it depends on, compared
+        by equality), made now if there is none."""
+        hit = self._items.get(id(obj))
+        if hit is not None and hit[0] is obj and hit[1] == extra:
+            return hit[2]
+        value = make()
+        if len(self._items) >= self.size:
+            self._items.clear()
+        self._items[id(obj)] = (obj, extra, value)
+        return value

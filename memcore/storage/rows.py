@@ -10,8 +10,10 @@ import datetime as dt
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
+from memcore.core.lru import ByIdentity
 from memcore.core.models import Chunk, FileState, MemoryRecord
 from memcore.storage.base import ChunkRow, StoredFile, Vector
 
@@ -131,7 +133,19 @@ _ENCODE = json.JSONEncoder(ensure_ascii=False, default=str).encode
 
 
 def fresh_chunk_fields(c: Chunk) -> tuple[Any, ...]:
-    """(tags JSON, date, metadata JSON) of a chunk, as stored."""
+    """(tags JSON, date, metadata JSON) of a chunk, as stored. Remembered for memories'
+    chunks, which a memory file's parse hands out again (a write to a file of a thousand
+    memories compares the fields of the thousand rows it keeps); a note's chunks are made
+    anew on every read, so remembering theirs would only hold them in memory."""
+    if "memory" not in c.metadata:
+        return _chunk_fields(c)
+    return _FIELDS.get(c, None, partial(_chunk_fields, c))
+
+
+_FIELDS: ByIdentity[Chunk, tuple[Any, ...]] = ByIdentity(16_384)
+
+
+def _chunk_fields(c: Chunk) -> tuple[Any, ...]:
     return (_ENCODE(list(c.tags)) if c.tags else "[]", c.date, _ENCODE(dict(c.metadata)))
 
 

@@ -5,12 +5,18 @@ from __future__ import annotations
 import datetime as dt
 import re
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import lru_cache, partial
 from typing import TYPE_CHECKING, Any
 
+from memcore.core.lru import ByIdentity
 from memcore.core.models import Chunk
 from memcore.vault.files import text_hash
-from memcore.vault.memory_format import MemoryFile, is_memory_file, parse_memory_file
+from memcore.vault.memory_format import (
+    MemoryFile,
+    MemoryItem,
+    is_memory_file,
+    parse_memory_file,
+)
 
 if TYPE_CHECKING:
     from markdown_it import MarkdownIt
@@ -370,27 +376,38 @@ def _memory_digest(heading: str, text: str) -> tuple[str, tuple[str, ...]]:
 
 def memory_chunks(parsed: MemoryFile, path: str, date: str | None) -> list[Chunk]:
     """One chunk per memory of a memory file, carrying its id, scope and fields."""
-    chunks: list[Chunk] = []
-    heading = (memory_heading(parsed.category),)
-    for item in parsed.items:
-        record = {
-            **item.fields(),
-            **parsed.scope.to_dict(),
-            "category": parsed.category,
-        }
-        digest, tags = _memory_digest(heading[0], item.text)
-        chunks.append(
-            Chunk(
-                path=path,
-                index=len(chunks),
-                heading_path=heading,
-                start_line=item.start_line,
-                end_line=item.end_line,
-                text=item.text,
-                content_hash=digest,
-                tags=tags,
-                date=(item.created[:10] or date) if item.created else date,
-                metadata={"memory": record},
-            )
+    heading = memory_heading(parsed.category)
+    return [
+        _CHUNKS.get(
+            item,
+            (path, n, parsed.scope, parsed.category, date),
+            partial(_memory_chunk, item, path, n, parsed, heading, date),
         )
-    return chunks
+        for n, item in enumerate(parsed.items)
+    ]
+
+
+# The chunk of each memory, by its item: the parser hands out the same item for a memory
+# that did not change or move (memory_format._placed), so a write to a file of a thousand
+# memories builds the chunks of the ones it touched, not a thousand (nor does the index's
+# comparison of the rows it keeps encode a thousand chunks' fields again: rows.fresh_chunk_fields).
+_CHUNKS: ByIdentity[MemoryItem, Chunk] = ByIdentity(16_384)
+
+
+def _memory_chunk(
+    item: MemoryItem, path: str, n: int, parsed: MemoryFile, heading: str, date: str | None
+) -> Chunk:
+    record = {**item.fields(), **parsed.scope.to_dict(), "category": parsed.category}
+    digest, tags = _memory_digest(heading, item.text)
+    return Chunk(
+        path=path,
+        index=n,
+        heading_path=(heading,),
+        start_line=item.start_line,
+        end_line=item.end_line,
+        text=item.text,
+        content_hash=digest,
+        tags=tags,
+        date=(item.created[:10] or date) if item.created else date,
+        metadata={"memory": record},
+    )
