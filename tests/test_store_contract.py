@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from memcore.core.errors import StorageError
-from memcore.core.models import FileState, SearchFilters, SkippedFile
+from memcore.core.models import Chunk, FileState, SearchFilters, SkippedFile
 from memcore.storage.base import IndexWriter, Store, Vector
 from memcore.storage.sqlite.store import SqliteStore
 from memcore.vault.chunker import chunk_markdown
@@ -382,3 +382,74 @@ async def test_keyword_search_ranks_only_chunks_with_rare_words_and_fills_up_whe
     assert len(anchored) == 2 and len(filled) == 5
     assert [paths[c][:8] for c, _ in filled[:3]] == ["memory/z"] * 3  # the rare word first
     assert {c for c, _ in anchored} <= {c for c, _ in filled[:3]}
+
+
+async def test_a_write_that_names_its_unchanged_chunks_leaves_their_rows_and_only_if_true(
+    open_store: OpenStore,
+) -> None:
+    """An append to a memory file names the chunks it left as the index holds them: their
+    rows (ids, vectors) stay as they are. The claim is taken only when the file is stored in
+    the version it names, with those rows: a stale one is compared in full as usual."""
+    from memcore.core.models import MemoryQuery
+    from memcore.vault.memory_format import MemoryItem, Scope, new_memory_file, render_item
+
+    path = "memory/users/u/core.md"
+    head = new_memory_file(Scope(user_id="u"), "core")
+
+    def file(*texts: str) -> tuple[FileState, list[Chunk]]:
+        lines = [
+            line
+            for n, t in enumerate(texts)
+            for line in render_item(MemoryItem(f"m{n}", t, None, "2024-01-01", "", {}))
+        ]
+        text = head + "\n".join(lines) + "\n"
+        return FileState(path, f"h{hash(text)}", len(text), 1), chunk_markdown(text, path)[0]
+
+    async with open_store() as store:
+        first_state, first = file("likes tea", "works in Oslo", "has a cat")
+        async with store.transaction() as tx:
+            ids = await tx.replace_file(first_state, first, [vec(1, 0), vec(0, 1), vec(1, 1)], M)
+        state, chunks = file("likes tea", "works in Oslo", "has a cat", "plays chess")
+        async with store.transaction() as tx:
+            more = await tx.replace_file(
+                state, chunks, [None, None, None, vec(2, 1)], M, 3, first_state.content_hash
+            )
+        assert more[:3] == ids and len(set(more)) == 4
+        async with store.snapshot() as r:
+            (stored,) = await r.stored_files([path])
+            assert [c.text for c in stored.chunks][-1] == "plays chess"
+            assert all(v is not None for v in stored.vectors)  # the kept rows kept theirs
+            found = await r.memories(MemoryQuery(path=path, limit=10))
+            assert [m.text for m in found] == [
+                "likes tea",
+                "works in Oslo",
+                "has a cat",
+                "plays chess",
+            ]
+        # a claim about a version the index no longer holds: compared in full
+        edited_state, edited = file("likes green tea", "works in Oslo", "has a cat", "plays chess")
+        async with store.transaction() as tx:
+            await tx.replace_file(edited_state, edited, [vec(1, 0)] + [None] * 3, M, 4, "stale")
+        # a claim of more rows than the file holds: compared in full
+        last_state, last = file("likes green tea", "works in Bergen", "has a cat", "plays chess")
+        async with store.transaction() as tx:
+            await tx.replace_file(
+                last_state, last, [None, vec(0, 1), None, None], M, 9, edited_state.content_hash
+            )
+        async with store.snapshot() as r:
+            found = await r.memories(MemoryQuery(path=path, limit=10))
+            assert [m.text for m in found] == [
+                "likes green tea", "works in Bergen", "has a cat", "plays chess"
+            ]  # fmt: skip
+            assert await r.search_text("Bergen", 5, SearchFilters())
+            assert not await r.search_text("Oslo", 5, SearchFilters())
+        # a true claim is taken as it is: the rows it names are not even read (what makes an
+        # append cheap), so a chunk given for one of them changes nothing there
+        final_state, final = file("likes black tea", "works in Bergen", "has a cat", "plays go")
+        async with store.transaction() as tx:
+            await tx.replace_file(final_state, final, [None] * 4, M, 1, last_state.content_hash)
+        async with store.snapshot() as r:
+            found = await r.memories(MemoryQuery(path=path, limit=10))
+            assert [m.text for m in found] == [
+                "likes green tea", "works in Bergen", "has a cat", "plays go"
+            ]  # fmt: skip

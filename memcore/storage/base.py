@@ -216,9 +216,17 @@ class IndexWriter(Protocol):
         chunks: Sequence[Chunk],
         vectors: Sequence[Vector | None],
         model_id: str,
+        unchanged: int = 0,
+        stored_hash: str | None = None,
     ) -> list[int]:
         """Replace a file's chunks; the chunk ids in order. A chunk whose text the file
-        already held keeps its row and vector; for the others ``None`` = vector pending."""
+        already held keeps its row and vector; for the others ``None`` = vector pending.
+
+        ``unchanged``: the first chunks are stored exactly as given (the caller wrote them
+        when the file was ``stored_hash``): their rows are left as they are, unread, so an
+        append to a file of a thousand memories reads and compares only what follows. Taken
+        only if the file is stored as ``stored_hash`` with rows for those chunks (checked in
+        the transaction); otherwise the whole file is compared as usual."""
         ...
 
     async def touch_file(self, state: FileState) -> None:

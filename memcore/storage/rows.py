@@ -99,18 +99,18 @@ def file_states(rows: Sequence[Sequence[Any]]) -> dict[str, FileState]:
 
 
 def match_kept(
-    chunks: Sequence[Chunk], old: Sequence[Sequence[Any]]
+    chunks: Sequence[Chunk], old: Sequence[Sequence[Any]], start: int = 0
 ) -> tuple[dict[int, Any], list[int]]:
-    """Which old rows (OLD_CHUNK_COLUMNS) the new chunks keep, by text: {chunk number: row},
-    and the ids of old rows no chunk keeps. A chunk whose text is unchanged keeps its row,
-    full-text entry and vector."""
+    """Which old rows (OLD_CHUNK_COLUMNS) the new chunks from ``start`` on keep, by text:
+    {chunk number: row}, and the ids of old rows no chunk keeps. A chunk whose text is
+    unchanged keeps its row, full-text entry and vector."""
     pool: dict[str, list[Any]] = {}
     for row in old:
         pool.setdefault(row[1], []).append(row)
     kept: dict[int, Any] = {}
-    for n, c in enumerate(chunks):
-        if pool.get(c.content_hash):
-            kept[n] = pool[c.content_hash].pop(0)
+    for n in range(start, len(chunks)):
+        if pool.get(h := chunks[n].content_hash):
+            kept[n] = pool[h].pop(0)
     return kept, [row[0] for rows in pool.values() for row in rows]
 
 

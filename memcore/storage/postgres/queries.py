@@ -448,9 +448,13 @@ class PostgresWriter(_Queries):
         chunks: Sequence[Chunk],
         vectors: Sequence[Vector | None],
         model_id: str,
+        unchanged: int = 0,
+        stored_hash: str | None = None,
     ) -> list[int]:
         stamp = now()
         path = state.path
+        if unchanged and not await self._holds(path, stored_hash, unchanged):
+            unchanged = 0
         await self._unskip([path])
         await self.conn.execute(
             "INSERT INTO files (ns, path, content_hash, size, mtime_ns, indexed_at) "
@@ -461,14 +465,14 @@ class PostgresWriter(_Queries):
         )
         old = await self._all(
             f"SELECT {OLD_CHUNK_COLUMNS} FROM memory_chunks WHERE ns = %s AND source_file = %s "
-            "ORDER BY chunk_index",
-            (self.ns, path),
+            "AND chunk_index >= %s ORDER BY chunk_index",
+            (self.ns, path, unchanged),
         )
-        kept, gone = match_kept(chunks, old)
+        kept, gone = match_kept(chunks, old, unchanged)
         await self._delete_chunks(gone)
         refreshed = await self._move_kept(chunks, kept, stamp)
         await self._revector_kept(kept, vectors, model_id)
-        fresh = [n for n in range(len(chunks)) if n not in kept]
+        fresh = [n for n in range(unchanged, len(chunks)) if n not in kept]
         texts = await asyncio.to_thread(
             lambda: [fts_text(chunks[n].heading, chunks[n].text) for n in fresh]
         )
@@ -500,7 +504,7 @@ class PostgresWriter(_Queries):
             )
         )
         ids = [int(by_index[n]) for n in range(len(chunks))]
-        touched = [n for n in range(len(chunks)) if n not in kept or n in refreshed]
+        touched = [n for n in range(unchanged, len(chunks)) if n not in kept or n in refreshed]
         await self._put_memories(
             path, [chunks[n] for n in touched], [ids[n] for n in touched], stamp
         )
@@ -668,6 +672,16 @@ class PostgresWriter(_Queries):
                 "reason = excluded.reason, size = excluded.size, mtime_ns = excluded.mtime_ns",
                 [(self.ns, f.path, f.reason, f.size, f.mtime_ns, now()) for f in files],
             )
+
+    async def _holds(self, path: str, stored_hash: str | None, first: int) -> bool:
+        """Whether the file is stored as ``stored_hash``, with rows for its first chunks."""
+        rows = await self._all(
+            "SELECT f.content_hash, (SELECT count(*) FROM memory_chunks c WHERE c.ns = f.ns "
+            "AND c.source_file = f.path AND c.chunk_index < %s) FROM files f "
+            "WHERE f.ns = %s AND f.path = %s",
+            (first, self.ns, path),
+        )
+        return bool(rows) and rows[0][0] == stored_hash and int(rows[0][1]) == first
 
     async def _unskip(self, paths: Sequence[str]) -> None:
         await self.conn.execute(

@@ -100,12 +100,18 @@ def replace_file(
     chunks: Sequence[Chunk],
     vectors: Sequence[Vector | None],
     model_id: str,
+    unchanged: int = 0,
+    stored_hash: str | None = None,
 ) -> list[int]:
     """Store a file's chunks; returns their ids in order. Incremental: a chunk whose text is
     unchanged keeps its row, full-text entry and vector (only its position and fields are
-    updated), so appending one memory to a file of a thousand costs one insert."""
+    updated), so appending one memory to a file of a thousand costs one insert. With
+    ``unchanged`` (see IndexWriter.replace_file) the rows of the first chunks are not even
+    read, when the file is stored as ``stored_hash`` with those rows."""
     stamp = now()
     path = state.path
+    if unchanged and not _holds(db, path, stored_hash, unchanged):
+        unchanged = 0
     unskip(db, [path])
     db.execute(
         "INSERT INTO files (path, content_hash, size, mtime_ns, indexed_at) "
@@ -115,10 +121,11 @@ def replace_file(
         (path, state.content_hash, state.size, state.mtime_ns, stamp),
     )
     old = db.execute(
-        f"SELECT {OLD_CHUNK_COLUMNS} FROM memory_chunks WHERE source_file = ? ORDER BY chunk_index",
-        (path,),
+        f"SELECT {OLD_CHUNK_COLUMNS} FROM memory_chunks WHERE source_file = ? "
+        "AND chunk_index >= ? ORDER BY chunk_index",
+        (path, unchanged),
     ).fetchall()
-    kept, gone = match_kept(chunks, old)
+    kept, gone = match_kept(chunks, old, unchanged)
     delete_chunks(db, tx, gone)
     refreshed = _move_kept(db, chunks, kept, stamp)
     _revector_kept(db, tx, kept, vectors, model_id)
@@ -129,7 +136,7 @@ def replace_file(
             None if v is None else model_id, *fresh_chunk_fields(c), stamp,
         )
         for n, (c, v) in enumerate(zip(chunks, vectors, strict=True))
-        if n not in kept
+        if n >= unchanged and n not in kept
     ]  # fmt: skip
     if fresh:
         tx.chunks_changed = True
@@ -148,11 +155,22 @@ def replace_file(
     )
     ids = [by_index[n] for n in range(len(chunks))]
     tx.added += [
-        (ids[n], model_id, v) for n, v in enumerate(vectors) if v is not None and n not in kept
+        (ids[n], model_id, v)
+        for n, v in enumerate(vectors)
+        if v is not None and n >= unchanged and n not in kept
     ]
-    touched = [n for n in range(len(chunks)) if n not in kept or n in refreshed]
+    touched = [n for n in range(unchanged, len(chunks)) if n not in kept or n in refreshed]
     _put_memories(db, path, [chunks[n] for n in touched], [ids[n] for n in touched], stamp)
     return ids
+
+
+def _holds(db: sqlite3.Connection, path: str, stored_hash: str | None, first: int) -> bool:
+    """Whether the file is stored as ``stored_hash``, with rows for its first chunks."""
+    row = db.execute("SELECT content_hash FROM files WHERE path = ?", (path,)).fetchone()
+    if row is None or row[0] != stored_hash:
+        return False
+    sql = "SELECT count(*) FROM memory_chunks WHERE source_file = ? AND chunk_index < ?"
+    return bool(db.execute(sql, (path, first)).fetchone()[0] == first)
 
 
 def delete_files(db: sqlite3.Connection, tx: Changes, paths: Sequence[str]) -> int:

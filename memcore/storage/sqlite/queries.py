@@ -620,10 +620,13 @@ class SqliteWriter(_Queries, file_rows.Changes):
         chunks: Sequence[Chunk],
         vectors: Sequence[Vector | None],
         model_id: str,
+        unchanged: int = 0,
+        stored_hash: str | None = None,
     ) -> list[int]:
         return await file_rows.on_thread(
-            self.conn, file_rows.replace_file, self, state, chunks, vectors, model_id
-        )
+            self.conn, file_rows.replace_file, self, state, chunks, vectors, model_id,
+            unchanged, stored_hash,
+        )  # fmt: skip
 
     async def touch_file(self, state: FileState) -> None:
         await file_rows.on_thread(self.conn, file_rows.touch_file, state)
