@@ -747,3 +747,54 @@ async def test_an_add_that_waits_for_its_file_is_embedded_meanwhile_and_only_onc
         ]
         found = await svc.memories.search("when is the deploy", user_id="alice")
         assert found[0].id == a.id and b.id != a.id
+
+
+async def test_adds_to_a_big_memory_file_build_on_the_version_written_last(
+    vault: Path, service: MemoryService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An add to a file of many memories looks up and compares only what it adds: it builds
+    on the version of the file this process wrote last, which the index holds. A hand edit
+    (a version nobody wrote here) is still logged as the person's; a rebuild from the
+    Markdown finds the index as the adds left it."""
+    for i in range(20):
+        await service.memories.add(f"fact number {i}", user_id="bob")
+    async with service.store.snapshot() as r:
+        reader = type(r)
+    whole_file_reads: list[str] = []
+    for name in ("memory_texts", "embedded_hashes"):
+        method = getattr(reader, name)
+
+        async def counted(
+            self: object, *args: object, _m: object = method, _n: str = name
+        ) -> object:
+            whole_file_reads.append(_n)
+            return await _m(self, *args)  # type: ignore[operator]
+
+        monkeypatch.setattr(reader, name, counted)
+    added = [
+        (await service.memories.add(f"fact number {i}", user_id="bob"))[0] for i in range(20, 25)
+    ]
+    assert whole_file_reads == []
+    path = vault / added[0].path
+    path.write_text(path.read_text().replace("fact number 3", "fact number three"))
+    await service.index()
+    changed = next(r for r in await service.memories.get_all(user_id="bob") if "three" in r.text)
+    assert (await service.memories.history(changed.id))[-1]["actor"] == "person"
+    (last,) = await service.memories.add("fact number 25", user_id="bob")
+    rel = last.path
+
+    async def stored() -> tuple[object, ...]:
+        async with service.store.snapshot() as r:
+            (f,) = await r.stored_files([rel])
+        rows = [(c.index, c.start_line, c.end_line, c.text, c.content_hash, c.date,
+                 dict(c.metadata)) for c in f.chunks]  # fmt: skip
+        return f.state.content_hash, rows, f.models
+
+    before = await stored()
+    assert len(before[1]) == 26 and all(before[2])
+    await service.index(full=True)
+    assert await stored() == before
+    texts = [r.text for r in await service.memories.get_all(user_id="bob", limit=100)]
+    assert sorted(texts) == sorted(
+        [f"fact number {i}" for i in range(26) if i != 3] + ["fact number three"]
+    )

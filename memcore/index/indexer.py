@@ -17,7 +17,9 @@ from functools import partial
 from pathlib import Path
 
 from memcore.core.errors import EmbedderError, StorageBusy, StorageError, VaultError
+from memcore.core.lru import LRU
 from memcore.core.models import (
+    Chunk,
     DiskFile,
     FileFailure,
     FileState,
@@ -32,6 +34,7 @@ from memcore.index.planner import plan_changes
 from memcore.index.prepare import (
     CHUNKING_KEY,
     PreparedFile,
+    StoredVersion,
     Tally,
     attach_vectors,
     chunking_signature,
@@ -49,6 +52,7 @@ log = logging.getLogger(__name__)
 Progress = Callable[[str, int, int], None]  # (phase, done, total)
 FILES_PER_BATCH = 32  # files chunked and embedded together; each is still its own transaction
 PENDING_BATCH = 256
+STORED_FILES = 64  # memory files whose version written last is remembered (see StoredVersion)
 
 
 WriteJob = Callable[[IndexWriter], Awaitable[object]]
@@ -74,22 +78,33 @@ async def _replace(
     if on_disk != (item.state.size, item.state.mtime_ns):
         stale.append(item.state.path)
         return
-    await tx.replace_file(item.state, item.chunks, item.vectors, model_id)
+    stored_hash = item.stored.content_hash if item.stored is not None else None
+    await tx.replace_file(
+        item.state, item.chunks, item.vectors, model_id, item.unchanged, stored_hash
+    )
 
 
 Before = tuple[dict[str, str], dict[str, MemoryRecord]]  # (id -> text, the ones going whole)
 
 
 async def _memories_before(
-    reader: IndexReader, afters: Mapping[str, Mapping[str, str]]
+    reader: IndexReader,
+    afters: Mapping[str, Mapping[str, str]],
+    stored: Mapping[str, StoredVersion] | None = None,
 ) -> dict[str, Before]:
     """What a diff of these files' memories needs of the index before they are written (
     ``afters``: path -> id -> text of the memories each will hold): the text of each memory,
     and every field of those the new versions no longer hold (a DELETE event keeps them). A
-    write to a file of a thousand memories reads a thousand texts, not a thousand records."""
+    write to a file of a thousand memories reads a thousand texts, not a thousand records;
+    none when this process wrote the version the index holds (``stored``)."""
     out: dict[str, Before] = {}
     for path, after in afters.items():
-        texts = await reader.memory_texts(path)
+        version = (stored or {}).get(path)
+        texts = (
+            _memory_texts(version.chunks)
+            if version is not None
+            else await reader.memory_texts(path)
+        )
         if not texts:
             continue
         gone = [mid for mid in texts if mid not in after]
@@ -100,11 +115,13 @@ async def _memories_before(
     return out
 
 
-def _memories_after(item: PreparedFile) -> dict[str, str]:
-    """Id -> text of the memories a prepared file holds."""
-    return {
-        str(m["id"]): c.text for c in item.chunks if isinstance(m := c.metadata.get("memory"), dict)
-    }
+def _memory_texts(chunks: Sequence[Chunk]) -> dict[str, str]:
+    """Id -> text of the memories these chunks hold."""
+    return {str(m["id"]): c.text for c in chunks if isinstance(m := c.metadata.get("memory"), dict)}
+
+
+def _is_memory_file(chunks: Sequence[Chunk]) -> bool:
+    return bool(chunks) and "memory" in chunks[0].metadata
 
 
 def _disk_stat(path: Path) -> tuple[int, int] | None:
@@ -172,6 +189,8 @@ class Indexer:
         )
         self.chunking = chunking_signature(ix)
         self._paths = PathLocks()
+        # the memory files written last, as written: the next write to one builds on it
+        self._stored: LRU[str, StoredVersion] = LRU(STORED_FILES)
 
     async def index(
         self,
@@ -336,17 +355,22 @@ class Indexer:
             if not prepared:
                 return
             model = self.embedder.model_id
+            if not tally.rebuild:  # a rebuild trusts nothing it remembers
+                for p in prepared:
+                    self._build_on_stored(p, states.get(p.state.path), model)
             # the memories of the files indexed before, whose changes are a person's edits
             afters = {
-                p.state.path: _memories_after(p)
+                p.state.path: _memory_texts(p.chunks)
                 for p in prepared
                 if log_edits and p.state.path in states
             }
             # what the index holds for these files, in one snapshot: the vectors it has for
             # their chunks and (to log a person's edits) their memories before this write
             async with self.store.snapshot(writing=True) as reader:
+                stored = {p.state.path: p.stored for p in prepared if p.stored is not None}
                 known, before = await both(
-                    known_vectors(reader, model, prepared), _memories_before(reader, afters)
+                    known_vectors(reader, model, prepared),
+                    _memories_before(reader, afters, stored),
                 )
             error, fresh = await attach_vectors(self.embedder, prepared, known, tally)
             if error is not None:
@@ -375,13 +399,33 @@ class Indexer:
             path = item.state.path
             write = partial(_replace, item, fresh, model, self.settings.vault, stale)
             if not await self._write(tally, [path], write) or (stale and stale[-1] == path):
+                self._stored.pop(path)
                 continue
             tally.indexed.append(path)
+            if _is_memory_file(item.chunks):
+                version = StoredVersion(item.state.content_hash, item.chunks, model, item.embedded)
+                self._stored.put(path, version)
+            else:
+                self._stored.pop(path)
             if path in afters:
                 texts, gone = before.get(path, ({}, {}))
                 events += changes(path, texts, afters[path], "person", gone)
         if events and self.history is not None:
             await self._log(events)
+
+    def _build_on_stored(self, item: PreparedFile, state: FileState | None, model: str) -> None:
+        """Let ``item`` build on the version of its file this process wrote last, when that
+        is the one the index holds (``state``, read in this run), fully embedded by ``model``.
+        The store checks the claim again inside the write (replace_file's stored_hash)."""
+        version = self._stored.get(item.state.path)
+        if (
+            version is not None
+            and state is not None
+            and state.content_hash == version.content_hash
+            and version.model_id == model
+            and version.embedded
+        ):
+            item.take_stored(version)
 
     async def _write(self, tally: Tally, paths: list[str], job: WriteJob) -> bool:
         """Run one transaction; a storage failure becomes a transient failure of ``paths``."""
@@ -404,6 +448,8 @@ class Indexer:
         async with self._paths.hold(paths):
             back = await self._on_disk(paths)
             gone = [p for p in paths if p not in {f.path for f in back}]
+            for path in gone:
+                self._stored.pop(path)
             before = await self._memories_of(gone if log_edits else [])
 
             async def job(tx: IndexWriter) -> None:

@@ -48,13 +48,42 @@ class Tally:
         return any(f.transient for f in self.failed)
 
 
+@dataclass(frozen=True, slots=True)
+class StoredVersion:
+    """A memory file as this process last wrote it to the index: the version (content hash),
+    its chunks, and whether every one of them held a vector of ``model_id`` then."""
+
+    content_hash: str
+    chunks: list[Chunk]
+    model_id: str
+    embedded: bool
+
+
 @dataclass(slots=True)
 class PreparedFile:
-    """A file's new state and chunks (and, once attached, their vectors)."""
+    """A file's new state and chunks (and, once attached, their vectors).
+
+    ``stored``: the version the index holds, when this process wrote it (every chunk with a
+    vector), and ``unchanged`` how many leading chunks it shares with it (the very objects:
+    a memory file's parse hands out the same chunk for a memory that did not change or move).
+    Those are neither looked up nor re-read: an add to a file of a thousand memories deals
+    with the one it adds. ``embedded``: every chunk holds a vector once written."""
 
     state: FileState
     chunks: list[Chunk]
     vectors: list[npt.NDArray[np.float32] | None] = field(default_factory=list)
+    stored: StoredVersion | None = None
+    unchanged: int = 0
+    embedded: bool = False
+
+    def take_stored(self, stored: StoredVersion) -> None:
+        """Build on ``stored``, the version the index holds (the caller checked)."""
+        same = 0
+        for old, new in zip(stored.chunks, self.chunks, strict=False):
+            if old is not new:
+                break
+            same += 1
+        self.stored, self.unchanged = stored, same
 
 
 def prepare_file(
@@ -135,11 +164,16 @@ async def known_vectors(
     reader: IndexReader, model_id: str, prepared: Sequence[PreparedFile]
 ) -> KnownVectors:
     """The vectors the index holds for these chunks (read in the caller's snapshot)."""
-    # chunks the file already holds with a vector stay as they are (see replace_file)
-    kept = await reader.embedded_hashes([p.state.path for p in prepared], model_id)
+    # chunks the file already holds with a vector stay as they are (see replace_file); of a
+    # version written here, the index holds every chunk with one
+    unknown = [p.state.path for p in prepared if p.stored is None]
+    kept = await reader.embedded_hashes(unknown, model_id) if unknown else set()
+    for p in prepared:
+        if p.stored is not None:
+            kept |= {(p.state.path, c.content_hash) for c in p.stored.chunks[p.unchanged :]}
     hashes = [
-        c.content_hash for p in prepared for c in p.chunks if (p.state.path, c.content_hash)
-        not in kept
+        c.content_hash for p in prepared for c in p.chunks[p.unchanged :]
+        if (p.state.path, c.content_hash) not in kept
     ]  # fmt: skip
     return KnownVectors(kept, await reader.cached_vectors(hashes, model_id), hashes)
 
@@ -156,7 +190,7 @@ async def attach_vectors(
     tally.reused += total - len(known.looked_up) + sum(1 for h in known.looked_up if h in cached)
     missing: dict[str, str] = {}
     for p in prepared:
-        for c in p.chunks:
+        for c in p.chunks[p.unchanged :]:
             if c.content_hash not in cached and (p.state.path, c.content_hash) not in known.kept:
                 missing.setdefault(c.content_hash, c.embed_text)
     error: EmbedderError | None = None
@@ -168,5 +202,11 @@ async def attach_vectors(
             error = exc
         cached |= fresh
     for p in prepared:
-        p.vectors = [cached.get(c.content_hash) for c in p.chunks]
+        path, start = p.state.path, p.unchanged
+        vectors: list[npt.NDArray[np.float32] | None] = [None] * start
+        p.vectors = vectors + [cached.get(c.content_hash) for c in p.chunks[start:]]
+        p.embedded = all(
+            v is not None or (path, c.content_hash) in known.kept
+            for c, v in zip(p.chunks[start:], p.vectors[start:], strict=True)
+        )
     return error, fresh
