@@ -380,12 +380,12 @@ async def test_a_write_committed_while_a_snapshot_starts_drops_no_rows_it_needs(
             assert gone not in [c for c, _ in found]
 
 
-async def test_a_search_holds_its_reader_for_two_hand_offs(
+async def test_a_search_holds_its_reader_for_one_hand_off(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Under load every hand-off to a reader's thread waits its turn on the event loop while
-    the search holds that reader: BEGIN rides with the keyword query, and the hits' rows come
-    with their memories, so a search over memories makes two."""
+    """Under load every hand-off to a reader's thread waits its turn on the event loop (and
+    the GIL) while the search holds that reader: BEGIN rides with the keyword query, and the
+    hits' few rows and their memories are read on the event loop, the connection idle."""
     vault = tmp_path / "vault"
     (vault / "memory").mkdir(parents=True)
     (vault / "MEMORY.md").write_text("# Engines\n\nThe render engine uses DX12.\n")
@@ -394,7 +394,8 @@ async def test_a_search_holds_its_reader_for_two_hand_offs(
     store = SqliteStore(settings.db_path)
     async with MemoryService(settings, store, EmbeddingRunner(FakeEmbedder())) as service:
         await service.index()
-        await service.memories.add("The water shader runs in DX12 too", user_id="u")
+        for n in range(queries.INLINE_HIT_ROWS):
+            await service.memories.add(f"Water shader {n} runs in DX12 too", user_id="u")
         hand_offs = []
         on_thread = file_rows.on_thread
 
@@ -406,4 +407,9 @@ async def test_a_search_holds_its_reader_for_two_hand_offs(
         result = await service.search("DX12 engine")
         assert {h.path for h in result.hits} == {"MEMORY.md", "memory/users/u/core.md"}
         assert any(h.id for h in result.hits)  # a memory's hit, with its record
-        assert hand_offs == ["_begun_with", "_hit_rows"]
+        assert hand_offs == ["_begun_with"]
+        result = await service.search("DX12 engine", limit=queries.INLINE_HIT_ROWS + 1)
+        assert hand_offs == ["_begun_with", "_begun_with", "_hit_rows"]  # many: on its thread
+        assert len(result.hits) == queries.INLINE_HIT_ROWS + 1 and all(
+            h.id for h in result.hits if h.path != "MEMORY.md"
+        )

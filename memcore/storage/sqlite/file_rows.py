@@ -69,6 +69,13 @@ def enqueue(
     return future
 
 
+def idle(conn: aiosqlite.Connection) -> bool:
+    """Nothing is queued on the connection's thread. For a caller whose own calls on it are
+    all done, the thread then runs nothing, and the connection (opened with
+    check_same_thread off) can be used from the caller's thread meanwhile."""
+    return bool(conn._running and conn._connection is not None and conn._tx.empty())
+
+
 def marks(n: int) -> str:
     return ",".join("?" * n)
 

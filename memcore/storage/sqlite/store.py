@@ -168,7 +168,9 @@ class SqliteStore:
             raise
 
     async def _connect(self, cache_mb: int | None = None) -> aiosqlite.Connection:
-        conn = await aiosqlite.connect(self.path, isolation_level=None)
+        # check_same_thread off: a snapshot reads a few rows by key on the event loop while
+        # its connection's thread is idle (SqliteReader.hit_rows; the module is serialized)
+        conn = await aiosqlite.connect(self.path, isolation_level=None, check_same_thread=False)
         try:
             await conn.execute(f"PRAGMA busy_timeout = {self._busy_ms}")
             await conn.execute("PRAGMA synchronous = NORMAL")
