@@ -238,3 +238,20 @@ def test_a_memory_files_unchanged_memories_keep_their_chunks_and_changed_ones_ge
     other_head = new_memory_file(Scope(user_id="v"), "core")
     other, _ = chunk_markdown(other_head + "\n".join(lines) + "\n", "memory/users/v/core.md")
     assert other[0] is not first[0] and other[0].metadata["memory"]["user_id"] == "v"  # type: ignore[index]
+
+
+def test_front_matter_of_a_long_file_is_read_from_its_head_and_never_shared() -> None:
+    """Only the head of a file is split to find its front matter (a memory file of a
+    thousand memories is read at every write to it); the YAML is read once per block, and
+    every caller gets a dict of its own."""
+    text = "---\ntags: [ops, db]\ndate: 2024-05-02\n---\n" + "".join(
+        f"- item {n}\n" for n in range(5000)
+    )
+    meta, lines, error = split_front_matter(text)
+    assert (meta, lines, error) == ({"tags": ["ops", "db"], "date": "2024-05-02"}, 4, None)
+    meta["tags"].append("changed")
+    assert split_front_matter(text)[0] == {"tags": ["ops", "db"], "date": "2024-05-02"}
+    broken = split_front_matter("---\ntags: [ops\n---\nbody\n")
+    assert broken[0] == {} and broken[1] == 3 and broken[2] is not None
+    assert broken[2].startswith("front matter ignored:") and "\n" not in broken[2]
+    assert split_front_matter("---\n" + "x: 1\n" * 500) == ({}, 0, None)  # never closed

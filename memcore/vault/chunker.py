@@ -89,18 +89,14 @@ def _parser() -> MarkdownIt:
 
 def split_front_matter(text: str) -> tuple[dict[str, Any], int, str | None]:
     """Front matter as a dict, the number of lines it spans, and a parse error if any."""
-    lines = text.split("\n")
+    lines = text.split("\n", 400)  # only the head: front matter ends within 400 lines
     if not lines or lines[0].strip() != "---":
         return {}, 0, None
     for i in range(1, min(len(lines), 400)):
         if lines[i].strip() in _FRONT_MATTER_END:
-            import yaml  # only when there is front matter to read
-
-            try:
-                data = yaml.safe_load("\n".join(lines[1:i]))
-            except yaml.YAMLError as exc:
-                first = str(exc).splitlines()[0] if str(exc) else "invalid YAML"
-                return {}, i + 1, f"front matter ignored: {first}"
+            data, error = _yaml("\n".join(lines[1:i]))
+            if error is not None:
+                return {}, i + 1, error
             if data is None:
                 return {}, i + 1, None
             if not isinstance(data, dict):
@@ -109,8 +105,25 @@ def split_front_matter(text: str) -> tuple[dict[str, Any], int, str | None]:
     return {}, 0, None
 
 
+@lru_cache(maxsize=1024)
+def _yaml(block: str) -> tuple[Any, str | None]:
+    """A front matter block's YAML (and the parse error, if any). Cached: a memory file's
+    front matter stays the same across the writes to it, and YAML is slow to read. Callers
+    copy what they keep (split_front_matter builds its dict anew)."""
+    import yaml  # only when there is front matter to read
+
+    try:
+        return yaml.safe_load(block), None
+    except yaml.YAMLError as exc:
+        first = str(exc).splitlines()[0] if str(exc) else "invalid YAML"
+        return None, f"front matter ignored: {first}"
+
+
+@lru_cache(maxsize=8)
 def memory_file_of(path: str, text: str) -> MemoryFile | None:
-    """The file's memories when its front matter marks it a memory file, else None."""
+    """The file's memories when its front matter marks it a memory file, else None.
+    Cached (the result is immutable): a write parses the file as it was, which is the text
+    the index read and parsed at the previous write."""
     meta, fm_lines, _ = split_front_matter(text)
     return parse_memory_file(path, meta, text, fm_lines) if is_memory_file(meta) else None
 
@@ -326,8 +339,8 @@ def chunk_markdown(
     body = "\n".join(text.split("\n")[fm_lines:])
     fm_tags = _front_matter_tags(meta)
     date = file_date(path, meta, fallback_date, body)
-    if is_memory_file(meta):
-        return memory_chunks(parse_memory_file(path, meta, text, fm_lines), path, date), []
+    if is_memory_file(meta) and (parsed := memory_file_of(path, text)) is not None:
+        return memory_chunks(parsed, path, date), []
     budget = max(cfg.max_chars - cfg.overlap_chars - 1, cfg.chars_per_token)
     chunks: list[Chunk] = []
     for section in _sections(body, fm_lines, budget):
