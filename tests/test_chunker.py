@@ -255,3 +255,19 @@ def test_front_matter_of_a_long_file_is_read_from_its_head_and_never_shared() ->
     assert broken[0] == {} and broken[1] == 3 and broken[2] is not None
     assert broken[2].startswith("front matter ignored:") and "\n" not in broken[2]
     assert split_front_matter("---\n" + "x: 1\n" * 500) == ({}, 0, None)  # never closed
+
+
+def test_a_memory_files_last_parse_is_kept_for_the_next_write_and_no_other() -> None:
+    from memcore.vault import chunker
+    from memcore.vault.memory_format import Scope, new_memory_file
+
+    head = new_memory_file(Scope(user_id="u"), "core")
+    first = chunker.memory_file_of("memory/a.md", head + "- one\n")
+    assert first is not None and chunker.memory_file_of("memory/a.md", head + "- one\n") is first
+    second = chunker.memory_file_of("memory/a.md", head + "- one\n- two\n")
+    assert second is not None and [i.text for i in second.items] == ["one", "two"]
+    assert chunker.memory_file_of("memory/a.md", head + "- one\n") is not first  # one a file
+    for n in range(chunker.PARSES_KEPT):
+        chunker.memory_file_of(f"memory/other{n}.md", head + f"- {n}\n")
+    assert "memory/a.md" not in chunker._PARSED and len(chunker._PARSED) == chunker.PARSES_KEPT
+    assert chunker.memory_file_of("memory/plain.md", "# not a memory file\n") is None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+import threading
 from dataclasses import dataclass, field
 from functools import lru_cache, partial
 from typing import TYPE_CHECKING, Any
@@ -119,13 +120,29 @@ def _yaml(block: str) -> tuple[Any, str | None]:
         return None, f"front matter ignored: {first}"
 
 
-@lru_cache(maxsize=8)
 def memory_file_of(path: str, text: str) -> MemoryFile | None:
     """The file's memories when its front matter marks it a memory file, else None.
-    Cached (the result is immutable): a write parses the file as it was, which is the text
-    the index read and parsed at the previous write."""
+
+    The last parse of each of the few files parsed last is kept (it is immutable): a write
+    parses its file as it was, which is the text the index read and parsed at the previous
+    write to it. One text a file, so a 4 MB file holds at most its own parse here."""
+    with _PARSED_LOCK:  # files are parsed in worker threads
+        last = _PARSED.get(path)
+    if last is not None and last[0] == text:
+        return last[1]
     meta, fm_lines, _ = split_front_matter(text)
-    return parse_memory_file(path, meta, text, fm_lines) if is_memory_file(meta) else None
+    parsed = parse_memory_file(path, meta, text, fm_lines) if is_memory_file(meta) else None
+    with _PARSED_LOCK:
+        _PARSED.pop(path, None)
+        while len(_PARSED) >= PARSES_KEPT:  # the oldest goes
+            del _PARSED[next(iter(_PARSED))]
+        _PARSED[path] = (text, parsed)
+    return parsed
+
+
+PARSES_KEPT = 4
+_PARSED: dict[str, tuple[str, MemoryFile | None]] = {}  # path -> its last text and parse
+_PARSED_LOCK = threading.Lock()
 
 
 def _json_safe(value: Any) -> Any:
