@@ -9,7 +9,6 @@ retrieval harness, which scores several fusion methods on the same candidates.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import datetime as dt
 import logging
@@ -29,7 +28,7 @@ from memcore.core.tokenize import has_cjk, has_words, warm_segmenter
 from memcore.embedders.base import EmbeddingRunner
 from memcore.search import fusion, strength
 from memcore.search.recall import Recall, note_key
-from memcore.storage.base import IndexReader, Store, Vector, both
+from memcore.storage.base import IndexReader, Store, Vector, both, settled
 
 log = logging.getLogger(__name__)
 MAX_LIMIT = 1000  # results one search returns at most, on every front
@@ -138,7 +137,7 @@ class Searcher:
                 )  # fmt: skip
             finally:
                 if keywords is not None:
-                    await _settled(keywords)
+                    await settled(keywords)
         log.debug(
             "search %r: %d hits (%s) in %.1f ms",
             query, len(result.hits), result.mode, (time.perf_counter() - started) * 1000,
@@ -415,15 +414,6 @@ def continued(
     shown = {cid for cid, _ in first}
     floor = first[-1][1] if first else 1.0
     return first + [(cid, min(sc, floor)) for cid, sc in deeper if cid not in shown]
-
-
-async def _settled(task: asyncio.Future[list[tuple[int, float]]]) -> None:
-    """Wait for a query this search started and no longer needs (cancelled if it still
-    runs), its error seen: the search has raised it already, or had no use for it."""
-    if not task.done():
-        task.cancel()
-    with contextlib.suppress(asyncio.CancelledError, Exception):
-        await task
 
 
 async def _no_hits() -> list[tuple[int, float]]:

@@ -46,10 +46,16 @@ async def both(first: Awaitable[A], second: Awaitable[B]) -> tuple[A, B]:
         other = await second
         return await task, other
     finally:
-        if not task.done():
-            task.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await task  # also when both failed: the first's error is seen, never left unread
+        await settled(task)  # also when both failed: the first's error is seen
+
+
+async def settled(task: asyncio.Future[A]) -> None:
+    """Wait for a read this caller started and no longer needs (cancelled if it still runs),
+    its error seen, never left unread: the caller raised it already, or had no use for it."""
+    if not task.done():
+        task.cancel()
+    with contextlib.suppress(asyncio.CancelledError, Exception):
+        await task
 
 
 @dataclass(frozen=True, slots=True)
