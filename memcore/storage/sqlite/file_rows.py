@@ -72,8 +72,18 @@ def enqueue(
 def idle(conn: aiosqlite.Connection) -> bool:
     """Nothing is queued on the connection's thread. For a caller whose own calls on it are
     all done, the thread then runs nothing, and the connection (opened with
-    check_same_thread off) can be used from the caller's thread meanwhile."""
+    check_same_thread off) can be used from the caller's thread meanwhile (``here``)."""
     return bool(conn._running and conn._connection is not None and conn._tx.empty())
+
+
+def here(
+    conn: aiosqlite.Connection,
+    fn: Callable[Concatenate[sqlite3.Connection, P], T],
+    *args: P.args,
+    **kwargs: P.kwargs,
+) -> T:
+    """``fn(db, *args)`` on the caller's thread, for a connection that is ``idle``."""
+    return fn(conn._conn, *args, **kwargs)
 
 
 def marks(n: int) -> str:

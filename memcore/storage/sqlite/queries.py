@@ -574,7 +574,7 @@ class SqliteReader(_Queries):
         self, ids: Sequence[int]
     ) -> tuple[dict[int, ChunkRow], dict[int, MemoryRecord]]:
         if len(ids) <= INLINE_HIT_ROWS and self.started and file_rows.idle(self.conn):
-            rows, memories = _hit_rows(self.conn._conn, ids)  # see INLINE_HIT_ROWS
+            rows, memories = file_rows.here(self.conn, _hit_rows, ids)  # see INLINE_HIT_ROWS
         else:  # one hand-off for both: a search holds its connection until they are back
             rows, memories = await self._on_thread(_hit_rows, ids)
         return {r[0]: chunk_row(r) for r in rows}, {r[-1]: memory_record(r) for r in memories}
