@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import threading
+import time
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -68,6 +73,37 @@ def test_vector_index_rejects_other_dimensions() -> None:
     idx.add([1], np.ones((1, 4), dtype=np.float32))
     with pytest.raises(ValueError, match="dimensions"):
         idx.add([2], np.ones((1, 5), dtype=np.float32))
+
+
+def _cpu_of_other_threads() -> float:
+    """CPU seconds the threads of this process other than the caller's have used."""
+    me, total = threading.get_native_id(), 0
+    for task in Path("/proc/self/task").iterdir():
+        try:
+            if int(task.name) != me:
+                fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+                total += int(fields[11]) + int(fields[12])
+        except OSError:  # the thread ended meanwhile
+            continue
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads Linux's per-thread CPU")
+def test_a_vector_scan_runs_on_the_calling_thread_alone() -> None:
+    """A scan as BLAS's gemv would run on one thread per core, whose workers spin for more
+    work after each call: under a server's searches they took most of a core of two."""
+    rng = np.random.default_rng(0)
+    idx = VectorIndex()
+    idx.add(range(1, 4001), rng.standard_normal((4000, 384), dtype=np.float32))
+    query = rng.standard_normal(384, dtype=np.float32)
+    others, own = _cpu_of_other_threads(), time.thread_time()
+    for _ in range(300):
+        best = idx.search(query, 10)
+        assert idx.similarity(query, [cid for cid, _ in best]) == pytest.approx(dict(best))
+    time.sleep(0.05)  # where spinning workers would go on spinning
+    others, own = _cpu_of_other_threads() - others, time.thread_time() - own
+    assert own > 0.05  # the scans did run (on this thread)
+    assert others <= 0.2 * own + 0.02  # (the clock ticks every 10 ms)
 
 
 def _cands() -> list[Candidate]:

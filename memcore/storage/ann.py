@@ -30,7 +30,7 @@ import numpy.typing as npt
 import onnxruntime  # noqa: F401
 from usearch.index import Index
 
-from memcore.core.vectors import Matrix, Vector, locked, normalize_rows, top_k
+from memcore.core.vectors import Matrix, Vector, cosines, locked, normalize_rows, top_k
 
 CONNECTIVITY = 16  # graph degree: 16 keeps the file at ~660 B a 256-d vector
 EXPANSION_ADD = 128
@@ -248,7 +248,7 @@ class AnnIndex:
         keys, mat = self._vectors(wanted)
         if not keys:
             return {}
-        sims = mat @ normalize_rows(query)[0]
+        sims = cosines(mat, normalize_rows(query)[0])
         return {k: float(s) for k, s in zip(keys, sims, strict=True)}
 
     # ---- internals ----------------------------------------------------------------------------
@@ -322,7 +322,7 @@ class AnnIndex:
         present, mat = self._vectors(keys)
         if not present:
             return []
-        scores = mat @ q
+        scores = cosines(mat, q)
         return [(present[i], float(scores[i])) for i in top_k(scores, k)]
 
 

@@ -83,9 +83,10 @@ _PENDING = "(embedding_model IS NULL OR embedding_model < ? OR embedding_model >
 
 
 # A matrix up to this many cells (rows x dimensions: 16k vectors of 384) is scanned on the
-# event loop, in under half a millisecond; under load a hop to a worker thread and back costs
-# several. A bigger one, and an HNSW graph, is searched in a worker: the scan releases the GIL,
-# so the keyword query started beside it in SQLite's thread keeps going (Searcher.candidates).
+# event loop, in under a millisecond (vectors.cosines); under load a hop to a worker thread
+# and back costs several. A bigger one, and an HNSW graph, is searched in a worker: the scan
+# releases the GIL, so the keyword query started beside it in SQLite's thread keeps going
+# (Searcher.candidates).
 INLINE_SCAN_CELLS = 16_384 * 384
 R = TypeVar("R")
 
