@@ -18,6 +18,9 @@ from __future__ import annotations
 import importlib
 
 from memcore.core.version import __version__
+from memcore.storage.sqlite.library import without_memory_statistics
+
+without_memory_statistics()  # first, before anything imports sqlite3 (see that module)
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (type checkers read it)
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -413,3 +415,25 @@ async def test_a_search_holds_its_reader_for_one_hand_off(
         assert len(result.hits) == queries.INLINE_HIT_ROWS + 1 and all(
             h.id for h in result.hits if h.path != "MEMORY.md"
         )
+
+
+def _sqlite_memory_used(first: str) -> int:
+    """What SQLite says it has allocated, in a fresh process that starts with ``first``."""
+    code = (
+        f"{first}\nimport ctypes, importlib.util, sqlite3\n"
+        "sqlite3.connect(':memory:').execute('CREATE TABLE t (x)')\n"
+        "lib = ctypes.CDLL(importlib.util.find_spec('_sqlite3').origin)\n"
+        "lib.sqlite3_memory_used.restype = ctypes.c_int64\n"
+        "print(lib.sqlite3_memory_used())"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return int(out.stdout)
+
+
+@pytest.mark.skipif(sys.platform == "darwin", reason="memcore leaves the setting alone there")
+def test_sqlite_keeps_no_memory_statistics_in_a_process_memcore_starts() -> None:
+    """The statistics take one process-wide mutex at every allocation, which the readers'
+    keyword searches took turns at (storage/sqlite/library.py)."""
+    assert _sqlite_memory_used("import memcore") == 0
+    # a process that started SQLite before memcore is left as it was (and the test can tell)
+    assert _sqlite_memory_used("import sqlite3, memcore") > 0
