@@ -6,14 +6,17 @@
 
 The server runs in its own process (`memcore serve --no-watch`); this process is the clients.
 Prints search p50/p95 (query embedding included), the load run's requests, errors and
-p50/p95/p99 per kind, whether every added memory is found afterwards, the CPU the server and
-the clients used during the load (of 100% per core), and the server's peak RSS.
+p50/p95/p99 per kind, the same by thirds of the run with the server's CPU per request (the
+load's memory file grows the whole time: a cost that grows with it shows as a slide), whether
+every added memory is found afterwards, the CPU the server and the clients used during the
+load (of 100% per core), and the server's peak RSS.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import os
 import random
 import shutil
@@ -76,12 +79,20 @@ def peak_rss_mb(pid: int) -> float:
     return float("nan")
 
 
-async def load(url: str, clients: int, seconds: float, qs: list[str]) -> None:
+async def load(url: str, clients: int, seconds: float, qs: list[str], server: int) -> None:
     lat: dict[str, list[float]] = {"search": [], "add": []}
+    ended: list[tuple[float, str, float]] = []  # (seconds into the run, kind, ms)
     errors: list[str] = []
     added: list[str] = []
-    deadline = time.monotonic() + seconds
+    start = time.monotonic()
+    deadline = start + seconds
     rng = random.Random(0)
+    cpu = [cpu_seconds(server)]  # the server's, at each third of the run
+
+    async def sample() -> None:
+        for third in (1, 2, 3):
+            await asyncio.sleep(max(0.0, start + third * seconds / 3 - time.monotonic()))
+            cpu.append(cpu_seconds(server))
 
     async def client(n: int, http: httpx.AsyncClient) -> None:
         i = 0
@@ -102,10 +113,11 @@ async def load(url: str, clients: int, seconds: float, qs: list[str]) -> None:
             except httpx.HTTPError as exc:
                 errors.append(f"{kind} {type(exc).__name__}")
             lat[kind].append((time.perf_counter() - started) * 1000)
+            ended.append((time.monotonic() - start, kind, lat[kind][-1]))
 
     limits = httpx.Limits(max_connections=clients)
     async with httpx.AsyncClient(base_url=url, timeout=120, limits=limits) as http:
-        await asyncio.gather(*(client(n, http) for n in range(clients)))
+        await asyncio.gather(sample(), *(client(n, http) for n in range(clients)))
         listed = await http.get("/api/memories", params={"user_id": "load", "limit": "10000"})
         found = {r["id"] for r in listed.json()["results"]}
     total = len(lat["search"]) + len(lat["add"])
@@ -114,9 +126,23 @@ async def load(url: str, clients: int, seconds: float, qs: list[str]) -> None:
     for kind, xs in lat.items():
         print(f"  {kind}: {len(xs)} requests, p50 {statistics.median(xs) if xs else 0:.1f} ms, "
               f"p95 {pct(xs, 95):.1f} ms, p99 {pct(xs, 99):.1f} ms")  # fmt: skip
+    by_thirds(ended, cpu, seconds)
     print(f"  added memories found afterwards: {len(set(added) & found)} of {len(added)}")
     for e in errors[:5]:
         print("  error:", e)
+
+
+def by_thirds(ended: list[tuple[float, str, float]], cpu: list[float], seconds: float) -> None:
+    """p99 per kind and the server's CPU per request, in each third of the run."""
+    thirds: list[list[tuple[str, float]]] = [[], [], []]
+    for at, kind, ms in ended:
+        thirds[min(2, int(3 * at / seconds))].append((kind, ms))
+    for kind in ("search", "add"):
+        p99s = " / ".join(f"{pct([ms for k, ms in t if k == kind], 99):.1f}" for t in thirds)
+        print(f"  {kind} p99 by thirds of the run: {p99s} ms")
+    spent = [b - a for a, b in itertools.pairwise(cpu)]
+    per = [f"{1000 * s / max(1, len(t)):.2f}" for s, t in zip(spent, thirds, strict=True)]
+    print(f"  server CPU per request by thirds: {' / '.join(per)} ms")
 
 
 async def warm(url: str, qs: list[str]) -> None:
@@ -150,7 +176,7 @@ def main(args: argparse.Namespace) -> None:
             qs = questions(200)
             asyncio.run(warm(url, qs))
             served, ours, started = cpu_seconds(server.pid), time.process_time(), time.monotonic()
-            asyncio.run(load(url, args.clients, args.seconds, qs))
+            asyncio.run(load(url, args.clients, args.seconds, qs, server.pid))
             wall = time.monotonic() - started
             server_cpu = 100 * (cpu_seconds(server.pid) - served) / wall
             clients_cpu = 100 * (time.process_time() - ours) / wall
