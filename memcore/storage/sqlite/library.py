@@ -6,7 +6,7 @@ their own (the writer, and a reader per core), and FTS5 allocates as it reads po
 threads' keyword searches took turns at that one mutex: on 2 cores they ran 1.3x as fast as
 one, against 1.9x for two processes. With the statistics off (SQLITE_CONFIG_MEMSTATUS, which
 SQLite's documentation recommends for speed) two threads run 1.7x as fast as one, and 12
-clients' search p99 went from 77-84 ms to 70-73 (bench/http_api.py, docs/performance.md).
+clients' search p99 went from 75-84 ms to 70-77 (bench/http_api.py, docs/performance.md).
 Nothing in Python reads the statistics: the sqlite3 module has no call for them.
 
 The setting can only be made before the library starts, which importing sqlite3 does; so the
