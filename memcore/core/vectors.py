@@ -41,7 +41,8 @@ def cosines(mat: Matrix, q: Vector) -> npt.NDArray[np.float32]:
     Not ``mat @ q``: that is BLAS's gemv, which OpenBLAS splits over one thread per core whose
     workers then spin, waiting for more work, for a while after each call. A server scanning
     once a search kept them spinning: past ~1,000 vectors one of them took 70% of a core of
-    two, and 12 clients' search p99 went from 76 ms to 139 ms (bench/http_api.py). einsum
+    two, and 12 clients' search p99 in the last 20 s of a 60 s run was 118-139 ms, against
+    76-87 without BLAS's threads (bench/http_api.py). einsum
     runs on this thread with the GIL released; on one thread it scans 16k x 384 in ~0.9 ms
     where gemv takes ~1.6 ms. A row's cosine does not depend on the rows around it, so a
     chunk's vector score is the same in a full scan and in ``similarity``."""
