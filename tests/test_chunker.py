@@ -3,8 +3,16 @@ from __future__ import annotations
 from itertools import pairwise
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from memcore.vault.chunker import ChunkerConfig, chunk_markdown, parse_day, split_front_matter
+from memcore.vault.chunker import (
+    ChunkerConfig,
+    _after_lines,
+    chunk_markdown,
+    parse_day,
+    split_front_matter,
+)
 
 
 def chunks_of(text: str, path: str = "memory/note.md", **cfg: int):  # type: ignore[no-untyped-def]
@@ -271,3 +279,8 @@ def test_a_memory_files_last_parse_is_kept_for_the_next_write_and_no_other() -> 
         chunker.memory_file_of(f"memory/other{n}.md", head + f"- {n}\n")
     assert "memory/a.md" not in chunker._PARSED and len(chunker._PARSED) == chunker.PARSES_KEPT
     assert chunker.memory_file_of("memory/plain.md", "# not a memory file\n") is None
+
+
+@given(st.text(alphabet="ab\n\r", max_size=40), st.integers(min_value=0, max_value=12))
+def test_a_body_past_its_front_matter_is_the_text_after_that_many_lines(text: str, n: int) -> None:
+    assert _after_lines(text, n) == "\n".join(text.split("\n")[n:])

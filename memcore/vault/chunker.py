@@ -120,8 +120,11 @@ def _yaml(block: str) -> tuple[Any, str | None]:
         return None, f"front matter ignored: {first}"
 
 
-def memory_file_of(path: str, text: str) -> MemoryFile | None:
-    """The file's memories when its front matter marks it a memory file, else None.
+def memory_file_of(
+    path: str, text: str, front: tuple[dict[str, Any], int] | None = None
+) -> MemoryFile | None:
+    """The file's memories when its front matter marks it a memory file, else None
+    (``front``: its front matter and the lines it spans, when the caller has read them).
 
     The last parse of each of the few files parsed last is kept (it is immutable): a write
     parses its file as it was, which is the text the index read and parsed at the previous
@@ -130,7 +133,7 @@ def memory_file_of(path: str, text: str) -> MemoryFile | None:
         last = _PARSED.get(path)
     if last is not None and last[0] == text:
         return last[1]
-    meta, fm_lines, _ = split_front_matter(text)
+    meta, fm_lines = front if front is not None else split_front_matter(text)[:2]
     parsed = parse_memory_file(path, meta, text, fm_lines) if is_memory_file(meta) else None
     with _PARSED_LOCK:
         _PARSED.pop(path, None)
@@ -340,6 +343,17 @@ def _windows(units: list[_Unit], cfg: ChunkerConfig) -> list[tuple[list[_Unit], 
     return windows
 
 
+def _after_lines(text: str, n: int) -> str:
+    """``text`` without its first ``n`` lines: ``"\\n".join(text.split("\\n")[n:])``, without
+    splitting every line of a big memory file that an add rewrites."""
+    at = 0
+    for _ in range(n):
+        at = text.find("\n", at) + 1
+        if not at:
+            return ""
+    return text[at:]
+
+
 def _join(units: list[_Unit]) -> str:
     return "".join((u.sep if i else "") + u.text for i, u in enumerate(units))
 
@@ -353,10 +367,13 @@ def chunk_markdown(
     """Split one memory file into chunks. Returns the chunks and warnings (never raises)."""
     cfg = config or ChunkerConfig()
     meta, fm_lines, fm_error = split_front_matter(text)
-    body = "\n".join(text.split("\n")[fm_lines:])
+    body = _after_lines(text, fm_lines)
     fm_tags = _front_matter_tags(meta)
     date = file_date(path, meta, fallback_date, body)
-    if is_memory_file(meta) and (parsed := memory_file_of(path, text)) is not None:
+    if (
+        is_memory_file(meta)
+        and (parsed := memory_file_of(path, text, (meta, fm_lines))) is not None
+    ):
         return memory_chunks(parsed, path, date), []
     budget = max(cfg.max_chars - cfg.overlap_chars - 1, cfg.chars_per_token)
     chunks: list[Chunk] = []
