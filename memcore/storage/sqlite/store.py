@@ -44,7 +44,7 @@ if TYPE_CHECKING:  # usearch (and numkong) load only for a vault that needs the 
 # Reader connections, each a thread; more concurrent reads than this queue up. One per core
 # (at least 2): the searches' SQL holds the GIL for part of its run, so more readers than cores
 # only take turns at it. Under 12 clients on 2 cores over 60 s, a third reader still trades
-# adds for searches: search p99 91-96 ms against 99, add p99 247-261 against 175-189
+# adds for searches: search p99 71-88 ms against 70-76, add p99 183-229 against 130-140
 # (bench/http_api.py, docs/performance.md).
 READERS = max(2, min(8, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
                      else os.cpu_count() or 2))  # fmt: skip
