@@ -14,6 +14,7 @@ from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING
 
 from memcore.core.errors import ConfigError, MemcoreError, VaultError
+from memcore.core.places import make_private_dir
 from memcore.core.settings import MEMORY_DB, Settings
 from memcore.embedders.prefixes import task_prefixes
 
@@ -173,7 +174,7 @@ def ensure_state_dir(settings: Settings, *, daemon: bool = False) -> None:
     if settings.storage.db and not settings.state_dir.exists() and not daemon:
         return  # the index lives elsewhere; leave a read-only vault untouched
     try:
-        settings.state_dir.mkdir(parents=True, exist_ok=True)
+        make_private_dir(settings.state_dir)
         ignore = settings.state_dir / ".gitignore"
         if not ignore.exists():
             ignore.write_text(

@@ -243,7 +243,7 @@ def fake_daemon(vault: Path, reply: bytes) -> Iterator[list[bytes]]:
     import socket
     import threading
 
-    from memcore.core.places import config_inputs
+    from memcore.core.places import config_inputs, inputs_digest
 
     state = vault / ".memcore"
     sock_path = state / "fake.sock"
@@ -270,7 +270,7 @@ def fake_daemon(vault: Path, reply: bytes) -> Iterator[list[bytes]]:
     inputs = config_inputs(vault.resolve(), env(), None, None)
     (state / "daemon.json").write_text(json.dumps({
         "db": settings.index_location, "embedder": "static", "memory": "markdown",
-        "config": inputs, "socket": str(sock_path),
+        "config": {"digest": inputs_digest(inputs), "cwd": False}, "socket": str(sock_path),
     }))  # fmt: skip
     with (state / "daemon.lock").open("a+") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # "a daemon holds the vault"

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from memcore.cli import configure_logging
 from memcore.cli.output import hit_text, out, print_context, record_line, warn
 from memcore.core.errors import MemcoreError
-from memcore.core.places import config_inputs, resolve_vault, state_dir_of
+from memcore.core.places import config_inputs, inputs_digest, resolve_vault, state_dir_of
 from memcore.fronts.daemon_state import status_in
 from memcore.fronts.unix_http import DaemonGone, error_message, post_unix
 
@@ -148,13 +148,13 @@ def daemon_socket(vault_flag: str | None) -> str | None:
         vault = resolve_vault(vault_flag, os.environ)
         status = status_in(state_dir_of(vault)) or {}
         published = status.get("config")
-        if not isinstance(published, dict):
-            return None  # no daemon, or one from before daemons published their inputs
-        cwd = os.getcwd() if published.get("cwd") is not None else None
-        mine = config_inputs(vault, os.environ, None, cwd)
+        if not isinstance(published, dict) or "digest" not in published:
+            return None  # no daemon, or one from before daemons published a digest
+        cwd = os.getcwd() if published.get("cwd") else None
+        mine = inputs_digest(config_inputs(vault, os.environ, None, cwd))
     except (MemcoreError, OSError):
         return None  # the typer command reports it
-    if mine != published or status.get("memory") not in ("markdown", "mem0"):
+    if mine != published["digest"] or status.get("memory") not in ("markdown", "mem0"):
         return None
     sock = status.get("socket")
     return sock if isinstance(sock, str) and sock else None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from pathlib import Path
 from typing import Annotated
 
@@ -46,7 +47,16 @@ def serve_command(
         list[str] | None,
         typer.Option(
             "--scoped-token",
-            help="TOKEN=user_id:alice[,agent_id:bot]: a token held to one scope (repeatable)",
+            help="TOKEN=user_id:alice[,agent_id:bot]: a token held to one scope (repeatable; "
+            "`ps` shows it: prefer --scoped-token-file or MEMCORE_SCOPED_TOKENS)",
+        ),
+    ] = None,
+    scoped_token_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--scoped-token-file",
+            help="Scoped tokens from this file, one TOKEN=user_id:alice[,agent_id:bot] a line "
+            "(blank lines and # comments skipped)",
         ),
     ] = None,
 ) -> None:
@@ -56,7 +66,7 @@ def serve_command(
     _configure_logging(ctx.obj.verbose, False)
     token = _token(ctx, token, token_file)
 
-    scoped = _parse_scoped(scoped_tokens or [])
+    scoped = _parse_scoped(_scoped_specs(scoped_tokens or [], scoped_token_file))
 
     async def job() -> None:
         check_binding(host, token, scoped)
@@ -100,13 +110,38 @@ def _token(ctx: typer.Context, token: str | None, token_file: Path | None) -> st
     return token
 
 
+SCOPED_ENV = "MEMCORE_SCOPED_TOKENS"  # TOKEN=user_id:alice[,agent_id:bot], whitespace apart
+
+
+def _scoped_specs(given: list[str], path: Path | None) -> list[str]:
+    """Scoped-token specs from the command line (warned of: `ps` shows them to every user),
+    --scoped-token-file (one a line) and MEMCORE_SCOPED_TOKENS (separated by white space)."""
+    if given:
+        typer.echo(
+            "memcore: warning: --scoped-token is visible to every user of this machine in "
+            f"`ps`; prefer --scoped-token-file or {SCOPED_ENV}",
+            err=True,
+        )
+    specs = list(given) + os.environ.get(SCOPED_ENV, "").split()
+    if path is not None:
+        try:
+            lines = path.read_text(encoding="utf-8").split("\n")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise fail(f"cannot read --scoped-token-file {path}: {exc}", 2) from None
+        specs += [
+            line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#")
+        ]
+    return specs
+
+
 def _parse_scoped(specs: list[str]) -> dict[str, dict[str, str]]:
     out: dict[str, dict[str, str]] = {}
     for spec in specs:
         token, sep, rest = spec.partition("=")
         scope = dict(part.partition(":")[::2] for part in rest.split(",") if part)
         if not sep or not token or not scope or not set(scope) <= {"user_id", "agent_id", "run_id"}:
-            raise fail(f"--scoped-token takes TOKEN=user_id:NAME[,agent_id:NAME], got {spec!r}", 2)
+            shown = f"...={rest}" if sep else "a spec without '='"  # never echo the token
+            raise fail(f"--scoped-token takes TOKEN=user_id:NAME[,agent_id:NAME], got {shown}", 2)
         for key, name in scope.items():
             try:
                 check_name(name, key)

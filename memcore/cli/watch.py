@@ -21,7 +21,7 @@ import typer
 
 from memcore.cli.app import app, fail, run, settings_of
 from memcore.compose import ensure_state_dir, open_service
-from memcore.core.places import user_config_dir
+from memcore.core.places import open_private, user_config_dir
 from memcore.core.settings import Settings
 from memcore.fronts.daemon import Daemon, install_signal_handlers
 from memcore.fronts.daemon_state import daemon_status
@@ -109,7 +109,7 @@ def _detach(ctx: typer.Context, poll: bool, json_logs: bool) -> None:
             cmd += [flag, str(ctx.obj.overrides[key])]
     cmd += ["--verbose"] if ctx.obj.verbose else []
     cmd += ["watch", *(["--poll"] if poll else []), *(["--json-logs"] if json_logs else [])]
-    with log_path.open("ab") as log_file:
+    with os.fdopen(open_private(log_path, os.O_WRONLY | os.O_APPEND), "ab") as log_file:
         proc = subprocess.Popen(
             cmd, stdin=subprocess.DEVNULL, stdout=log_file, stderr=log_file, start_new_session=True
         )

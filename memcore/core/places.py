@@ -8,6 +8,7 @@ command would be, at the cost of a few stat calls: see ``config_inputs``.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -18,7 +19,9 @@ VAULT_CONFIG = "memcore.toml"
 # What makes a folder a vault, as .git makes a repository.
 VAULT_MARKERS = (VAULT_CONFIG, ".memcore", "MEMORY.md", "memory.md")
 # MEMCORE_* variables that are not settings (the rest are, and are checked by settings.py)
-ENV_SPECIAL = frozenset({"MEMCORE_VAULT", "MEMCORE_CONFIG", "MEMCORE_TOKEN"})
+ENV_SPECIAL = frozenset(
+    {"MEMCORE_VAULT", "MEMCORE_CONFIG", "MEMCORE_TOKEN", "MEMCORE_SCOPED_TOKENS"}
+)
 
 
 def user_config_dir(env: Mapping[str, str] | None = None) -> Path:
@@ -88,6 +91,25 @@ def state_dir_of(vault: Path) -> Path:
     return cache / "memcore" / f"{vault.name[:40]}-{digest}"
 
 
+PRIVATE_DIR = 0o700
+PRIVATE_FILE = 0o600
+
+
+def make_private_dir(path: Path) -> None:
+    """Create a state folder only its owner can enter (0700; an existing one of this user is
+    made so too): the index, the daemon's status, socket and logs hold memories and paths that
+    other users of the machine must not read."""
+    path.mkdir(mode=PRIVATE_DIR, parents=True, exist_ok=True)
+    st = path.stat()
+    if st.st_uid == os.getuid() and st.st_mode & 0o777 != PRIVATE_DIR:
+        os.chmod(path, PRIVATE_DIR)
+
+
+def open_private(path: Path, flags: int) -> int:
+    """``os.open`` creating the file 0600 (the umask may only take more away)."""
+    return os.open(path, flags | os.O_CREAT, PRIVATE_FILE)
+
+
 def _stamp(path: Path) -> list[int] | None:
     """A file's identity and version as far as a stat tells (None: no such file)."""
     try:
@@ -95,6 +117,16 @@ def _stamp(path: Path) -> list[int] | None:
     except OSError:
         return None
     return [st.st_ino, st.st_size, st.st_mtime_ns]
+
+
+def inputs_digest(inputs: Mapping[str, object]) -> str:
+    """A digest of ``config_inputs``: what a daemon publishes in its status file, so that a
+    command can tell it was configured alike without the file holding any setting's value
+    (MEMCORE_* variables may carry a database password)."""
+    import hashlib
+
+    canonical = json.dumps(inputs, sort_keys=True, ensure_ascii=False).encode("utf-8")
+    return hashlib.sha256(canonical).hexdigest()
 
 
 def config_inputs(

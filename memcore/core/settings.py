@@ -238,8 +238,10 @@ MEMORY_DB = ":memory:"
 
 
 def redact_url(url: str) -> str:
-    """A database URL without its password."""
-    return re.sub(r"(://[^:/@]*):[^@]*@", r"\1@", url)
+    """A URL without its password: none in ``user:password@`` (the last @ ends the user
+    part, as URL parsers read it) nor in a ``password=`` / ``sslpassword=`` parameter."""
+    url = re.sub(r"(://[^:/@]*):[^/]*@", r"\1:***@", url)
+    return re.sub(r"(?i)\b((?:ssl)?password=)[^&#]*", r"\1***", url)
 
 
 def is_postgres_url(value: str) -> bool:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from memcore.core.heap import freeze_heap
 from memcore.core.models import IndexReport
+from memcore.core.places import inputs_digest
 from memcore.core.settings import Settings, embedder_signature
 from memcore.fronts.daemon_state import LOCK_NAME, vault_lock, write_status
 from memcore.index.debounce import Debouncer
@@ -349,13 +350,23 @@ class Daemon:
                 "db": self.settings.index_location,
                 "embedder": embedder_signature(self.settings),
                 "memory": self.settings.memory.kind,
-                # what its settings were read from: a command with the same inputs asks
-                # this daemon without loading settings (cli/quick.py)
-                "config": json.loads(self.settings.inputs) if self.settings.inputs else None,
+                # a digest of what its settings were read from: a command with the same
+                # inputs asks this daemon without loading settings (cli/quick.py); never the
+                # values, which may hold a password (MEMCORE_STORAGE_URL)
+                "config": published_inputs(self.settings.inputs),
                 "socket": self.socket,
                 "readiness": self.service.readiness.to_dict(),
             },
         )
+
+
+def published_inputs(inputs: str) -> dict[str, object] | None:
+    """What a daemon says of its settings' inputs (places.config_inputs): their digest, and
+    whether the working folder was one of them."""
+    if not inputs:
+        return None
+    given = json.loads(inputs)
+    return {"digest": inputs_digest(given), "cwd": given.get("cwd") is not None}
 
 
 def install_signal_handlers(stop: asyncio.Event) -> None:

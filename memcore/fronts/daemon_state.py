@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from memcore.core.errors import DaemonError
+from memcore.core.places import make_private_dir, open_private
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (type checkers read it)
 if TYPE_CHECKING:
@@ -25,9 +26,9 @@ STATUS_NAME = "daemon.json"
 @contextlib.contextmanager
 def vault_lock(settings: Settings) -> Iterator[IO[str]]:
     """Hold the vault's daemon lock; raises DaemonError naming the process that has it."""
-    settings.state_dir.mkdir(parents=True, exist_ok=True)
+    make_private_dir(settings.state_dir)
     path = settings.state_dir / LOCK_NAME
-    fh = path.open("a+", encoding="utf-8")
+    fh = os.fdopen(open_private(path, os.O_RDWR | os.O_APPEND), "a+", encoding="utf-8")
     try:
         fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -95,7 +96,9 @@ def status_in(state_dir: Path) -> dict[str, object] | None:
 
 
 def write_status(settings: Settings, info: dict[str, object]) -> None:
+    """Publish the daemon's state (0600: only this user reads it), replacing the last."""
     target = settings.state_dir / STATUS_NAME
     tmp = target.with_suffix(".tmp")
-    tmp.write_text(json.dumps(info), encoding="utf-8")
+    with os.fdopen(open_private(tmp, os.O_WRONLY | os.O_TRUNC), "w", encoding="utf-8") as fh:
+        fh.write(json.dumps(info))
     os.replace(tmp, target)

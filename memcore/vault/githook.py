@@ -14,6 +14,7 @@ them with the writer's compare-and-swap, so hooks running at once never lose an 
 from __future__ import annotations
 
 import datetime as dt
+import os
 import re
 import shlex
 import subprocess
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from memcore.core.errors import VaultError
+from memcore.core.places import make_private_dir, open_private
 from memcore.vault.files import append_text
 
 BEGIN = "# >>> memcore >>> (managed by `memcore hook install`; --uninstall removes this block)"
@@ -198,7 +200,8 @@ def _without_block(text: str) -> str:
 
 def log_line(state_dir: Path, message: str) -> None:
     """One line to .memcore/hook.log (the hook's only output)."""
-    state_dir.mkdir(parents=True, exist_ok=True)
+    make_private_dir(state_dir)
     stamp = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
-    with (state_dir / "hook.log").open("a", encoding="utf-8") as fh:
+    path = state_dir / "hook.log"
+    with os.fdopen(open_private(path, os.O_WRONLY | os.O_APPEND), "a", encoding="utf-8") as fh:
         fh.write(f"{stamp} {message}\n")

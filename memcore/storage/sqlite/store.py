@@ -30,6 +30,7 @@ import numpy as np
 import numpy.typing as npt
 
 from memcore.core.errors import StorageBusy, StorageError
+from memcore.core.places import open_private
 from memcore.core.tokenize import CommonCounts, segment
 from memcore.core.vectors import VectorIndex
 from memcore.storage.base import Vector
@@ -152,6 +153,8 @@ class SqliteStore:
                 self.path = self._scratch / "index.db"
             if not self.path.parent.is_dir():
                 raise StorageError(f"cannot open index {self.path}: folder does not exist")
+            if not self.path.exists():  # 0600: SQLite gives its -wal and -shm the same mode
+                os.close(open_private(self.path, os.O_RDWR))
             self._writer = await self._connect()
             await self._writer.execute("PRAGMA journal_mode = WAL")
             await self._writer.create_function("memcore_fts", 2, _fts_text, deterministic=True)
