@@ -17,11 +17,19 @@ from types import TracebackType
 from typing import Self
 
 from memcore.core.errors import MemcoreError
-from memcore.core.models import IndexReport, IndexStatus, SearchFilters, SearchResult
+from memcore.core.models import (
+    LOCAL,
+    Caller,
+    IndexReport,
+    IndexStatus,
+    SearchFilters,
+    SearchResult,
+)
 from memcore.core.settings import Settings
 from memcore.embedders.base import EmbeddingRunner
 from memcore.index.indexer import Indexer, Progress, no_progress
 from memcore.llm.base import LLM
+from memcore.memory.access import ScopedConversations, ScopedMemory, bind_filters
 from memcore.memory.conversations import Conversations
 from memcore.memory.operations import MemoryApi
 from memcore.memory.port import Memory
@@ -121,6 +129,16 @@ class MemoryService:
         finally:
             await self.store.__aexit__(exc_type, exc, tb)
 
+    def memories_for(self, caller: Caller) -> Memory:
+        """The memory operations as ``caller`` may use them: its token's scope intersected
+        with every call, its idempotency keys its own (memory/access.py). Every front reaches
+        memories through this; ``memories`` itself is the vault owner's full access."""
+        return ScopedMemory(self.memories, caller)
+
+    def conversations_for(self, caller: Caller) -> ScopedConversations:
+        """Transcripts as ``caller`` may reach them (a session's own token, or full access)."""
+        return ScopedConversations(self.conversations, caller)
+
     @property
     def model_id(self) -> str:
         return self.embedder.model_id
@@ -180,9 +198,12 @@ class MemoryService:
         min_score: float | None = None,
         query_vector: Vector | None = None,
         as_of: dt.date | None = None,
+        caller: Caller = LOCAL,
     ) -> SearchResult:
         """See ``Searcher.search``: hybrid, degrading to keyword-only with a warning; while
-        the vault is still being caught up, with a warning that results may be incomplete."""
+        the vault is still being caught up, with a warning that results may be incomplete.
+        ``caller``: a scoped token's search is held to its scope (Forbidden for another)."""
+        filters = bind_filters(caller, filters)
         kind = self.memories.kind
         if kind == "none":
             return SearchResult(query, (), "keyword", (DISABLED,))
@@ -217,6 +238,7 @@ class MemoryService:
         limit: int = 3,
         filters: SearchFilters | None = None,
         min_score: float | None = None,
+        caller: Caller = LOCAL,
     ) -> str:
         """A "## Relevant Memories" block for a prompt: the best ``limit`` hits that clear
         the relevance floor (``search.context_min_score`` unless ``min_score``); an empty
@@ -225,7 +247,9 @@ class MemoryService:
         block counts as used: one FSRS review each."""
         floor = self.settings.search.context_min_score if min_score is None else min_score
         filters = filters or SearchFilters(include_turns=False)
-        result = await self.search(query, limit=limit, filters=filters, min_score=floor)
+        result = await self.search(
+            query, limit=limit, filters=filters, min_score=floor, caller=caller
+        )
         await self.memories.reinforce_hits(result.hits)
         return relevant_memories(result.hits)
 

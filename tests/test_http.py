@@ -337,7 +337,6 @@ async def test_a_scope_bound_token_never_sees_other_scopes(service: MemoryServic
             assert (await alice.get(f"/api/memories/{bobs.id}/history")).status_code == 404
             listed = (await alice.get("/api/memories")).json()["results"]
             assert [r["memory"] for r in listed] == ["Alice's plan"]
-            assert (await alice.post("/mcp", json={})).status_code == 403
 
         def as_mem0() -> tuple[object, object]:
             client = MemoryClient(api_key="alice-t", host=url)

@@ -57,6 +57,10 @@ class NotSupported(InputError):
     memory switched off keeps nothing); nothing was changed."""
 
 
+class Forbidden(MemcoreError):
+    """The caller's token is held to another scope than the call names; nothing was changed."""
+
+
 class NotFound(MemcoreError):
     """No memory has that id (or key); nothing was changed."""
 

@@ -10,6 +10,38 @@ SearchMode = Literal["hybrid", "vector", "keyword"]
 Tier = Literal["core", "decaying"]
 
 
+SCOPE_KEYS = ("user_id", "agent_id", "run_id")
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """Who makes a call, as every front hands it to the service: ``identity`` names the
+    caller for idempotency keys (``local`` for the vault's owner: the CLI, the daemon's
+    socket, a server without tokens; ``token:<digest>`` for a bearer token) and ``binding``
+    is the scope a scoped token holds it to (empty: every scope)."""
+
+    identity: str = "local"
+    binding: tuple[tuple[str, str], ...] = ()
+
+    @classmethod
+    def of_token(cls, token: str, binding: Mapping[str, str] | None = None) -> Caller:
+        """The caller holding ``token`` (never the token itself: a digest names it)."""
+        import hashlib
+
+        digest = hashlib.sha256(token.encode("utf-8")).hexdigest()[:16]
+        return cls(f"token:{digest}", tuple(sorted((binding or {}).items())))
+
+    @property
+    def bound(self) -> dict[str, str]:
+        return dict(self.binding)
+
+    def describe(self) -> str:
+        return ", ".join(f"{k}={v}" for k, v in self.binding) or "every scope"
+
+
+LOCAL = Caller()
+
+
 @dataclass(frozen=True, slots=True)
 class Chunk:
     """One indexed piece of a memory file.

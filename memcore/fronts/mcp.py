@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
 from typing import Annotated, Any, Literal, TypeVar
 
 from mcp.server.mcpserver import MCPServer
@@ -13,7 +14,10 @@ from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field, ValidationError
 
 from memcore.core.errors import InputError, MemcoreError, validation_message
+from memcore.core.models import LOCAL, Caller
 from memcore.core.version import __version__
+from memcore.fronts.http.common import BadRequest, check_json
+from memcore.memory.port import Memory
 from memcore.search.filters import read_filters
 from memcore.search.searcher import MAX_LIMIT
 from memcore.service import MemoryService
@@ -48,6 +52,16 @@ class MemcoreMCP(MCPServer):
     reports pydantic's multi-line dump)."""
 
     async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+        tool = self._tool_manager.get_tool(name)
+        if tool is not None:
+            unknown = set(arguments) - set(tool.parameters.get("properties", {}))
+            if unknown:
+                raise ToolError(f"{name}: unknown argument(s): {', '.join(sorted(unknown))}")
+        try:
+            check_json(arguments)
+        except BadRequest as exc:
+            raise ToolError(f"{name}: {exc}") from None
+        caller = CALLER.set(_caller_of(context))
         try:
             return await super().call_tool(name, arguments, context)
         except ToolError as exc:
@@ -56,11 +70,30 @@ class MemcoreMCP(MCPServer):
                 message = validation_message(cause.errors(include_url=False))
                 raise ToolError(f"{name}: {message}") from cause
             raise
+        finally:
+            CALLER.reset(caller)
+
+
+# Who calls the tool running now: the token of the HTTP request that carried the call (the
+# Guard in fronts/http/app.py names it), or the vault's owner over stdio.
+CALLER: ContextVar[Caller] = ContextVar("memcore_mcp_caller", default=LOCAL)
+
+
+def _caller_of(context: Any) -> Caller:
+    try:
+        request = context.request_context.request if context is not None else None
+    except ValueError:  # no request context: stdio, or a call made in-process
+        return LOCAL
+    state = getattr(request, "scope", {}).get("state", {}) if request is not None else {}
+    caller = state.get("caller")
+    return caller if isinstance(caller, Caller) else LOCAL
 
 
 def build_mcp(service: MemoryService) -> MCPServer:  # noqa: C901 - a tool table
     mcp = MemcoreMCP("memcore", instructions=INSTRUCTIONS, version=__version__)
-    m = service.memories
+
+    def m() -> Memory:
+        return service.memories_for(CALLER.get())
 
     @mcp.tool()
     @one_line_errors
@@ -84,7 +117,7 @@ def build_mcp(service: MemoryService) -> MCPServer:  # noqa: C901 - a tool table
         scope (user_id/agent_id/run_id) only that scope's memories and notes come back, plus
         shared ones with include_shared. filters: metadata conditions, Mem0-style. An empty
         query with a tag lists what carries the tag, newest first."""
-        found = await m.search(
+        found = await m().search(
             query, user_id=user_id, agent_id=agent_id, run_id=run_id,
             include_shared=include_shared, include_turns=include_turns, category=category,
             filters=filters, tag=tag, path=path, since=since, until=until, limit=limit,
@@ -114,7 +147,9 @@ def build_mcp(service: MemoryService) -> MCPServer:  # noqa: C901 - a tool table
             user_id=user_id, agent_id=agent_id, run_id=run_id, include_shared=include_shared,
             include_turns=include_turns, category=category, tag=tag, path=path,
         )  # fmt: skip
-        return await service.context(query, limit, filters, min_score=min_score)
+        return await service.context(
+            query, limit, filters, min_score=min_score, caller=CALLER.get()
+        )
 
     @mcp.tool()
     @one_line_errors
@@ -131,7 +166,7 @@ def build_mcp(service: MemoryService) -> MCPServer:  # noqa: C901 - a tool table
         """Remember something (written to the workspace's Markdown, searchable at once). A key
         replaces the memory under that key in the same scope and category. An
         idempotency_key makes a retried call return the first call's memories."""
-        added = await m.add(content, user_id=user_id, agent_id=agent_id, run_id=run_id,
+        added = await m().add(content, user_id=user_id, agent_id=agent_id, run_id=run_id,
                             category=category, key=key, metadata=metadata,
                             idempotency_key=idempotency_key)  # fmt: skip
         return [r.to_dict() for r in added]
@@ -140,7 +175,7 @@ def build_mcp(service: MemoryService) -> MCPServer:  # noqa: C901 - a tool table
     @one_line_errors
     async def get(memory_id: str) -> dict[str, Any]:
         """One memory by id."""
-        return (await m.get(memory_id)).to_dict()
+        return (await m().get(memory_id)).to_dict()
 
     @mcp.tool(name="list")
     @one_line_errors
@@ -153,7 +188,7 @@ def build_mcp(service: MemoryService) -> MCPServer:  # noqa: C901 - a tool table
         offset: Offset = 0,
     ) -> list[dict[str, Any]]:
         """Memories of a scope, oldest first."""
-        rows = await m.get_all(user_id=user_id, agent_id=agent_id, run_id=run_id,
+        rows = await m().get_all(user_id=user_id, agent_id=agent_id, run_id=run_id,
                                category=category, limit=limit, offset=offset)  # fmt: skip
         return [r.to_dict() for r in rows]
 
@@ -161,7 +196,7 @@ def build_mcp(service: MemoryService) -> MCPServer:  # noqa: C901 - a tool table
     @one_line_errors
     async def update(memory_id: str, content: str) -> dict[str, Any]:
         """Change a memory's text; its id stays."""
-        return (await m.update(memory_id, content)).to_dict()
+        return (await m().update(memory_id, content)).to_dict()
 
     @mcp.tool()
     @one_line_errors
@@ -174,10 +209,10 @@ def build_mcp(service: MemoryService) -> MCPServer:  # noqa: C901 - a tool table
     ) -> str:
         """Delete a memory by id, or the one under a key in a scope."""
         if memory_id:
-            await m.delete(memory_id)
+            await m().delete(memory_id)
             return f"forgot {memory_id}"
         if key:
-            gone = await m.forget(key, user_id=user_id, agent_id=agent_id, run_id=run_id)
+            gone = await m().forget(key, user_id=user_id, agent_id=agent_id, run_id=run_id)
             return f"forgot {key}" if gone else f"nothing under key {key!r}"
         raise InputError("forget needs memory_id, or key (with its scope)")
 
@@ -185,13 +220,13 @@ def build_mcp(service: MemoryService) -> MCPServer:  # noqa: C901 - a tool table
     @one_line_errors
     async def history(memory_id: str) -> list[dict[str, Any]]:
         """What happened to a memory: ADD / UPDATE / DELETE, when, by the API or a person."""
-        return await m.history(memory_id)
+        return await m().history(memory_id)
 
     @mcp.tool()
     @one_line_errors
     async def entities() -> list[dict[str, Any]]:
         """Every user, agent and run that holds memories, with how many."""
-        return [e.to_dict() for e in await m.entities()]
+        return [e.to_dict() for e in await m().entities()]
 
     @mcp.tool()
     @one_line_errors
@@ -200,7 +235,7 @@ def build_mcp(service: MemoryService) -> MCPServer:  # noqa: C901 - a tool table
     ) -> dict[str, Any]:
         """Rate a memory after using it: POSITIVE (it helped) strengthens it, NEGATIVE (it did
         not) weakens it, VERY_NEGATIVE (it is wrong) makes it fade and be archived."""
-        return (await m.feedback(memory_id, feedback)).to_dict()
+        return (await m().feedback(memory_id, feedback)).to_dict()
 
     @mcp.tool()
     @one_line_errors

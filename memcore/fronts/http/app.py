@@ -23,6 +23,7 @@ from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from memcore.core.models import Caller
 from memcore.core.version import __version__
 from memcore.fronts.http.common import (
     BadRequest,
@@ -65,9 +66,9 @@ class Guard:
         hosts: Collection[str] | None = None,
     ) -> None:
         self.app = app
-        self.tokens: dict[str, Mapping[str, str]] = dict(scoped)
+        self.tokens = {t: Caller.of_token(t, binding) for t, binding in scoped.items()}
         if token is not None:
-            self.tokens[token] = {}
+            self.tokens[token] = Caller.of_token(token)
         self.hosts = None if hosts is None else {h.lower() for h in hosts}
 
     def _refusal(self, method: str, headers: Mapping[str, str]) -> JSONResponse | None:
@@ -101,23 +102,20 @@ class Guard:
             scheme, _, value = headers.get("authorization", "").partition(" ")
             if not scheme and (cookie := _token_cookie(headers.get("cookie", ""))):
                 scheme, value = "bearer", cookie  # the web page's (see /login)
-            binding = next(
+            caller = next(
                 (
-                    b for t, b in self.tokens.items()
+                    c for t, c in self.tokens.items()
                     if hmac.compare_digest(value.strip().encode(), t.encode())
                 ),
                 None,
             ) if scheme.lower() in ("bearer", "token") else None  # fmt: skip
-            if binding is None:
+            if caller is None:
                 if scope["method"] == "GET" and "text/html" in headers.get("accept", ""):
                     await _to_login(scope, receive, send)  # a person at the web page
                     return
                 await error(401, "missing or wrong token")(scope, receive, send)
                 return
-            if binding and scope["path"].startswith("/mcp"):
-                await error(403, "a scope-bound token cannot use /mcp yet")(scope, receive, send)
-                return
-            scope.setdefault("state", {})["bound"] = binding
+            scope.setdefault("state", {})["caller"] = caller
         length = headers.get("content-length")
         limit = body_limit(scope["method"], scope["path"])
         if length is not None and (not length.isdigit() or int(length) > limit):

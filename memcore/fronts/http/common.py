@@ -18,6 +18,7 @@ from starlette.responses import JSONResponse, Response
 
 from memcore.core.errors import (
     ConfigError,
+    Forbidden,
     InputError,
     LLMError,
     MemcoreError,
@@ -27,7 +28,7 @@ from memcore.core.errors import (
     WriteConflict,
     validation_message,
 )
-from memcore.core.models import Entity, MemoryRecord
+from memcore.core.models import LOCAL, SCOPE_KEYS, Caller, Entity
 from memcore.storage.base import Vector
 
 MAX_BODY = 2_000_000  # a memory may hold 1 MB of text; JSON escaping can double it
@@ -51,35 +52,15 @@ def body_limit(method: str, path: str) -> int:
     return MAX_BODY
 
 
-class Forbidden(Exception):
-    """The token may not do this (it is bound to another scope): 403."""
+def scope_fields(data: BaseModel) -> dict[str, Any]:
+    """The user_id, agent_id and run_id a request names (the service binds them)."""
+    return data.model_dump(include=set(SCOPE_KEYS))
 
 
-SCOPE_KEYS = ("user_id", "agent_id", "run_id")
-
-
-def bound(request: Request) -> dict[str, str]:
-    """The scope the request's token is bound to ({} for a full-access token)."""
-    return dict(request.scope.get("state", {}).get("bound") or {})
-
-
-def within(request: Request, given: Mapping[str, Any]) -> dict[str, Any]:
-    """The caller's scope with the token's binding applied: a bound field is filled in, and
-    asking for another value of it is refused."""
-    scope = {k: given.get(k) for k in SCOPE_KEYS}
-    for key, value in bound(request).items():
-        if scope[key] not in (None, value):
-            raise Forbidden(f"this token is bound to {key}={value}")
-        scope[key] = value
-    return scope
-
-
-def owned(request: Request, record: MemoryRecord) -> MemoryRecord:
-    """A record the token may see; to a bound token another scope's memory does not exist."""
-    for key, value in bound(request).items():
-        if getattr(record, key) != value:
-            raise NotFound(f"no memory with id {record.id!r}")
-    return record
+def caller_of(request: Request) -> Caller:
+    """Who sent the request (the Guard in app.py names it from the token): its identity and
+    the scope its token holds it to. The service applies the rule (memory/access.py)."""
+    return request.scope.get("state", {}).get("caller") or LOCAL
 
 
 CODES = {
@@ -89,15 +70,9 @@ CODES = {
 }  # fmt: skip
 
 
-def visible(request: Request, entities: Sequence[Entity]) -> list[Entity]:
-    """The users, agents and runs a request may see: all, or a bound token's own."""
-    binding = bound(request)
-    return [e for e in entities if not binding or binding.get(f"{e.kind}_id") == e.name]
-
-
-def entities_page(request: Request, entities: Sequence[Entity]) -> dict[str, Any]:
-    """Mem0's users() answer for what the request may see."""
-    rows = [{"id": e.name, **e.to_dict()} for e in visible(request, entities)]
+def entities_page(entities: Sequence[Entity]) -> dict[str, Any]:
+    """Mem0's users() answer (the entities the caller may see: ScopedMemory.entities)."""
+    rows = [{"id": e.name, **e.to_dict()} for e in entities]
     return {"count": len(rows), "next": None, "previous": None, "results": rows}
 
 

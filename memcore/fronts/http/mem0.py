@@ -16,19 +16,17 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from memcore.core.models import MemoryRecord
+from memcore.core.models import SCOPE_KEYS, MemoryRecord
 from memcore.fronts.http.common import (
-    SCOPE_KEYS,
     BadRequest,
-    bound,
+    caller_of,
     contract,
     entities_page,
     handle,
-    owned,
     parsed,
     query_of,
     reply,
-    within,
+    scope_fields,
 )
 from memcore.fronts.http.schemas import (
     MEM0_IGNORED,
@@ -52,6 +50,7 @@ from memcore.fronts.http.schemas import (
     PingOut,
     message_dicts,
 )
+from memcore.memory.port import Memory
 from memcore.service import MemoryService
 
 IGNORED = set(MEM0_IGNORED)
@@ -93,7 +92,7 @@ def split_read_filters(filters: Any) -> tuple[dict[str, Any], Any]:
     return found, (left or None)
 
 
-def split_filters(filters: Any) -> tuple[dict[str, str | None], dict[str, Any] | None]:
+def split_filters(filters: Any) -> tuple[dict[str, Any], dict[str, Any] | None]:
     """Mem0 filters -> (scope, the rest as a filter memcore evaluates in SQL).
 
     A scope key with a plain name, at the top or in a top-level AND, is the scope (a scoped
@@ -108,7 +107,7 @@ def split_filters(filters: Any) -> tuple[dict[str, str | None], dict[str, Any] |
     if "AND" in filters and not isinstance(filters["AND"], list):
         raise BadRequest("filters.AND must be a list of objects")
     parts = list(filters["AND"]) if set(filters) == {"AND"} else [filters]
-    scope: dict[str, str | None] = {}
+    scope: dict[str, Any] = {}
     rest: list[dict[str, Any]] = []
     for part in parts:
         if not isinstance(part, Mapping):
@@ -126,7 +125,9 @@ def split_filters(filters: Any) -> tuple[dict[str, str | None], dict[str, Any] |
 
 
 def mem0_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a route table
-    m = service.memories
+
+    def memories(request: Request) -> Memory:
+        return service.memories_for(caller_of(request))
 
     @contract(PingOut)
     async def ping(request: Request) -> Response:
@@ -148,9 +149,8 @@ def mem0_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a route 
         )
         # Mem0 infers by default; here only when an LLM is configured
         infer = service.llm is not None if data.infer is None else data.infer
-        records = await m.add(
-            messages, metadata=data.metadata, infer=infer,
-            **within(request, data.model_dump(include=set(SCOPE_KEYS))),
+        records = await memories(request).add(
+            messages, metadata=data.metadata, infer=infer, **scope_fields(data),
             idempotency_key=request.headers.get("idempotency-key"),
         )  # fmt: skip
         out = [{**record(r), "event": r.event or "ADD"} for r in records]
@@ -162,8 +162,8 @@ def mem0_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a route 
         """A page of a scope's memories."""
         data = await parsed(request, Mem0ListBody)
         q = query_of(request, Mem0PageQuery)
-        given, meta = split_filters(data.filters)
-        scope = within(request, given)
+        scope, meta = split_filters(data.filters)
+        m = memories(request)
         page, size = q.page or data.page or 1, q.page_size or data.page_size or 100
         total = await m.count(**scope)
         rows = await m.get_all(**scope, filters=meta, limit=size, offset=(page - 1) * size)
@@ -182,13 +182,12 @@ def mem0_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a route 
         data = await parsed(request, Mem0SearchBody)
         read, rest = split_read_filters(data.filters)
         given, meta = split_filters(rest)
-        for key, value in data.model_dump(include=set(SCOPE_KEYS)).items():
+        for key, value in scope_fields(data).items():
             if value is not None and given.get(key, value) != value:
                 raise BadRequest(f"{key} differs between the body and its filters")
             given.setdefault(key, value)
-        scope = within(request, given)
-        rows = await m.search(
-            data.query, **scope, **read, filters=meta, limit=data.top_k or data.limit or 10,
+        rows = await memories(request).search(
+            data.query, **given, **read, filters=meta, limit=data.top_k or data.limit or 10,
             threshold=data.threshold,
         )  # fmt: skip
         out: dict[str, Any] = {"results": [record(r) for r in rows]}
@@ -200,7 +199,7 @@ def mem0_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a route 
     @handle
     async def get_one(request: Request) -> Response:
         """One memory."""
-        found = owned(request, await m.get(request.path_params["memory_id"]))
+        found = await memories(request).get(request.path_params["memory_id"])
         return reply(Mem0MemoryOut, record(found))
 
     @contract(Mem0MemoryOut, body=Mem0UpdateBody)
@@ -208,20 +207,18 @@ def mem0_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a route 
     async def update(request: Request) -> Response:
         """Change a memory's text or metadata."""
         memory_id = request.path_params["memory_id"]
-        owned(request, await m.get(memory_id, review=False))
         data = await parsed(request, Mem0UpdateBody)
         if data.text is not None and data.content is not None and data.text != data.content:
             raise BadRequest("give text or content, not two different texts")
         text = data.text if data.text is not None else data.content
-        return reply(Mem0MemoryOut, record(await m.update(memory_id, text, data.metadata)))
+        changed = await memories(request).update(memory_id, text, data.metadata)
+        return reply(Mem0MemoryOut, record(changed))
 
     @contract(MessageOut)
     @handle
     async def delete(request: Request) -> Response:
         """Delete a memory."""
-        memory_id = request.path_params["memory_id"]
-        owned(request, await m.get(memory_id, review=False))
-        await m.delete(memory_id)
+        await memories(request).delete(request.path_params["memory_id"])
         return reply(MessageOut, {"message": "Memory deleted successfully!"})
 
     @contract(DeletedCountOut, query=Mem0DeleteQuery)
@@ -232,7 +229,7 @@ def mem0_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a route 
         unknown = set(q.model_extra or {}) - IGNORED
         if unknown:
             raise BadRequest(f"unknown parameter(s): {', '.join(sorted(unknown))}")
-        gone = await m.delete_all(**within(request, q.model_dump(include=set(SCOPE_KEYS))))
+        gone = await memories(request).delete_all(**scope_fields(q))
         return reply(
             DeletedCountOut, {"message": "Memories deleted successfully!", "deleted": gone}
         )
@@ -242,7 +239,7 @@ def mem0_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a route 
     async def list_v1(request: Request) -> Response:
         """Mem0's v1 listing: GET /v1/memories?user_id=..."""
         q = query_of(request, Mem0ListQuery)
-        scope = within(request, q.model_dump(include=set(SCOPE_KEYS)))
+        scope, m = scope_fields(q), memories(request)
         total = await m.count(**scope)
         rows = await m.get_all(**scope, limit=q.limit, offset=(q.page - 1) * q.limit)
         more = q.page * q.limit < total
@@ -257,16 +254,14 @@ def mem0_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a route 
     @handle
     async def entities(request: Request) -> Response:
         """Every user, agent and run that holds memories (Mem0's users())."""
-        return reply(EntitiesOut, entities_page(request, await m.entities()))
+        return reply(EntitiesOut, entities_page(await memories(request).entities()))
 
     @contract(DeletedCountOut)
     @handle
     async def delete_entity(request: Request) -> Response:
         """Delete every memory of one user, agent or run (Mem0's delete_users())."""
         kind, name = request.path_params["kind"], request.path_params["name"]
-        if kind in ("user", "agent", "run"):
-            within(request, {f"{kind}_id": name})  # a bound token: its own scope only
-        gone = await m.delete_entity(kind, name)
+        gone = await memories(request).delete_entity(kind, name)
         return reply(DeletedCountOut, {"message": "Entity deleted successfully!", "deleted": gone})
 
     @contract(Mem0FeedbackOut, body=Mem0Feedback)
@@ -274,8 +269,7 @@ def mem0_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a route 
     async def feedback(request: Request) -> Response:
         """Feedback on a memory: an FSRS review rated by it (see MemoryApi.feedback)."""
         data = await parsed(request, Mem0Feedback)
-        owned(request, await m.get(data.memory_id, review=False))
-        rated = await m.feedback(data.memory_id, data.feedback)
+        rated = await memories(request).feedback(data.memory_id, data.feedback)
         strength = rated.strength.to_dict() if rated.strength is not None else None
         return reply(Mem0FeedbackOut, {"id": rated.id, "feedback": data.feedback,
                                        "feedback_reason": data.feedback_reason,
@@ -286,9 +280,7 @@ def mem0_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a route 
     async def history(request: Request) -> Response:
         """What happened to a memory."""
         memory_id = request.path_params["memory_id"]
-        if bound(request):
-            owned(request, await m.get(memory_id, review=False))
-        events = await m.history(memory_id)
+        events = await memories(request).history(memory_id)
         rows = [{"id": f"{memory_id}:{n}", **e} for n, e in enumerate(events)]
         return reply(list[Mem0HistoryEvent], rows)
 
@@ -297,8 +289,9 @@ def mem0_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a route 
     async def batch_update(request: Request) -> Response:
         """Change up to 1000 memories."""
         data = await parsed(request, Mem0BatchBody)
-        for item in data.memories:
-            owned(request, await m.get(item.memory_id, review=False))
+        m = memories(request)
+        for item in data.memories:  # all of them the caller's before any changes
+            await m.get(item.memory_id, review=False)
         for item in data.memories:
             await m.update(item.memory_id, item.text, item.metadata)
         return reply(MessageOut, {"message": f"Successfully updated {len(data.memories)} memories"})
@@ -308,8 +301,9 @@ def mem0_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a route 
     async def batch_delete(request: Request) -> Response:
         """Delete up to 1000 memories."""
         data = await parsed(request, Mem0BatchBody)
-        for item in data.memories:
-            owned(request, await m.get(item.memory_id, review=False))
+        m = memories(request)
+        for item in data.memories:  # all of them the caller's before any goes
+            await m.get(item.memory_id, review=False)
         for item in data.memories:
             await m.delete(item.memory_id)
         return reply(MessageOut, {"message": f"Successfully deleted {len(data.memories)} memories"})

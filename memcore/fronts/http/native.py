@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -11,19 +9,16 @@ from starlette.routing import Route
 from memcore.core.models import SearchFilters
 from memcore.fronts.daemon_state import daemon_status
 from memcore.fronts.http.common import (
-    SCOPE_KEYS,
     BadRequest,
-    Forbidden,
-    bound,
+    caller_of,
     contract,
     entities_page,
     handle,
-    owned,
     parsed,
     query_of,
     reply,
+    scope_fields,
     vector_of,
-    within,
 )
 from memcore.fronts.http.schemas import (
     AddBody,
@@ -48,17 +43,20 @@ from memcore.fronts.http.schemas import (
     message_dicts,
 )
 from memcore.fronts.http.strength import strength_routes
+from memcore.memory.port import Memory
 from memcore.search.filters import read_filters
 from memcore.service import MemoryService
 
 
 def native_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a route table
     """memcore's own API: search, context, status and the memory operations."""
-    m = service.memories
 
-    def filters_of(request: Request, data: ReadFields, include_turns: bool) -> SearchFilters:
+    def memories(request: Request) -> Memory:
+        return service.memories_for(caller_of(request))
+
+    def filters_of(data: ReadFields, include_turns: bool) -> SearchFilters:
         return read_filters(
-            **within(request, data.model_dump(include=set(SCOPE_KEYS))),
+            **scope_fields(data),
             include_shared=data.include_shared and not data.scope_only,  # now the default
             include_turns=include_turns if data.include_turns is None else data.include_turns,
             category=data.category, metadata=data.filters, tag=data.tag, path=data.path,
@@ -73,11 +71,12 @@ def native_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a rout
         if data.query is None and data.query_vector is None:
             raise BadRequest("missing field(s): query (or query_vector)")
         result = await service.search(
-            data.query or "", data.limit or 5, filters_of(request, data, True),
+            data.query or "", data.limit or 5, filters_of(data, True),
             min_score=data.threshold, query_vector=vector_of(data.query_vector),
+            caller=caller_of(request),
         )  # fmt: skip
         if data.reinforce:
-            await m.reinforce_hits(result.hits)
+            await memories(request).reinforce_hits(result.hits)
         out = result.to_dict()
         for row in out["results"]:  # type: ignore[attr-defined]
             row["memory_id"] = None if row["id"].startswith("note:") else row["id"]
@@ -89,8 +88,8 @@ def native_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a rout
         """A "## Relevant Memories" block for a prompt (empty when nothing is relevant)."""
         data = await parsed(request, ContextBody)
         block = await service.context(
-            data.query, data.limit or 3, filters_of(request, data, False),
-            min_score=data.min_score,
+            data.query, data.limit or 3, filters_of(data, False), min_score=data.min_score,
+            caller=caller_of(request),
         )  # fmt: skip
         return reply(ContextOut, {"context": block})
 
@@ -109,9 +108,9 @@ def native_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a rout
         content = message_dicts(data.messages) if data.messages is not None else data.content
         if content is None:
             raise BadRequest("give content (text) or messages (a list)")
-        records = await m.add(
+        records = await memories(request).add(
             content, metadata=data.metadata, key=data.key, category=data.category,
-            infer=data.infer, **within(request, data.model_dump(include=set(SCOPE_KEYS))),
+            infer=data.infer, **scope_fields(data),
             idempotency_key=request.headers.get("idempotency-key"),
         )  # fmt: skip
         return reply(MemoriesOut, {"results": [r.to_dict() for r in records]})
@@ -121,8 +120,8 @@ def native_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a rout
     async def list_all(request: Request) -> Response:
         """Memories of a scope, oldest first."""
         q = query_of(request, ListQuery)
-        records = await m.get_all(
-            **within(request, q.model_dump(include=set(SCOPE_KEYS))), category=q.category,
+        records = await memories(request).get_all(
+            **scope_fields(q), category=q.category,
             tag=q.tag, limit=q.limit, offset=q.offset,
         )  # fmt: skip
         return reply(MemoriesOut, {"results": [r.to_dict() for r in records]})
@@ -132,16 +131,15 @@ def native_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a rout
     async def get_one(request: Request) -> Response:
         """One memory, with its strength (reading it counts as a review)."""
         memory_id = request.path_params["memory_id"]
-        return reply(MemoryOut, owned(request, await m.get(memory_id)).to_dict())
+        return reply(MemoryOut, (await memories(request).get(memory_id)).to_dict())
 
     @contract(MemoryOut, body=UpdateBody)
     @handle
     async def update(request: Request) -> Response:
         """Change a memory's text or metadata; its id stays."""
         memory_id = request.path_params["memory_id"]
-        owned(request, await m.get(memory_id, review=False))
         data = await parsed(request, UpdateBody)
-        record = await m.update(memory_id, data.content, data.metadata)
+        record = await memories(request).update(memory_id, data.content, data.metadata)
         return reply(MemoryOut, record.to_dict())
 
     @contract(DeletedOut)
@@ -149,8 +147,7 @@ def native_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a rout
     async def delete(request: Request) -> Response:
         """Delete a memory (its history keeps it; restore brings it back)."""
         memory_id = request.path_params["memory_id"]
-        owned(request, await m.get(memory_id, review=False))
-        await m.delete(memory_id)
+        await memories(request).delete(memory_id)
         return reply(DeletedOut, {"deleted": memory_id})
 
     @contract(HistoryOut)
@@ -158,24 +155,16 @@ def native_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a rout
     async def history(request: Request) -> Response:
         """What happened to a memory: ADD, UPDATE, DELETE, when and by whom."""
         memory_id = request.path_params["memory_id"]
-        if bound(request):
-            owned(request, await m.get(memory_id, review=False))  # deleted: full access only
-        return reply(HistoryOut, {"results": await m.history(memory_id)})
+        return reply(HistoryOut, {"results": await memories(request).history(memory_id)})
 
     @contract(EntitiesOut)
     @handle
     async def entities(request: Request) -> Response:
         """Every user, agent and run that holds memories, with how many."""
-        return reply(EntitiesOut, entities_page(request, await m.entities()))
+        return reply(EntitiesOut, entities_page(await memories(request).entities()))
 
     def session_of(request: Request) -> str:
-        session = str(request.path_params["session_id"])
-        binding = bound(request)
-        if binding and binding != {"run_id": session}:
-            # a transcript belongs to its session alone: only a token bound to exactly that
-            # run reaches it (a user's or an agent's token would reach every session)
-            raise Forbidden(f"a token bound to {_named(binding)} cannot reach session {session}")
-        return session
+        return str(request.path_params["session_id"])
 
     @contract(MessagesOut, query=ConversationQuery)
     @handle
@@ -183,7 +172,10 @@ def native_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a rout
         """A session's transcript as chat messages (the last ``limit``)."""
         session = session_of(request)
         limit = query_of(request, ConversationQuery).limit
-        return reply(MessagesOut, {"messages": await service.conversations.load(session, limit)})
+        return reply(
+            MessagesOut,
+            {"messages": await service.conversations_for(caller_of(request)).load(session, limit)},
+        )
 
     @contract(SavedOut, body=ConversationBody)
     @handle
@@ -191,7 +183,9 @@ def native_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a rout
         """Replace a session's transcript with these messages."""
         session = session_of(request)
         data = await parsed(request, ConversationBody)
-        saved = await service.conversations.save(session, message_dicts(data.messages))
+        saved = await service.conversations_for(caller_of(request)).save(
+            session, message_dicts(data.messages)
+        )
         return reply(SavedOut, {"saved": saved})
 
     @contract(CountOut)
@@ -199,7 +193,10 @@ def native_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a rout
     async def reset(request: Request) -> Response:
         """Forget a session's transcript."""
         session = session_of(request)
-        return reply(CountOut, {"deleted": await service.conversations.reset(session)})
+        return reply(
+            CountOut,
+            {"deleted": await service.conversations_for(caller_of(request)).reset(session)},
+        )
 
     return [
         Route("/api/memory/search", search, methods=["POST"]),
@@ -217,7 +214,3 @@ def native_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a rout
         Route("/api/conversations/{session_id}", reset, methods=["DELETE"]),
         *strength_routes(service),
     ]
-
-
-def _named(binding: Mapping[str, str]) -> str:
-    return ", ".join(f"{k}={v}" for k, v in sorted(binding.items()))

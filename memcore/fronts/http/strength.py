@@ -6,32 +6,25 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from memcore.fronts.http.common import (
-    SCOPE_KEYS,
-    bound,
-    contract,
-    handle,
-    owned,
-    parsed,
-    reply,
-    within,
-)
+from memcore.fronts.http.common import caller_of, contract, handle, parsed, reply, scope_fields
 from memcore.fronts.http.schemas import FeedbackBody, ForgetBody, MemoriesOut, MemoryOut
+from memcore.memory.port import Memory
 from memcore.service import MemoryService
 
 
 def strength_routes(service: MemoryService) -> list[Route]:
     """POST /api/memories/{id}/reinforce, .../{id}/feedback, POST /api/memories/forget,
     POST .../{id}/restore."""
-    m = service.memories
+
+    def memories(request: Request) -> Memory:
+        return service.memories_for(caller_of(request))
 
     @contract(MemoryOut)
     @handle
     async def reinforce(request: Request) -> Response:
         """Count a use of the memory: one FSRS review, it grows stronger."""
         memory_id = request.path_params["memory_id"]
-        owned(request, await m.get(memory_id, review=False))
-        (record,) = await m.reinforce(memory_id)
+        (record,) = await memories(request).reinforce(memory_id)
         return reply(MemoryOut, record.to_dict())
 
     @contract(MemoryOut, body=FeedbackBody)
@@ -40,19 +33,18 @@ def strength_routes(service: MemoryService) -> list[Route]:
         """Rate a memory: POSITIVE strengthens it, NEGATIVE weakens it, VERY_NEGATIVE (wrong)
         makes it fade."""
         memory_id = request.path_params["memory_id"]
-        owned(request, await m.get(memory_id, review=False))
         data = await parsed(request, FeedbackBody)
-        return reply(MemoryOut, (await m.feedback(memory_id, data.feedback)).to_dict())
+        rated = await memories(request).feedback(memory_id, data.feedback)
+        return reply(MemoryOut, rated.to_dict())
 
     @contract(MemoriesOut, body=ForgetBody)
     @handle
     async def forget(request: Request) -> Response:
         """Archive the memories whose retrievability fell below the threshold."""
         data = await parsed(request, ForgetBody)
-        weak = await m.forget_below(
-            data.threshold, category=data.category, dry_run=data.dry_run,
-            **within(request, data.model_dump(include=set(SCOPE_KEYS))),
-        )  # fmt: skip
+        weak = await memories(request).forget_below(
+            data.threshold, category=data.category, dry_run=data.dry_run, **scope_fields(data)
+        )
         return reply(MemoriesOut, {"results": [r.to_dict() for r in weak]})
 
     @contract(MemoryOut)
@@ -60,9 +52,7 @@ def strength_routes(service: MemoryService) -> list[Route]:
     async def restore(request: Request) -> Response:
         """Bring an archived memory back."""
         memory_id = request.path_params["memory_id"]
-        if bound(request):  # a bound token restores its own archived memories only
-            owned(request, await m.archived(memory_id))
-        return reply(MemoryOut, (await m.restore(memory_id)).to_dict())
+        return reply(MemoryOut, (await memories(request).restore(memory_id)).to_dict())
 
     return [
         Route("/api/memories/forget", forget, methods=["POST"]),

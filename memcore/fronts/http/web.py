@@ -19,11 +19,12 @@ from starlette.responses import HTMLResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from memcore.core.errors import MemcoreError, NotFound, NotSupported
+from memcore.core.errors import Forbidden, InputError, MemcoreError, NotFound, NotSupported
 from memcore.core.models import MemoryRecord
 from memcore.core.version import __version__
 from memcore.fronts.daemon_state import daemon_status
-from memcore.fronts.http.common import bound, owned, visible, within
+from memcore.fronts.http.common import caller_of
+from memcore.memory.access import bind_scope
 from memcore.memory.operations import MemoryApi
 from memcore.search.filters import read_filters
 from memcore.service import MemoryService
@@ -75,18 +76,21 @@ def web_routes(service: MemoryService) -> list[Route | Mount]:  # noqa: C901 - a
     )
     env.filters["highlight"] = _highlight
     env.filters["json"] = lambda value: json.dumps(value, ensure_ascii=False, indent=2)
-    m = service.memories
+    kind = service.memories.kind
 
     async def page(request: Request, name: str, status: int = 200, **values: Any) -> Response:
         template = env.get_template(name)
         html = await template.render_async(
-            request=request, version=__version__, memory_kind=m.kind, **values
+            request=request, version=__version__, memory_kind=kind, **values
         )
         return HTMLResponse(html, status_code=status)
 
     def scope_of(request: Request) -> dict[str, str | None]:
         q = request.query_params
-        return within(request, {v: q.get(k) or None for k, v in SCOPE_PARAMS.items()})
+        return {v: q.get(k) or None for k, v in SCOPE_PARAMS.items()}
+
+    async def refused(request: Request, exc: Forbidden) -> Response:
+        return await page(request, "missing.html", 403, memory_id=None, reason=str(exc))
 
     async def search(request: Request) -> Response:
         q = request.query_params
@@ -101,8 +105,12 @@ def web_routes(service: MemoryService) -> list[Route | Mount]:  # noqa: C901 - a
                     category=q.get("category") or None, tag=q.get("tag") or None,
                     path=q.get("path") or None,
                 )  # fmt: skip
-                result = await service.search(q.get("q", ""), limit, filters)
+                result = await service.search(
+                    q.get("q", ""), limit, filters, caller=caller_of(request)
+                )
                 hits, warnings = list(result.hits), list(result.warnings)
+            except Forbidden as exc:
+                return await refused(request, exc)
             except (MemcoreError, ValueError) as exc:
                 error = str(exc)
         return await page(request, "search.html", 400 if error else 200, form=form,
@@ -110,39 +118,44 @@ def web_routes(service: MemoryService) -> list[Route | Mount]:  # noqa: C901 - a
 
     async def memory(request: Request) -> Response:
         memory_id = request.path_params["memory_id"]
+        m = service.memories_for(caller_of(request))
         record: MemoryRecord | None = None
         archived = False
         try:
-            record = owned(request, await m.get(memory_id, review=False))
+            record = await m.get(memory_id, review=False)
         except NotFound:
             try:
-                record, archived = owned(request, await m.archived(memory_id)), True
+                record, archived = await m.archived(memory_id), True
             except (NotFound, NotSupported):
                 record = None
         try:
             history = await m.history(memory_id)
-        except NotSupported:
+        except (NotFound, NotSupported):
             history = []
-        if record is None and (not history or bound(request)):
+        if record is None and not history:
             return await page(request, "missing.html", 404, memory_id=memory_id)
         plot: dict[str, Any] = {}
-        if record is not None and isinstance(m, MemoryApi) and not archived:
+        if record is not None and isinstance(service.memories, MemoryApi) and not archived:
             curve = await service.recall.curve(record)
             plot = _plot(curve, service.settings.strength.forget_below)
         return await page(request, "memory.html", memory_id=memory_id, record=record,
                           archived=archived, history=history, plot=plot)  # fmt: skip
 
     async def browse(request: Request) -> Response:
-        entities = visible(request, await m.entities())
-        categories = await m.categories(**bound(request)) if isinstance(m, MemoryApi) else {}
+        caller = caller_of(request)
+        entities = await service.memories_for(caller).entities()
+        raw = service.memories
+        categories = (
+            await raw.categories(**bind_scope(caller, {})) if isinstance(raw, MemoryApi) else {}
+        )
         return await page(request, "browse.html", entities=entities, categories=categories)
 
     async def conversation(request: Request) -> Response:
         session = request.path_params["session_id"]
-        binding = bound(request)
-        if binding and binding != {"run_id": session}:
+        try:
+            messages = await service.conversations_for(caller_of(request)).load(session)
+        except (Forbidden, NotFound, InputError):
             return await page(request, "missing.html", 404, memory_id=f"session {session}")
-        messages = await service.conversations.load(session)
         return await page(request, "conversation.html", session=session, messages=messages)
 
     async def status(request: Request) -> Response:
