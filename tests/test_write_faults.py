@@ -6,8 +6,11 @@ the history), and a retry with the same idempotency key applies once."""
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import sqlite3
+import subprocess
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -15,6 +18,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from memcore.compose import open_service
 from memcore.core.errors import InputError, StorageBusy, StorageError, VaultWriteError
 from memcore.core.settings import Settings, load_settings
 from memcore.storage.postgres.store import lock_key
@@ -176,3 +180,88 @@ async def test_a_memory_that_would_push_its_file_past_the_size_limit_is_refused(
         with pytest.raises(InputError, match="max_file_bytes"):
             await svc.memories.add("x" * 25_000, user_id="alice")
         assert files_of(vault) == before
+
+
+# A process adding a memory with an idempotency key, killed with SIGKILL at a step of the write
+# the test chooses (the step's function is patched to kill the process when it is reached).
+CRASHING_ADD = """
+import asyncio, os, signal, sys
+from memcore import load_settings, open_service
+from memcore.index import indexer
+from memcore.memory import writer
+from memcore.vault import history
+
+vault, step = sys.argv[1], sys.argv[2]
+
+def die(*args, **kwargs):
+    os.kill(os.getpid(), signal.SIGKILL)
+
+if step == "after-plan":  # PENDING logged, the Markdown not yet written
+    writer.replace_if_unchanged = die
+if step == "after-markdown":  # the Markdown written, its ADD not yet logged
+    append = history.HistoryLog.append
+    async def append_or_die(self, events):
+        if any(e.event == "ADD" for e in events):
+            die()
+        return await append(self, events)
+    history.HistoryLog.append = append_or_die
+if step == "after-history":  # logged, not yet indexed
+    index = indexer.Indexer.index
+    async def index_or_die(self, paths=None, **kw):
+        if kw.get("count_pending") is False:
+            die()
+        return await index(self, paths, **kw)
+    indexer.Indexer.index = index_or_die
+if step == "after-index":  # indexed, not yet answered
+    records = writer.MemoryWriter._records
+    async def records_or_die(self, ids, missing_ok=False, writing=False):
+        if writing:
+            die()
+        return await records(self, ids, missing_ok, writing)
+    writer.MemoryWriter._records = records_or_die
+
+async def main():
+    async with open_service(load_settings(vault, {"embedder.provider": "static"})) as svc:
+        await svc.memories.add("lunch is at noon", user_id="alice", idempotency_key="k-1")
+        await svc.memories.add("tea at four", user_id="alice", idempotency_key="k-2")
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.parametrize("caught_up", [False, True], ids=["retried-first", "caught-up-first"])
+@pytest.mark.parametrize("step", ["after-plan", "after-markdown", "after-history", "after-index"])
+async def test_a_retry_after_kill_9_at_any_step_of_a_keyed_add_makes_one_memory(
+    vault: Path, step: str, caught_up: bool
+) -> None:
+    """Issue 41: killed between the Markdown write and the history append, the memory survived
+    as a person's edit without its key, and the retry added a second copy. Now the write is
+    planned in the history first (PENDING), so a retry finds it wherever the crash left it:
+    in the index, in its file only, or nowhere (written now, under the id it was meant to
+    have). Retried from a fresh process, before or after a catch-up with the vault (the
+    daemon restarting first)."""
+
+    settings = load_settings(vault, {"embedder.provider": "static"})
+    async with make_service(settings, FakeEmbedder()):
+        pass  # an index exists: the retry below opens it without a catch-up
+    crashed = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-c", CRASHING_ADD, str(vault), step],
+        capture_output=True, timeout=120,
+    )  # fmt: skip
+    assert crashed.returncode == -9, crashed.stderr.decode()
+    async with open_service(settings, catch_up=False) as svc:
+        if caught_up:
+            await svc.index()
+        first = await svc.memories.add("lunch is at noon", user_id="alice", idempotency_key="k-1")
+        again = await svc.memories.add("lunch is at noon", user_id="alice", idempotency_key="k-1")
+        assert [r.id for r in first] == [r.id for r in again]
+        assert first[0].text == "lunch is at noon"
+        assert await svc.memories.count(user_id="alice") == 1
+        await svc.index(full=True)  # what the daemon's catch-up would find: still one
+        assert await svc.memories.count(user_id="alice") == 1
+        history = await svc.memories.history(first[0].id)
+        assert [e["event"] for e in history] == ["ADD"]  # one, the API's
+        assert history[0]["actor"] == "api" and history[0]["new_memory"] == "lunch is at noon"
+    markdown = (vault / "memory/users/alice/core.md").read_text()
+    assert markdown.count("lunch is at noon") == 1 and first[0].id in markdown

@@ -40,7 +40,14 @@ from memcore.index.indexer import Indexer, PathLocks
 from memcore.storage.base import Store
 from memcore.vault.chunker import memory_embed_text, memory_file_of
 from memcore.vault.files import append_text, check_writable, is_memory_path
-from memcore.vault.history import Appended, HistoryEvent, HistoryLog, fields_of, now
+from memcore.vault.history import (
+    Appended,
+    ByRequest,
+    HistoryEvent,
+    HistoryLog,
+    fields_of,
+    now,
+)
 from memcore.vault.memory_format import (
     MemoryFile,
     MemoryItem,
@@ -63,6 +70,11 @@ from memcore.vault.safe_file import (
 WRITE_ATTEMPTS = 20
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+
+
+# An idempotency key as recorded: the caller's own key (1-256 characters) behind its identity
+# (memory/access.request_key), so a little longer than what a caller may give.
+MAX_REQUEST = 320
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,14 +160,78 @@ class MemoryWriter:
         checked = [self.checked(m) for m in memories]
         if request is None:
             return await self._add_checked(checked, None)
-        if not isinstance(request, str) or not request.strip() or len(request) > 256:
+        if not isinstance(request, str) or not request.strip() or len(request) > MAX_REQUEST:
             raise InputError("an idempotency key is 1-256 characters of text")
         async with self._requests.hold([request]):
-            done = await self.history.added_by_request(request)
-            if done:
-                found = {r.id: r for r in await self._records(done, missing_ok=True)}
-                return [found.get(mid) or _as_done(mid) for mid in done]
-            return await self._add_checked(checked, request)
+            known = await self.history.by_request(request)
+            if known.pending or known.logged:
+                return await self._replay(checked, request, known)
+            return await self._add_planned(checked, request)
+
+    async def _add_planned(self, todo: list[NewMemory], request: str) -> list[MemoryRecord]:
+        """``_add_checked`` behind its plan; a refused write takes its plan back too, so the
+        vault is byte for byte what it was."""
+        plan = await self._plan(todo, request)
+        try:
+            return await self._add_checked(todo, request)
+        except Exception:
+            await self.history.retract(plan)
+            raise
+
+    async def _plan(self, checked: Sequence[NewMemory], request: str) -> Appended | None:
+        """Log what a keyed add is about to write (PENDING, before any file changes), so a
+        retry after a crash at any point finds it. An upsert by ``key`` needs none: doing it
+        again changes nothing."""
+        if any(m.key is not None for m in checked):
+            return None
+        at = now()
+        events = []
+        for n, m in enumerate(checked):
+            rel = m.file or self.file_for(m.scope, m.category)
+            events.append(
+                HistoryEvent(m.id, "PENDING", None, None, "api", at, rel, request, first=not n)
+            )
+        return await self.history.append(events)
+
+    async def _replay(
+        self, checked: list[NewMemory], request: str, known: ByRequest
+    ) -> list[MemoryRecord]:
+        """A retried keyed add: the memories of the first call, wherever its write got to.
+        A memory in the index is answered; one in its file but not yet indexed (the process
+        died after the Markdown write) is logged as the API's and indexed; one that never
+        reached its file is written now, under the id it was meant to have. A memory the
+        first call logged and someone removed since stays removed."""
+        plan = known.pending or known.logged
+        ids = list(plan)
+        found = {r.id: r for r in await self._records(ids, missing_ok=True)}
+        absent = {mid: plan[mid] for mid in ids if mid not in found}
+        on_disk = await asyncio.to_thread(_in_files, self.vault, absent) if absent else {}
+        # Log the API's ADD of what landed unlogged: before indexing it (the index run must
+        # not call it a person's), or where a catch-up indexed it without a word (a new file)
+        unlogged = {m: r.text for m, r in found.items() if m not in known.logged}
+        silent = {m: t for m, t in unlogged.items() if not await self.history.of(m)}
+        texts = silent | {m: t for m, t in on_disk.items() if m not in known.logged}
+        await self.history.append(
+            [
+                HistoryEvent(mid, "ADD", None, text, "api", now(), plan[mid], request=request)
+                for mid, text in texts.items()
+            ]
+        )
+        if on_disk:
+            await self.indexer.index(sorted({plan[mid] for mid in on_disk}))
+            found |= {r.id: r for r in await self._records(list(on_disk), missing_ok=True)}
+        lost = [mid for mid in ids if mid not in found and mid not in known.logged]
+        if lost and len(ids) == len(checked) and known.pending:
+            todo = [dataclasses.replace(m, id=mid) for m, mid in zip(checked, ids, strict=True)]
+            missing = set(lost)
+            again = await self._plan(todo, request)  # the whole plan: a crash now is retried
+            try:
+                written = await self._add_checked([m for m in todo if m.id in missing], request)
+            except Exception:
+                await self.history.retract(again)
+                raise
+            found |= {r.id: r for r in written}
+        return [found.get(mid) or _as_done(mid) for mid in ids]
 
     async def _add_checked(
         self, checked: list[NewMemory], request: str | None
@@ -560,6 +636,18 @@ def _refusal(failure: FileFailure, kept: Sequence[str]) -> MemcoreError:
     if failure.transient:
         return StorageError(message)
     return VaultError(message)
+
+
+def _in_files(vault: Path, where: Mapping[str, str]) -> dict[str, str]:
+    """Of the memories ``where`` names (id -> its file), those their file holds: id -> text
+    (blocking: run in a worker thread)."""
+    held: dict[str, str] = {}
+    for rel in set(where.values()):
+        raw = read_or_none(vault / rel)
+        parsed = memory_file_of(rel, raw.decode("utf-8", "replace")) if raw is not None else None
+        if parsed is not None:
+            held |= {i.id: i.text for i in parsed.items if where.get(i.id) == rel}
+    return held
 
 
 def _as_done(memory_id: str) -> MemoryRecord:

@@ -23,7 +23,9 @@ from memcore.core.models import MemoryRecord
 from memcore.vault.files import check_writable
 
 HISTORY_PATH = "memory/history.jsonl"
-Event = Literal["ADD", "UPDATE", "DELETE", "ARCHIVE", "RESTORE"]
+# PENDING: a keyed add about to be written (write-ahead): a retry after a crash at any point
+# of the write finds what it meant to add, and where. It is never shown as a memory's history.
+Event = Literal["ADD", "UPDATE", "DELETE", "ARCHIVE", "RESTORE", "PENDING"]
 Actor = Literal["api", "person"]
 
 
@@ -39,6 +41,7 @@ class HistoryEvent:
     request: str | None = None  # the idempotency key of the API call that made it
     undo: bool = False  # taking back an earlier event of a write that failed
     record: Mapping[str, object] | None = None  # a deleted memory's fields, for `restore`
+    first: bool = False  # the first PENDING event of an attempt
 
     def to_dict(self) -> dict[str, object]:
         out: dict[str, object] = {
@@ -56,7 +59,19 @@ class HistoryEvent:
             out["undo"] = True
         if self.record is not None:
             out["memory"] = dict(self.record)
+        if self.first:
+            out["first"] = True
         return out
+
+
+@dataclass(frozen=True, slots=True)
+class ByRequest:
+    """What the history knows of an idempotency key: ``logged``, the memories its write
+    logged (id -> path); ``pending``, the memories its last attempt meant to add, in order
+    (id -> path), which may or may not have reached their files before a crash."""
+
+    logged: dict[str, str]
+    pending: dict[str, str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +89,7 @@ _INVERSE: dict[str, Event] = {
     "UPDATE": "UPDATE",
     "ARCHIVE": "RESTORE",
     "RESTORE": "ARCHIVE",
+    "PENDING": "PENDING",
 }
 REQUEST_WINDOW = 8 * 1024 * 1024  # how far back a retried request is recognised
 # Events this process remembers having logged (a 100k-turn transcript saved anew, ~10 MB)
@@ -203,18 +219,33 @@ class HistoryLog:
     async def added_by_request(self, request: str) -> list[str]:
         """The memory ids an earlier API call with this idempotency key added or upserted
         (calls recent enough to be in the log's last REQUEST_WINDOW bytes)."""
+        return list((await self.by_request(request)).logged)
+
+    async def by_request(self, request: str) -> ByRequest:
+        """What earlier calls with this idempotency key logged (memory id -> path) and, from
+        their last PENDING events, what they meant to add (see ``ByRequest``)."""
         return await asyncio.to_thread(self._by_request, request)
 
-    def _by_request(self, request: str) -> list[str]:
+    def _by_request(self, request: str) -> ByRequest:
         needle = json.dumps(request, ensure_ascii=False)
-        found: dict[str, None] = {}
+        logged: dict[str, str] = {}
+        pending: dict[str, str] = {}
         for e in self._tail(REQUEST_WINDOW, needle):
-            if e.get("request") == request and e.get("actor") == "api":
-                if e.get("undo"):
-                    found.pop(str(e.get("memory_id")), None)
-                else:
-                    found[str(e.get("memory_id"))] = None
-        return list(found)
+            if e.get("request") != request or e.get("actor") != "api":
+                continue
+            mid, path = str(e.get("memory_id")), str(e.get("path"))
+            if e.get("event") == "PENDING":
+                if e.get("undo"):  # a refused write's plan, taken back
+                    pending.pop(mid, None)
+                    continue
+                if e.get("first"):  # a new attempt: an earlier one's plan is superseded
+                    pending = {}
+                pending[mid] = path
+            elif e.get("undo"):
+                logged.pop(mid, None)
+            else:
+                logged[mid] = path
+        return ByRequest(logged, pending)
 
     async def append_new(self, events: Sequence[HistoryEvent]) -> None:
         """Append events not already at the end of the log: an API write in another process
@@ -290,6 +321,10 @@ class HistoryLog:
                     event = json.loads(line)
                 except ValueError:
                     continue  # a line cut short by a crash: skip it, keep the rest
-                if isinstance(event, dict) and event.get("memory_id") == memory_id:
+                if (
+                    isinstance(event, dict)
+                    and event.get("memory_id") == memory_id
+                    and event.get("event") != "PENDING"  # an intent, not a change
+                ):
                     out.append(event)
         return out
