@@ -9,6 +9,7 @@ import typer
 
 from memcore.cli.app import app, run, settings_of
 from memcore.compose import open_service
+from memcore.core.lines import split_lines
 from memcore.vault import githook
 
 hook_app = typer.Typer(help="The git post-commit hook.", no_args_is_help=True)
@@ -78,7 +79,7 @@ def rewritten(
 ) -> None:
     """What the post-rewrite hook runs: reads "old-sha new-sha" lines on stdin and replaces
     the old commits' entries with the new commits'. Never fails: see .memcore/hook.log."""
-    pairs = [line.split()[:2] for line in sys.stdin.read().splitlines() if len(line.split()) >= 2]
+    pairs = [line.split()[:2] for line in split_lines(sys.stdin.read()) if len(line.split()) >= 2]
 
     async def job() -> None:
         settings = settings_of(ctx)

@@ -12,6 +12,7 @@ from memcore.cli.app import app, fail, run, settings_of
 from memcore.cli.output import record_line
 from memcore.cli.scope import AgentOpt, CategoryOpt, MetaOpt, RunOpt, UserOpt, metadata_of
 from memcore.compose import open_service
+from memcore.core.lines import split_lines
 from memcore.core.models import MemoryRecord
 from memcore.core.settings import Settings
 
@@ -157,9 +158,9 @@ def _add_file(
     from memcore.vault.memory_format import Scope
 
     try:
-        lines = (
+        lines = split_lines(
             typer.get_text_stream("stdin").read() if source == "-" else Path(source).read_text()
-        ).splitlines()
+        )
     except (OSError, UnicodeDecodeError) as exc:
         raise fail(f"cannot read {source}: {exc}", 2) from None
     try:

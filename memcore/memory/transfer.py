@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from memcore.core.errors import InputError, MemcoreError, NotFound
+from memcore.core.lines import split_lines
 from memcore.core.models import MemoryQuery, MemoryRecord
 from memcore.memory.port import Memory
 from memcore.memory.writer import MemoryWriter, NewMemory
@@ -98,7 +99,7 @@ def read_rows(text: str) -> Iterator[tuple[int, Any]]:
             if isinstance(whole, list):
                 yield from enumerate(whole, 1)
                 return
-    for number, line in enumerate(text.splitlines(), 1):
+    for number, line in enumerate(split_lines(text), 1):
         if not line.strip():
             continue
         try:

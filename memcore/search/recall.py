@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from memcore.core.errors import VaultError
+from memcore.core.lines import split_lines
 from memcore.core.models import MemoryRecord, Strength
 from memcore.search.strength import (
     GOOD,
@@ -112,7 +113,7 @@ class ReviewLog:
             data = fh.read()
         complete = data[: data.rfind(b"\n") + 1]  # a line still being written waits
         self._offset += len(complete)
-        for line in complete.decode("utf-8", errors="replace").splitlines():
+        for line in split_lines(complete.decode("utf-8", errors="replace")):
             try:
                 row = json.loads(line)
                 key, at = str(row["id"]), parse_time(str(row["at"]))

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from memcore.core.errors import VaultError
+from memcore.core.lines import split_lines
 from memcore.core.places import make_private_dir, open_private
 from memcore.vault.files import append_text
 
@@ -66,7 +67,7 @@ def read_commit(repo: Path, rev: str = "HEAD") -> Commit:
     ).split("\n")
     files = git(repo, "diff-tree", "--no-commit-id", "--name-only", "-r", "--root", rev)
     return Commit(sha, short, subject, "\n".join(body).strip(), day,
-                  tuple(f for f in files.splitlines() if f))  # fmt: skip
+                  tuple(f for f in split_lines(files) if f))  # fmt: skip
 
 
 def marked(commit: Commit, markers: tuple[str, ...]) -> bool:

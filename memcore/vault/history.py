@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from memcore.core.lines import split_lines
 from memcore.core.models import MemoryRecord
 from memcore.vault.files import check_writable
 
@@ -284,7 +285,7 @@ class HistoryLog:
             with self.path.open("rb") as fh:
                 start = max(0, fh.seek(0, os.SEEK_END) - size)
                 fh.seek(start)
-                lines = fh.read().decode("utf-8", "replace").splitlines()
+                lines = split_lines(fh.read().decode("utf-8", "replace"))
         except FileNotFoundError:
             return []
         out = []
