@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import os
 import sys
@@ -398,6 +399,8 @@ async def test_an_idempotency_key_makes_a_retried_add_apply_once_on_both_apis(
     [
         ({"Host": "evil.example"}, 421, "does not answer for host 'evil.example'"),
         ({"Host": "evil.example:8765"}, 421, "does not answer for host"),
+        ({"Host": "127.0.0.1:evil.example"}, 421, "does not answer for host"),
+        ({"Host": "[::1]:evil"}, 421, "does not answer for host"),
         ({"Origin": "http://evil.example", **JSON}, 403, "cross-site request"),
         ({"Origin": "null", **JSON}, 403, "cross-site request"),
         ({"Content-Type": "text/plain"}, 415, "must be JSON"),
@@ -467,3 +470,60 @@ def test_the_socket_client_reads_whole_and_chunked_http_answers() -> None:
     assert _response(chunked, "s") == (404, "Not Found", b'{"a": 1}')
     with pytest.raises(MemcoreError, match="not HTTP"):
         _response(b"garbage", "s")
+
+
+async def test_a_chunked_text_plain_write_is_refused_like_any_other(
+    service: MemoryService,
+) -> None:
+    """Issue 41: with no Content-Length (chunked), the 415 check was skipped."""
+
+    async def chunks() -> AsyncIterator[bytes]:
+        yield b'{"content": "planted'
+        yield b' by a chunked body"}'
+
+    async with server(service) as url, httpx.AsyncClient(base_url=url) as http:
+        plain = {"Content-Type": "text/plain"}
+        resp = await http.post("/api/memories", content=chunks(), headers=plain)
+        assert resp.status_code == 415 and "must be JSON" in error_message(resp)
+        resp = await http.post("/api/memories", content=chunks(), headers=JSON)
+        assert resp.status_code == 200, resp.text
+    assert [r.text for r in await service.memories.get_all()] == ["planted by a chunked body"]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [b'{"content": "a", "content": "b"}', b'{"content": "a", "metadata": {"k": 1, "k": 2}}'],
+)
+async def test_a_body_with_a_key_twice_is_refused(service: MemoryService, body: bytes) -> None:
+    async with server(service) as url, httpx.AsyncClient(base_url=url) as http:
+        for path in ("/api/memories", "/v1/memories/"):
+            resp = await http.post(path, content=body, headers=JSON)
+            assert resp.status_code == 400 and "appears twice" in error_message(resp)
+    assert await service.memories.count() == 0
+
+
+@pytest.mark.parametrize(
+    ("code", "status", "cause"),
+    [(errno.ENOSPC, 507, "the disk is full"), (errno.EMFILE, 503, "no file handles left")],
+)
+async def test_a_full_disk_or_no_file_handles_is_said_so_and_reads_go_on(
+    service: MemoryService, monkeypatch: pytest.MonkeyPatch, code: int, status: int, cause: str
+) -> None:
+    """Issue 41: ENOSPC and EMFILE were answered 409 "conflict". Now 507 and 503 naming the
+    cause; nothing is written, and reads keep working meanwhile."""
+    from memcore.vault import safe_file
+
+    (kept,) = await service.memories.add("kept", user_id="alice")
+
+    def exhausted(fd: int) -> None:
+        raise OSError(code, os.strerror(code))
+
+    async with server(service) as url, httpx.AsyncClient(base_url=url) as http:
+        monkeypatch.setattr(safe_file.os, "fsync", exhausted)
+        resp = await http.post("/api/memories", json={"content": "refused", "user_id": "alice"})
+        assert resp.status_code == status and cause in error_message(resp), resp.text
+        assert (await http.get(f"/api/memories/{kept.id}")).status_code == 200
+        found = await http.post("/api/memory/search", json={"query": "kept"})
+        assert found.status_code == 200
+        monkeypatch.undo()
+    assert [r.text for r in await service.memories.get_all()] == ["kept"]

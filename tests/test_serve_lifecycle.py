@@ -6,6 +6,7 @@ finish before the process ends."""
 from __future__ import annotations
 
 import asyncio
+import errno
 import gc
 import os
 import shutil
@@ -20,7 +21,9 @@ import pytest
 from mcp import Client
 
 from memcore.core.settings import Settings
+from memcore.fronts import daemon as daemon_module
 from memcore.fronts.daemon import Daemon
+from memcore.fronts.daemon_state import vault_lock
 from memcore.fronts.serve import serve
 from memcore.service import MemoryService
 from tests.conftest import REPO
@@ -165,3 +168,27 @@ def test_sigterm_lets_the_request_in_flight_finish(tmp_path: Path) -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait(10)
+
+
+async def test_a_status_file_that_cannot_be_written_is_not_a_deleted_index(
+    settings: Settings, service: MemoryService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 41: any OSError writing daemon.json was read as ".memcore/ was deleted", so a full
+    disk restarted the listener over and over. Now only a folder that is gone ends the run."""
+
+    def full(*args: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    daemon = Daemon(settings, service, asyncio.Event(), kind="serve")
+    with vault_lock(settings):
+        monkeypatch.setattr(daemon_module, "write_status", full)
+        daemon.publish()
+        daemon.publish()
+        assert not daemon.lost  # a full disk: serving on
+        monkeypatch.undo()
+        daemon.publish()
+        assert (settings.state_dir / "daemon.json").exists()
+        shutil.rmtree(settings.state_dir)
+        monkeypatch.setattr(daemon_module, "write_status", full)
+        daemon.publish()
+        assert daemon.lost  # the folder is gone: a new index

@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 
 from memcore.compose import open_service
+from memcore.core.errors import InputError
 from memcore.core.settings import load_settings
+from memcore.memory.transfer import new_memory
 from memcore.vault.memory_format import Scope
 from tests.test_cli import cli
 from tests.test_http import server
@@ -80,7 +82,10 @@ async def test_import_reads_mem0_exports_and_names_bad_lines(tmp_path: Path) -> 
     export.write_text(json.dumps(mem0))
     code, said, err = await asyncio.to_thread(cli, "--vault", str(vault), "import", str(export))
     assert code == 1 and said.strip() == "imported 1, 0 already there, 1 skipped"
-    assert err.strip() == "memcore: line 2: id must be 1-128 printable characters without spaces"
+    assert err.strip() == (
+        "memcore: line 2: id must be 1-128 letters, digits and - _ . : @ + = ~, not starting "
+        "with '.' (got 'bad id with spaces')"
+    )
     lines = tmp_path / "mixed.jsonl"
     lines.write_text('{"memory": "Hal runs", "user_id": "hal"}\nnot json\n{"memory": ""}\n'
                      '{"memory": "ok", "user_id": "../x"}\n')  # fmt: skip
@@ -131,3 +136,16 @@ async def test_import_straight_from_a_mem0_server_through_the_official_client(
         "--api-key-env", "NO_SUCH_VARIABLE",
     )  # fmt: skip
     assert code == 2 and "needs the server's API key in $NO_SUCH_VARIABLE" in err
+
+
+@pytest.mark.parametrize(
+    "memory_id", ["../../etc/passwd", "a/b", ".hidden", "x --> y", "has space", "a\\b"]
+)
+def test_an_imported_id_that_is_a_path_or_breaks_its_comment_is_refused(memory_id: str) -> None:
+    with pytest.raises(InputError, match="id must be"):
+        new_memory({"memory": "text", "id": memory_id})
+
+
+@pytest.mark.parametrize("memory_id", ["m-1a2b", "4f5d2c1e-8d7b-4a3c-9f1e-2b3c4d5e6f70", "mem0:42"])
+def test_ids_real_exports_carry_are_taken(memory_id: str) -> None:
+    assert new_memory({"memory": "text", "id": memory_id}).id == memory_id

@@ -74,6 +74,7 @@ class Daemon:
     # the index folder (.memcore/) vanished under it: run() returned so that the caller opens
     # a fresh index and runs again (memcore watch and serve do, in cli/watch.py and serve.py)
     lost: bool = False
+    _publish_failing: bool = False  # the status file could not be written (said once)
     socket: str | None = None  # where a front-end answers searches for the CLI (see server.py)
     kind: str = "watch"  # the command that runs it: watch, or serve
     _wake: asyncio.Event = field(default_factory=asyncio.Event)
@@ -327,10 +328,23 @@ class Daemon:
                 self.publish()
 
     def publish(self) -> None:
+        """Write the status file. A folder deleted under it ends this run (the caller opens a
+        new index); any other failure (a full disk, no file handles left) is logged and the
+        daemon goes on serving: the next publish tries again."""
         try:
             self._publish()
         except OSError as exc:
-            self._lose(f"cannot write {self.settings.state_dir}: {exc.strerror or exc}")
+            if self._state_gone():
+                self._lose(f"{self.settings.state_dir} was deleted")
+            elif not self._publish_failing:
+                log.warning(
+                    "cannot write %s (%s); serving on, will retry",
+                    self.settings.state_dir / "daemon.json",
+                    exc.strerror or exc,
+                )
+            self._publish_failing = True
+        else:
+            self._publish_failing = False
 
     def _publish(self) -> None:
         write_status(

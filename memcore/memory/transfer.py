@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -108,6 +109,11 @@ def read_rows(text: str) -> Iterator[tuple[int, Any]]:
             yield number, InputError(f"not JSON ({exc})")
 
 
+# What an imported id may hold: UUIDs, Mem0's and memcore's ids; never a path ("../x", "a/b"),
+# a space, or what would end the Markdown comment the id is written in ("-->")
+ID_CHARS = re.compile(r"[A-Za-z0-9_:@+=~-][A-Za-z0-9_.:@+=~-]*")
+
+
 def new_memory(row: Any) -> NewMemory:
     """The memory a row describes. Raises InputError saying what is wrong with it."""
     if isinstance(row, InputError):
@@ -122,9 +128,12 @@ def new_memory(row: Any) -> NewMemory:
     if memory_id is not None and (
         not isinstance(memory_id, str)
         or not 0 < len(memory_id) <= MAX_ID
-        or any(ch.isspace() or not ch.isprintable() for ch in memory_id)
+        or not ID_CHARS.fullmatch(memory_id)
     ):
-        raise InputError(f"id must be 1-{MAX_ID} printable characters without spaces")
+        raise InputError(
+            f"id must be 1-{MAX_ID} letters, digits and - _ . : @ + = ~, not starting with '.' "
+            f"(got {str(memory_id)[:40]!r})"
+        )
     scope = Scope(*(_name(row, k) for k in ("user_id", "agent_id", "run_id")))
     category = row.get("category")
     if category is None and isinstance(row.get("categories"), list) and row["categories"]:

@@ -45,10 +45,15 @@ WRITES = ("POST", "PUT", "PATCH", "DELETE")
 
 
 def host_name(host_header: str) -> str:
-    """The name in a Host header, without its port ("[::1]:8765" -> "[::1]")."""
+    """The name in a Host header, without its port ("[::1]:8765" -> "[::1]"). A port that is
+    not a number leaves the header whole ("127.0.0.1:evil.com" names no host of ours)."""
     if host_header.startswith("["):
-        return host_header.split("]")[0] + "]"
-    return host_header.rsplit(":", 1)[0] if host_header.count(":") == 1 else host_header
+        name, _, rest = host_header.partition("]")
+        return name + "]" if rest == "" or (rest[:1] == ":" and rest[1:].isdigit()) else host_header
+    name, colon, port = host_header.partition(":")
+    if not colon:
+        return host_header
+    return name if port.isdigit() else host_header
 
 
 class Guard:
@@ -85,7 +90,8 @@ class Guard:
         if origin is not None and origin.lower() not in (f"http://{host}", f"https://{host}"):
             return error(403, f"cross-site request from {origin} refused")
         kind = headers.get("content-type", "").split(";")[0].strip().lower()
-        if headers.get("content-length", "0") != "0" and kind != "application/json":
+        has_body = headers.get("content-length", "0") != "0" or "transfer-encoding" in headers
+        if has_body and kind != "application/json":
             return error(415, "a request body must be JSON (Content-Type: application/json)")
         return None
 

@@ -4,6 +4,7 @@ memcore's errors to statuses and one-line JSON errors (``{"error": {"code", "mes
 
 from __future__ import annotations
 
+import errno
 import functools
 import json
 import re
@@ -67,6 +68,7 @@ CODES = {
     400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
     405: "method_not_allowed", 409: "conflict", 413: "too_large", 415: "unsupported_media_type",
     421: "misdirected_request", 500: "internal", 502: "upstream_failed", 503: "busy",
+    507: "insufficient_storage",
 }  # fmt: skip
 
 
@@ -98,6 +100,27 @@ STATUS: list[tuple[type[Exception], int]] = [
 ]
 
 
+# Resources the machine ran out of, wherever in a write it happened: 507 (the disk) and 503
+# (file handles), with the cause named, never a 409 "conflict" or a 500
+EXHAUSTED = {
+    errno.ENOSPC: (507, "the disk is full"),
+    errno.EDQUOT: (507, "the disk quota is used up"),
+    errno.EMFILE: (503, "the server has no file handles left"),
+    errno.ENFILE: (503, "the machine has no file handles left"),
+}
+
+
+def exhausted(exc: BaseException) -> tuple[int, str] | None:
+    """The status and message for an error caused by a full disk or no file handles."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.errno in EXHAUSTED:
+            status, cause = EXHAUSTED[seen.errno]
+            return status, f"{cause}: {exc}"
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
 def handle(fn: Handler) -> Handler:
     """Map memcore's errors to one-line JSON responses (the one place that does)."""
 
@@ -106,6 +129,8 @@ def handle(fn: Handler) -> Handler:
         try:
             return await fn(request)
         except Exception as exc:
+            if (short := exhausted(exc)) is not None:
+                return error(*short)
             for kind, status in STATUS:
                 if isinstance(exc, kind):
                     return error(status, str(exc))
@@ -116,6 +141,19 @@ def handle(fn: Handler) -> Handler:
 
 MAX_DEPTH = 32  # nesting of a request body: metadata deeper than this is refused
 B = TypeVar("B", bound=BaseModel)
+
+
+def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object whose keys are all different: a repeated key is refused (JSON leaves it
+    undefined which one counts; a proxy and memcore could read two different requests)."""
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise ValueError(f"the key {key!r} appears twice in one object")
+            seen.add(key)
+    return out
 
 
 def _no_constant(name: str) -> None:
@@ -156,7 +194,7 @@ async def parsed(request: Request, model: type[B]) -> B:
     """The JSON body, validated against ``model`` (schemas.py): a one-line 400 otherwise."""
     raw = await request.body()
     try:
-        data = json.loads(raw or b"{}", parse_constant=_no_constant)
+        data = json.loads(raw or b"{}", parse_constant=_no_constant, object_pairs_hook=_unique)
     except RecursionError:
         raise BadRequest(f"the body is nested deeper than {MAX_DEPTH} levels") from None
     except ValueError as exc:
