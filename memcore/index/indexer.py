@@ -378,7 +378,11 @@ class Indexer:
             await self._replace_all(prepared, fresh, before, afters, tally, stale)
         if stale and retries:
             again = await self._on_disk(stale)
-            await self._index_batch(again, {}, tally, log_edits, retries - 1)
+            # their states as the index holds them (the writes of this round were not made):
+            # with them a person's edit is logged on the retry too, not only on a first try
+            async with self.store.snapshot(writing=True) as reader:
+                held = await reader.file_states(stale)
+            await self._index_batch(again, held, tally, log_edits, retries - 1)
 
     async def _replace_all(
         self,

@@ -149,9 +149,11 @@ class HistoryLog:
     def __init__(self, vault: Path) -> None:
         self.path = vault / HISTORY_PATH
         self._lock = asyncio.Lock()
-        # What this process logged lately (hashes of _seen_as, in order): the indexer must
-        # not log them again as a person's edits when it indexes the files written.
-        self._written: dict[int, None] = {}
+        # The last event this process logged of each memory (as _seen_as, oldest first): the
+        # indexer must not log it again as a person's edit when it indexes the file written.
+        # Only the last one: a memory an editor drops, the API adds back and the editor drops
+        # again has two DELETEs, and the second must be logged too.
+        self._written: dict[str, tuple[object, object, object]] = {}
 
     async def append(self, events: Sequence[HistoryEvent]) -> Appended | None:
         """Log the events (one write, O_APPEND); the result lets ``retract`` take them back."""
@@ -161,7 +163,9 @@ class HistoryLog:
         raw = data.encode("utf-8")
         async with self._lock:
             start = await asyncio.to_thread(self._append, raw)
-        self._written.update(dict.fromkeys(hash(_seen_as(e)) for e in events))
+        for e in events:
+            self._written.pop(e.memory_id, None)  # to the end: the newest
+            self._written[e.memory_id] = _seen_as(e)
         while len(self._written) > WRITTEN_MEMORY:
             del self._written[next(iter(self._written))]
         return Appended(start, raw, tuple(events))
@@ -189,7 +193,8 @@ class HistoryLog:
         async with self._lock:
             cut = await asyncio.to_thread(self._cut, appended)
         for e in appended.events:
-            self._written.pop(hash(_seen_as(e)), None)
+            if self._written.get(e.memory_id) == _seen_as(e):
+                del self._written[e.memory_id]
         if not cut:
             await self.append(
                 [
@@ -251,15 +256,18 @@ class HistoryLog:
     async def append_new(self, events: Sequence[HistoryEvent]) -> None:
         """Append events not already at the end of the log: an API write in another process
         logs its own events, and the daemon indexing that file must not log them again."""
-        events = [e for e in events if hash(_seen_as(e)) not in self._written]
+        events = [e for e in events if self._written.get(e.memory_id) != _seen_as(e)]
         if not events:  # all of them written by this process: no need to read the log
             return
-        seen = await asyncio.to_thread(self._recent)
-        await self.append([e for e in events if _seen_as(e) not in seen])
+        last = await asyncio.to_thread(self._recent)
+        await self.append([e for e in events if last.get(e.memory_id) != _seen_as(e)])
 
-    def _recent(self) -> set[tuple[object, object, object]]:
+    def _recent(self) -> dict[object, tuple[object, object, object]]:
+        """The last event of each memory in the log's tail (as ``_seen_as``)."""
         return {
-            _seen_key(e.get("memory_id"), e.get("event"), e.get("new_memory")) for e in self._tail()
+            e.get("memory_id"): _seen_key(e.get("memory_id"), e.get("event"), e.get("new_memory"))
+            for e in self._tail()
+            if e.get("event") != "PENDING"
         }
 
     async def removed_by_api(self, memory_ids: Iterable[str]) -> set[str]:
