@@ -222,14 +222,10 @@ class HistoryLog:
         finally:
             os.close(fd)
 
-    async def added_by_request(self, request: str) -> list[str]:
-        """The memory ids an earlier API call with this idempotency key added or upserted
-        (calls recent enough to be in the log's last REQUEST_WINDOW bytes)."""
-        return list((await self.by_request(request)).logged)
-
     async def by_request(self, request: str) -> ByRequest:
         """What earlier calls with this idempotency key logged (memory id -> path) and, from
-        their last PENDING events, what they meant to add (see ``ByRequest``)."""
+        their last PENDING events, what they meant to add (see ``ByRequest``): calls recent
+        enough to be in the log's last REQUEST_WINDOW bytes."""
         return await asyncio.to_thread(self._by_request, request)
 
     def _by_request(self, request: str) -> ByRequest:
