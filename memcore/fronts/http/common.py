@@ -10,7 +10,7 @@ import json
 import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 from pydantic import BaseModel, TypeAdapter, ValidationError
@@ -31,6 +31,10 @@ from memcore.core.errors import (
 )
 from memcore.core.models import LOCAL, SCOPE_KEYS, Caller, Entity
 from memcore.storage.base import Vector
+
+if TYPE_CHECKING:
+    from memcore.memory.port import Memory
+    from memcore.service import MemoryService
 
 MAX_BODY = 2_000_000  # a memory may hold 1 MB of text; JSON escaping can double it
 # A whole transcript (PUT /api/conversations/{id}): 20k tool-calling messages are ~4 MB.
@@ -62,6 +66,11 @@ def caller_of(request: Request) -> Caller:
     """Who sent the request (the Guard in app.py names it from the token): its identity and
     the scope its token holds it to. The service applies the rule (memory/access.py)."""
     return request.scope.get("state", {}).get("caller") or LOCAL
+
+
+def memories_of(service: MemoryService, request: Request) -> Memory:
+    """The memory operations as the request's caller may use them (every route's way in)."""
+    return service.memories_for(caller_of(request))
 
 
 CODES = {

@@ -19,10 +19,10 @@ from starlette.routing import Route
 from memcore.core.models import SCOPE_KEYS, MemoryRecord
 from memcore.fronts.http.common import (
     BadRequest,
-    caller_of,
     contract,
     entities_page,
     handle,
+    memories_of,
     parsed,
     query_of,
     reply,
@@ -50,7 +50,6 @@ from memcore.fronts.http.schemas import (
     PingOut,
     message_dicts,
 )
-from memcore.memory.port import Memory
 from memcore.service import MemoryService
 
 IGNORED = set(MEM0_IGNORED)
@@ -126,9 +125,6 @@ def split_filters(filters: Any) -> tuple[dict[str, Any], dict[str, Any] | None]:
 
 def mem0_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a route table
 
-    def memories(request: Request) -> Memory:
-        return service.memories_for(caller_of(request))
-
     @contract(PingOut)
     async def ping(request: Request) -> Response:
         """Mem0's client checks its key here."""
@@ -149,7 +145,7 @@ def mem0_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a route 
         )
         # Mem0 infers by default; here only when an LLM is configured
         infer = service.llm is not None if data.infer is None else data.infer
-        records = await memories(request).add(
+        records = await memories_of(service, request).add(
             messages, metadata=data.metadata, infer=infer, **scope_fields(data),
             idempotency_key=request.headers.get("idempotency-key"),
         )  # fmt: skip
@@ -163,7 +159,7 @@ def mem0_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a route 
         data = await parsed(request, Mem0ListBody)
         q = query_of(request, Mem0PageQuery)
         scope, meta = split_filters(data.filters)
-        m = memories(request)
+        m = memories_of(service, request)
         page, size = q.page or data.page or 1, q.page_size or data.page_size or 100
         total = await m.count(**scope)
         rows = await m.get_all(**scope, filters=meta, limit=size, offset=(page - 1) * size)
@@ -186,7 +182,7 @@ def mem0_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a route 
             if value is not None and given.get(key, value) != value:
                 raise BadRequest(f"{key} differs between the body and its filters")
             given.setdefault(key, value)
-        rows = await memories(request).search(
+        rows = await memories_of(service, request).search(
             data.query, **given, **read, filters=meta, limit=data.top_k or data.limit or 10,
             threshold=data.threshold,
         )  # fmt: skip
@@ -199,7 +195,7 @@ def mem0_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a route 
     @handle
     async def get_one(request: Request) -> Response:
         """One memory."""
-        found = await memories(request).get(request.path_params["memory_id"])
+        found = await memories_of(service, request).get(request.path_params["memory_id"])
         return reply(Mem0MemoryOut, record(found))
 
     @contract(Mem0MemoryOut, body=Mem0UpdateBody)
@@ -211,14 +207,14 @@ def mem0_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a route 
         if data.text is not None and data.content is not None and data.text != data.content:
             raise BadRequest("give text or content, not two different texts")
         text = data.text if data.text is not None else data.content
-        changed = await memories(request).update(memory_id, text, data.metadata)
+        changed = await memories_of(service, request).update(memory_id, text, data.metadata)
         return reply(Mem0MemoryOut, record(changed))
 
     @contract(MessageOut)
     @handle
     async def delete(request: Request) -> Response:
         """Delete a memory."""
-        await memories(request).delete(request.path_params["memory_id"])
+        await memories_of(service, request).delete(request.path_params["memory_id"])
         return reply(MessageOut, {"message": "Memory deleted successfully!"})
 
     @contract(DeletedCountOut, query=Mem0DeleteQuery)
@@ -229,7 +225,7 @@ def mem0_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a route 
         unknown = set(q.model_extra or {}) - IGNORED
         if unknown:
             raise BadRequest(f"unknown parameter(s): {', '.join(sorted(unknown))}")
-        gone = await memories(request).delete_all(**scope_fields(q))
+        gone = await memories_of(service, request).delete_all(**scope_fields(q))
         return reply(
             DeletedCountOut, {"message": "Memories deleted successfully!", "deleted": gone}
         )
@@ -239,7 +235,7 @@ def mem0_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a route 
     async def list_v1(request: Request) -> Response:
         """Mem0's v1 listing: GET /v1/memories?user_id=..."""
         q = query_of(request, Mem0ListQuery)
-        scope, m = scope_fields(q), memories(request)
+        scope, m = scope_fields(q), memories_of(service, request)
         total = await m.count(**scope)
         rows = await m.get_all(**scope, limit=q.limit, offset=(q.page - 1) * q.limit)
         more = q.page * q.limit < total
@@ -254,14 +250,14 @@ def mem0_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a route 
     @handle
     async def entities(request: Request) -> Response:
         """Every user, agent and run that holds memories (Mem0's users())."""
-        return reply(EntitiesOut, entities_page(await memories(request).entities()))
+        return reply(EntitiesOut, entities_page(await memories_of(service, request).entities()))
 
     @contract(DeletedCountOut)
     @handle
     async def delete_entity(request: Request) -> Response:
         """Delete every memory of one user, agent or run (Mem0's delete_users())."""
         kind, name = request.path_params["kind"], request.path_params["name"]
-        gone = await memories(request).delete_entity(kind, name)
+        gone = await memories_of(service, request).delete_entity(kind, name)
         return reply(DeletedCountOut, {"message": "Entity deleted successfully!", "deleted": gone})
 
     @contract(Mem0FeedbackOut, body=Mem0Feedback)
@@ -269,7 +265,7 @@ def mem0_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a route 
     async def feedback(request: Request) -> Response:
         """Feedback on a memory: an FSRS review rated by it (see MemoryApi.feedback)."""
         data = await parsed(request, Mem0Feedback)
-        rated = await memories(request).feedback(data.memory_id, data.feedback)
+        rated = await memories_of(service, request).feedback(data.memory_id, data.feedback)
         strength = rated.strength.to_dict() if rated.strength is not None else None
         return reply(Mem0FeedbackOut, {"id": rated.id, "feedback": data.feedback,
                                        "feedback_reason": data.feedback_reason,
@@ -280,7 +276,7 @@ def mem0_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a route 
     async def history(request: Request) -> Response:
         """What happened to a memory."""
         memory_id = request.path_params["memory_id"]
-        events = await memories(request).history(memory_id)
+        events = await memories_of(service, request).history(memory_id)
         rows = [{"id": f"{memory_id}:{n}", **e} for n, e in enumerate(events)]
         return reply(list[Mem0HistoryEvent], rows)
 
@@ -289,7 +285,7 @@ def mem0_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a route 
     async def batch_update(request: Request) -> Response:
         """Change up to 1000 memories."""
         data = await parsed(request, Mem0BatchBody)
-        m = memories(request)
+        m = memories_of(service, request)
         for item in data.memories:  # all of them the caller's before any changes
             await m.get(item.memory_id, review=False)
         for item in data.memories:
@@ -301,7 +297,7 @@ def mem0_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a route 
     async def batch_delete(request: Request) -> Response:
         """Delete up to 1000 memories."""
         data = await parsed(request, Mem0BatchBody)
-        m = memories(request)
+        m = memories_of(service, request)
         for item in data.memories:  # all of them the caller's before any goes
             await m.get(item.memory_id, review=False)
         for item in data.memories:

@@ -14,6 +14,7 @@ from memcore.fronts.http.common import (
     contract,
     entities_page,
     handle,
+    memories_of,
     parsed,
     query_of,
     reply,
@@ -43,16 +44,12 @@ from memcore.fronts.http.schemas import (
     message_dicts,
 )
 from memcore.fronts.http.strength import strength_routes
-from memcore.memory.port import Memory
 from memcore.search.filters import read_filters
 from memcore.service import MemoryService
 
 
 def native_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a route table
     """memcore's own API: search, context, status and the memory operations."""
-
-    def memories(request: Request) -> Memory:
-        return service.memories_for(caller_of(request))
 
     def filters_of(data: ReadFields, include_turns: bool) -> SearchFilters:
         return read_filters(
@@ -76,7 +73,7 @@ def native_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a rout
             caller=caller_of(request),
         )  # fmt: skip
         if data.reinforce:
-            await memories(request).reinforce_hits(result.hits)
+            await memories_of(service, request).reinforce_hits(result.hits)
         out = result.to_dict()
         for row in out["results"]:  # type: ignore[attr-defined]
             row["memory_id"] = None if row["id"].startswith("note:") else row["id"]
@@ -108,7 +105,7 @@ def native_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a rout
         content = message_dicts(data.messages) if data.messages is not None else data.content
         if content is None:
             raise BadRequest("give content (text) or messages (a list)")
-        records = await memories(request).add(
+        records = await memories_of(service, request).add(
             content, metadata=data.metadata, key=data.key, category=data.category,
             infer=data.infer, **scope_fields(data),
             idempotency_key=request.headers.get("idempotency-key"),
@@ -120,7 +117,7 @@ def native_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a rout
     async def list_all(request: Request) -> Response:
         """Memories of a scope, oldest first."""
         q = query_of(request, ListQuery)
-        records = await memories(request).get_all(
+        records = await memories_of(service, request).get_all(
             **scope_fields(q), category=q.category,
             tag=q.tag, limit=q.limit, offset=q.offset,
         )  # fmt: skip
@@ -131,7 +128,7 @@ def native_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a rout
     async def get_one(request: Request) -> Response:
         """One memory, with its strength (reading it counts as a review)."""
         memory_id = request.path_params["memory_id"]
-        return reply(MemoryOut, (await memories(request).get(memory_id)).to_dict())
+        return reply(MemoryOut, (await memories_of(service, request).get(memory_id)).to_dict())
 
     @contract(MemoryOut, body=UpdateBody)
     @handle
@@ -139,7 +136,7 @@ def native_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a rout
         """Change a memory's text or metadata; its id stays."""
         memory_id = request.path_params["memory_id"]
         data = await parsed(request, UpdateBody)
-        record = await memories(request).update(memory_id, data.content, data.metadata)
+        record = await memories_of(service, request).update(memory_id, data.content, data.metadata)
         return reply(MemoryOut, record.to_dict())
 
     @contract(DeletedOut)
@@ -147,7 +144,7 @@ def native_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a rout
     async def delete(request: Request) -> Response:
         """Delete a memory (its history keeps it; restore brings it back)."""
         memory_id = request.path_params["memory_id"]
-        await memories(request).delete(memory_id)
+        await memories_of(service, request).delete(memory_id)
         return reply(DeletedOut, {"deleted": memory_id})
 
     @contract(HistoryOut)
@@ -155,13 +152,15 @@ def native_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a rout
     async def history(request: Request) -> Response:
         """What happened to a memory: ADD, UPDATE, DELETE, when and by whom."""
         memory_id = request.path_params["memory_id"]
-        return reply(HistoryOut, {"results": await memories(request).history(memory_id)})
+        return reply(
+            HistoryOut, {"results": await memories_of(service, request).history(memory_id)}
+        )
 
     @contract(EntitiesOut)
     @handle
     async def entities(request: Request) -> Response:
         """Every user, agent and run that holds memories, with how many."""
-        return reply(EntitiesOut, entities_page(await memories(request).entities()))
+        return reply(EntitiesOut, entities_page(await memories_of(service, request).entities()))
 
     def session_of(request: Request) -> str:
         return str(request.path_params["session_id"])

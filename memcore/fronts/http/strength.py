@@ -6,9 +6,15 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from memcore.fronts.http.common import caller_of, contract, handle, parsed, reply, scope_fields
+from memcore.fronts.http.common import (
+    contract,
+    handle,
+    memories_of,
+    parsed,
+    reply,
+    scope_fields,
+)
 from memcore.fronts.http.schemas import FeedbackBody, ForgetBody, MemoriesOut, MemoryOut
-from memcore.memory.port import Memory
 from memcore.service import MemoryService
 
 
@@ -16,15 +22,12 @@ def strength_routes(service: MemoryService) -> list[Route]:
     """POST /api/memories/{id}/reinforce, .../{id}/feedback, POST /api/memories/forget,
     POST .../{id}/restore."""
 
-    def memories(request: Request) -> Memory:
-        return service.memories_for(caller_of(request))
-
     @contract(MemoryOut)
     @handle
     async def reinforce(request: Request) -> Response:
         """Count a use of the memory: one FSRS review, it grows stronger."""
         memory_id = request.path_params["memory_id"]
-        (record,) = await memories(request).reinforce(memory_id)
+        (record,) = await memories_of(service, request).reinforce(memory_id)
         return reply(MemoryOut, record.to_dict())
 
     @contract(MemoryOut, body=FeedbackBody)
@@ -34,7 +37,7 @@ def strength_routes(service: MemoryService) -> list[Route]:
         makes it fade."""
         memory_id = request.path_params["memory_id"]
         data = await parsed(request, FeedbackBody)
-        rated = await memories(request).feedback(memory_id, data.feedback)
+        rated = await memories_of(service, request).feedback(memory_id, data.feedback)
         return reply(MemoryOut, rated.to_dict())
 
     @contract(MemoriesOut, body=ForgetBody)
@@ -42,7 +45,7 @@ def strength_routes(service: MemoryService) -> list[Route]:
     async def forget(request: Request) -> Response:
         """Archive the memories whose retrievability fell below the threshold."""
         data = await parsed(request, ForgetBody)
-        weak = await memories(request).forget_below(
+        weak = await memories_of(service, request).forget_below(
             data.threshold, category=data.category, dry_run=data.dry_run, **scope_fields(data)
         )
         return reply(MemoriesOut, {"results": [r.to_dict() for r in weak]})
@@ -52,7 +55,7 @@ def strength_routes(service: MemoryService) -> list[Route]:
     async def restore(request: Request) -> Response:
         """Bring an archived memory back."""
         memory_id = request.path_params["memory_id"]
-        return reply(MemoryOut, (await memories(request).restore(memory_id)).to_dict())
+        return reply(MemoryOut, (await memories_of(service, request).restore(memory_id)).to_dict())
 
     return [
         Route("/api/memories/forget", forget, methods=["POST"]),

@@ -23,7 +23,7 @@ from memcore.core.errors import Forbidden, InputError, MemcoreError, NotFound, N
 from memcore.core.models import MemoryRecord
 from memcore.core.version import __version__
 from memcore.fronts.daemon_state import daemon_status
-from memcore.fronts.http.common import caller_of
+from memcore.fronts.http.common import caller_of, memories_of
 from memcore.memory.access import bind_scope
 from memcore.memory.operations import MemoryApi
 from memcore.search.filters import read_filters
@@ -118,7 +118,7 @@ def web_routes(service: MemoryService) -> list[Route | Mount]:  # noqa: C901 - a
 
     async def memory(request: Request) -> Response:
         memory_id = request.path_params["memory_id"]
-        m = service.memories_for(caller_of(request))
+        m = memories_of(service, request)
         record: MemoryRecord | None = None
         archived = False
         try:
