@@ -163,3 +163,45 @@ def test_the_installed_hook_costs_a_commit_only_milliseconds(repo: Path) -> None
     assert "(nice " in hook and '"$sha" >/dev/null 2>&1 &)' in hook
     rewrite = (repo / ".git" / "hooks" / "post-rewrite").read_text()
     assert "pairs=$(cat)" in rewrite and "hook rewritten" in rewrite
+
+
+def test_an_interactive_rebase_runs_over_the_hooks_entries_and_drops_a_dropped_commits(
+    repo: Path,
+) -> None:
+    """Issue 41: the hook's entries, uncommitted in MEMORY.md, made `git rebase -i` refuse
+    ("You have unstaged changes"), and the entry of a commit the rebase dropped stayed. Now
+    `hook install` turns on rebase.autoStash (where the repository made no choice), and
+    post-rewrite removes the dropped commits' entries once the rebase has finished."""
+    memcore(repo, "hook", "install")
+    assert sh(repo, "git", "config", "--get", "rebase.autoStash").strip() == "true"
+    for name in ("First", "Second", "Third"):
+        sh(repo, "git", "commit", "-q", "--allow-empty", "-m", f"[Memory] {name} call")
+    assert wait_until(lambda: len(entries(repo)) == 3, timeout=60)
+    assert "MEMORY.md" in sh(repo, "git", "status", "--porcelain")  # not committed
+    first, second = (
+        sh(repo, "git", "rev-parse", "--short", r).strip() for r in ("HEAD~2", "HEAD~1")
+    )
+    drop = f"sed -i -e 's/^pick {second} /drop {second} /'"
+    later = "GIT_COMMITTER_DATE=2030-01-01T00:00:00"
+    sh(repo, "env", f"GIT_SEQUENCE_EDITOR={drop}", later, "git", "rebase", "-q", "-i", "HEAD~3")
+    third = sh(repo, "git", "rev-parse", "--short", "HEAD").strip()
+    want = {f"First call ({first})", f"Third call ({third})"}
+    assert wait_until(lambda: {e.split("] ")[1] for e in entries(repo)} == want, timeout=60), (
+        entries(repo)
+    )
+    assert sh(repo, "git", "stash", "list") == ""  # the autostash came back, none left behind
+    assert (repo / "MEMORY.md").read_text().startswith("# Memory\n\nThe engine renders with DX12.")
+
+
+def test_install_leaves_a_chosen_autostash_alone_and_uninstall_takes_back_only_its_own(
+    repo: Path,
+) -> None:
+    memcore(repo, "hook", "install")
+    memcore(repo, "hook", "install", "--uninstall")
+    out = subprocess.run(["git", "config", "--get", "rebase.autoStash"], cwd=repo,
+                         capture_output=True, text=True)  # fmt: skip
+    assert out.returncode == 1  # unset again
+    sh(repo, "git", "config", "rebase.autoStash", "false")  # the person's choice
+    memcore(repo, "hook", "install")
+    memcore(repo, "hook", "install", "--uninstall")
+    assert sh(repo, "git", "config", "--get", "rebase.autoStash").strip() == "false"

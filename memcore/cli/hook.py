@@ -76,14 +76,24 @@ def run_hook(
 def rewritten(
     ctx: typer.Context,
     kind: Annotated[str, typer.Argument(help="amend or rebase, as git says")] = "amend",
+    orig_head: Annotated[
+        str, typer.Option("--orig-head", help="The branch before a rebase (its ORIG_HEAD)")
+    ] = "",
 ) -> None:
     """What the post-rewrite hook runs: reads "old-sha new-sha" lines on stdin and replaces
-    the old commits' entries with the new commits'. Never fails: see .memcore/hook.log."""
+    the old commits' entries with the new commits'; after a rebase, the entries of the
+    commits it dropped go too. Never fails: see .memcore/hook.log."""
     pairs = [line.split()[:2] for line in split_lines(sys.stdin.read()) if len(line.split()) >= 2]
 
     async def job() -> None:
         settings = settings_of(ctx)
         try:
+            githook.wait_for_rebase(settings.vault)  # its autostash back in the work tree
+            dropped = (
+                githook.dropped_commits(settings.vault, orig_head, [old for old, _ in pairs])
+                if kind == "rebase"
+                else []
+            )
             rewrites = []
             for old, new in pairs:
                 commit = githook.read_commit(settings.vault, new)
@@ -92,7 +102,8 @@ def rewritten(
                 rewrites.append((old, commit.sha, entry))
             async with open_service(settings) as service:
                 changed = await service.writer.rewrite_note(
-                    settings.hook.file, lambda text: githook.with_rewrites(text, rewrites)
+                    settings.hook.file,
+                    lambda text: githook.with_rewrites(text, rewrites, dropped),
                 )
             if changed:
                 githook.log_line(settings.state_dir, f"{kind}: entries of rewritten commits")

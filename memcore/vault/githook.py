@@ -13,12 +13,15 @@ them with the writer's compare-and-swap, so hooks running at once never lose an 
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import os
 import re
 import shlex
 import subprocess
 import sys
+import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -112,9 +115,67 @@ def hook_block(vault: Path, extra_args: list[str], hook: str) -> str:
     else:
         run = shlex.join([*base, "rewritten"])
         lines = [
-            f'pairs=$(cat) && (printf "%s\\n" "$pairs" | nice {run} >/dev/null 2>&1 &) || true'
+            # git says amend or rebase in $1; ORIG_HEAD is the branch before a rebase (the
+            # commits it dropped are those of ORIG_HEAD that are neither in HEAD nor rewritten)
+            "orig=$(git rev-parse -q --verify ORIG_HEAD 2>/dev/null)",
+            f'pairs=$(cat) && (printf "%s\\n" "$pairs" | nice {run} "${{1:-amend}}" '
+            '--orig-head "$orig" >/dev/null 2>&1 &) || true',
         ]
     return "\n".join([BEGIN, *lines, END])
+
+
+def dropped_commits(repo: Path, orig_head: str, rewritten: Sequence[str]) -> list[str]:
+    """The commits a rebase left out: those of the branch before it (``orig_head``) that are
+    neither in HEAD now nor among the ``rewritten`` ones (picked, reworded, squashed)."""
+    if not orig_head:
+        return []
+    before = split_lines(git(repo, "rev-list", orig_head, "--not", "HEAD"))
+    done = set(rewritten)
+    return [sha for sha in before if sha and sha not in done]
+
+
+def wait_for_rebase(repo: Path, seconds: float = 60.0) -> None:
+    """Wait while a rebase is still finishing (git applies its autostash after post-rewrite
+    runs, then removes its state folder): the entries are written after it, never under it."""
+    asked = git(repo, "rev-parse", "--git-path", "rebase-merge", "--git-path", "rebase-apply")
+    folders = [repo / p for p in split_lines(asked)]
+    deadline = time.monotonic() + seconds
+    while any(f.is_dir() for f in folders) and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+# `memcore hook install` turns on rebase.autoStash where the repository has no choice of its
+# own: the hook's entry in MEMORY.md is an uncommitted change, and without the stash
+# `git rebase` refuses to start ("You have unstaged changes"). This marks that memcore set it,
+# so that --uninstall takes back only its own setting.
+AUTOSTASH_MARK = "memcore.autostash"
+
+
+def enable_autostash(repo: Path) -> bool:
+    """Set rebase.autoStash unless the repository (or the user) chose a value; True if set."""
+    if _config(repo, "rebase.autoStash") is not None:
+        return False
+    git(repo, "config", "--local", "rebase.autoStash", "true")
+    git(repo, "config", "--local", AUTOSTASH_MARK, "true")
+    return True
+
+
+def disable_autostash(repo: Path) -> bool:
+    """Take back the rebase.autoStash that ``enable_autostash`` set; True if it did."""
+    if _config(repo, AUTOSTASH_MARK) != "true":
+        return False
+    with contextlib.suppress(VaultError):  # the person may have unset it already
+        git(repo, "config", "--local", "--unset", "rebase.autoStash")
+    git(repo, "config", "--local", "--unset", AUTOSTASH_MARK)
+    return True
+
+
+def _config(repo: Path, key: str) -> str | None:
+    out = subprocess.run(
+        ["git", "-C", str(repo), "config", "--get", key], capture_output=True, text=True,
+        timeout=30,
+    )  # fmt: skip
+    return out.stdout.strip() if out.returncode == 0 else None
 
 
 def install(repo: Path, vault: Path, extra_args: list[str]) -> tuple[list[Path], bool]:
@@ -132,7 +193,7 @@ def install(repo: Path, vault: Path, extra_args: list[str]) -> tuple[list[Path],
         hook.write_text(new, encoding="utf-8")
         hook.chmod(hook.stat().st_mode | 0o111)
         changed = True
-    return paths, changed
+    return paths, enable_autostash(repo) or changed
 
 
 def uninstall(repo: Path) -> tuple[list[Path], bool]:
@@ -148,7 +209,7 @@ def uninstall(repo: Path) -> tuple[list[Path], bool]:
         else:
             hook.write_text(rest, encoding="utf-8")
         changed = True
-    return paths, changed
+    return paths, disable_autostash(repo) or changed
 
 
 def entry_span(text: str, sha: str) -> tuple[int, int] | None:
@@ -168,12 +229,18 @@ def with_entry(text: str, sha: str, entry: str) -> str | None:
     return append_text(text, entry)
 
 
-def with_rewrites(text: str, rewrites: list[tuple[str, str, str | None]]) -> str | None:
+def with_rewrites(
+    text: str, rewrites: list[tuple[str, str, str | None]], dropped: Sequence[str] = ()
+) -> str | None:
     """``text`` after commits were rewritten: each (old sha, new sha, new entry or None when
     the new commit is not marked). An old commit's entry gives way to the new commit's, in
     place, or goes when the new commit has no entry or already has one; a new marked commit
-    whose old one had no entry (a reword) gets its entry. None: no change."""
+    whose old one had no entry (a reword) gets its entry. The entries of ``dropped`` commits
+    (a rebase left them out) go. None: no change."""
     out = text
+    for sha in dropped:
+        if (span := entry_span(out, sha)) is not None:
+            out = out[: span[0]] + out[span[1] :].lstrip("\n")
     for old, new, entry in rewrites:
         if old == new:  # rebased onto the same parent within the same second: nothing changed
             continue
