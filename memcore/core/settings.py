@@ -137,6 +137,15 @@ class WatchSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class ServerSettings:
+    """Limits of `memcore serve`'s HTTP listener (fronts/serve.py, guarded_protocol)."""
+
+    header_timeout_s: float = 10.0  # a request's head must arrive within this (slowloris)
+    idle_timeout_s: float = 5.0  # a kept-alive connection with no next request closes
+    max_connections: int = 1000  # open connections at once; more are closed at once
+
+
+@dataclass(frozen=True, slots=True)
 class LLMSettings:
     """The chat model `add(..., infer=True)` uses to extract and reconcile facts."""
 
@@ -184,6 +193,7 @@ class Settings:
     strength: StrengthSettings = field(default_factory=StrengthSettings)
     storage: StorageSettings = field(default_factory=StorageSettings)
     watch: WatchSettings = field(default_factory=WatchSettings)
+    server: ServerSettings = field(default_factory=ServerSettings)
     hook: HookSettings = field(default_factory=HookSettings)
     llm: LLMSettings = field(default_factory=LLMSettings)
     memory: MemorySettings = field(default_factory=MemorySettings)
@@ -512,6 +522,9 @@ def _problems(s: Settings) -> Iterator[str]:
         "search.recency_half_life_days": s.search.recency_half_life_days,
         "storage.ann_min_vectors": s.storage.ann_min_vectors,
         "storage.cache_mb": s.storage.cache_mb,
+        "server.header_timeout_s": s.server.header_timeout_s,
+        "server.idle_timeout_s": s.server.idle_timeout_s,
+        "server.max_connections": s.server.max_connections,
     }
     for name, number in positive.items():
         if number <= 0:
