@@ -527,3 +527,55 @@ async def test_a_full_disk_or_no_file_handles_is_said_so_and_reads_go_on(
         assert found.status_code == 200
         monkeypatch.undo()
     assert [r.text for r in await service.memories.get_all()] == ["kept"]
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (b"", "missing field(s): messages"),
+        (b"{}", "missing field(s): messages"),
+        (b"[]", "must be a JSON object"),
+        (b'{"messages": [], "x": 1}', "the key 'x' is an unknown field"),
+        (b'{"chat": []}', "unknown field(s): chat"),
+        (b'{"messages": [], "messages": []}', "appears twice"),
+        (b'{"messages": {"role": "user"}}', "expected a list for messages"),
+        (b'{"messages": [{"role": "bot", "content": "x"}]}', "messages.0.role"),
+        (b'{"messages": [{"role": "user", "content": "a"}, {"role": "user", "content": 5}]}',
+         "messages.1.content"),
+        (b'{"messages": [{"role": "user", "role": "user"}]}', "appears twice"),
+        (b'{"messages": [{"role": "user", "content": "x"}] extra', "expected '}'"),
+        (b'{"messages": [{"role": "user", "content": "x"}]} {}', "extra data"),
+        (b'{"messages": [{"role": "user", "content": "x"} {"role": "user"}]}', "',' or ']'"),
+        (b'{"messages": [{"role": "user", "content": "\xff"}]}', "not UTF-8"),
+        (b'{"messages": [{"role": "user", "content": "\\ud800"}]}', "lone surrogate"),
+        (b'{"messages": [{"role": "user", "content": NaN}]}', "NaN is not a JSON number"),
+        (b'{"messages": [{"role": "user", "m": ' + b"[" * 40 + b"]" * 40 + b"}]}",
+         "nested deeper than 32"),
+    ],
+)  # fmt: skip
+async def test_a_transcript_body_is_read_a_message_at_a_time_and_refused_in_one_line(
+    service: MemoryService, body: bytes, message: str
+) -> None:
+    """The transcript PUT streams its body to a file and parses it a message at a time (a 37
+    MB body must not hold the event loop): what it refuses, it refuses as the whole-body
+    parser does, in one line naming the place, and writes nothing."""
+    async with server(service) as url, httpx.AsyncClient(base_url=url) as http:
+        resp = await http.put("/api/conversations/s1", content=body, headers=JSON)
+        assert resp.status_code == 400, resp.text
+        assert message in error_message(resp) and "\n" not in error_message(resp)
+        assert (await http.get("/api/conversations/s1")).json()["messages"] == []
+
+
+async def test_a_transcript_comes_back_exactly_as_it_was_put(service: MemoryService) -> None:
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    messages = [
+        {"role": "system", "content": "Be terse. \u2028 ünïcödé"},
+        {"role": "user", "content": [{"type": "text", "text": "hi"}], "name": "ana"},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "content": "42", "tool_call_id": "c1", "extra": {"k": [1, 2.5]}},
+    ] * 400  # past the size a save indexes in the background
+    body = json.dumps({"messages": messages}, indent=1).encode()  # white space between values
+    async with server(service) as url, httpx.AsyncClient(base_url=url, timeout=60) as http:
+        put = await http.put("/api/conversations/s1", content=body, headers=JSON)
+        assert put.status_code == 200 and put.json() == {"saved": 1600}
+        assert (await http.get("/api/conversations/s1")).json()["messages"] == messages

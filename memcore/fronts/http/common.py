@@ -8,9 +8,10 @@ import errno
 import functools
 import json
 import re
+import tempfile
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import IO, TYPE_CHECKING, Any, TypeVar, overload
 
 import numpy as np
 from pydantic import BaseModel, TypeAdapter, ValidationError
@@ -174,10 +175,10 @@ def _no_constant(name: str) -> None:
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 
 
-def check_json(data: Any, strings: bool = True) -> None:
+def check_json(data: Any, strings: bool = True, depth: int = 1) -> None:
     """Refuse what JSON allows and memcore cannot store: nesting deeper than MAX_DEPTH, and
     (with ``strings``) strings with lone surrogates ("\\ud800"), which are not Unicode text."""
-    stack = [(data, 1)]
+    stack = [(data, depth)]  # depth: how deep ``data`` stands in the body
     while stack:
         value, depth = stack.pop()
         if depth > MAX_DEPTH:
@@ -212,6 +213,136 @@ async def parsed(request: Request, model: type[B]) -> B:
         raise BadRequest("the body must be a JSON object")
     check_json(data, strings=_SURROGATE_ESCAPE.search(raw) is not None)
     return validated(model, data)
+
+
+SPOOL_IN_MEMORY = 1_000_000  # a body past this is spooled to a temporary file, not kept
+
+
+async def spooled(request: Request) -> IO[bytes]:
+    """The body, streamed into a temporary file (in memory while small): a large body is
+    never one bytes object, and reading it never holds the event loop (the Guard's cap on
+    its size applies as it streams)."""
+    spool = tempfile.SpooledTemporaryFile(max_size=SPOOL_IN_MEMORY)  # noqa: SIM115 - returned
+    try:
+        async for chunk in request.stream():
+            spool.write(chunk)
+    except BaseException:
+        spool.close()
+        raise
+    spool.seek(0)
+    return spool
+
+
+_SPACE = re.compile(r"[ \t\n\r]*")
+
+
+class _Scan:
+    """A JSON text read a value at a time (json's own raw_decode): see ``parsed_list``."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.at = 0
+        self.decoder = json.JSONDecoder(parse_constant=_no_constant, object_pairs_hook=_unique)
+
+    def peek(self) -> str:
+        """The next character that is not white space ("" at the end)."""
+        self.at = _SPACE.match(self.text, self.at).end()  # type: ignore[union-attr]
+        return self.text[self.at : self.at + 1]
+
+    def take(self, char: str, what: str) -> None:
+        if self.peek() != char:
+            raise BadRequest(f"the body is not JSON: expected {what} at char {self.at}")
+        self.at += 1
+
+    def value(self) -> Any:
+        self.peek()
+        try:
+            found, self.at = self.decoder.raw_decode(self.text, self.at)
+        except RecursionError:
+            raise BadRequest(f"the body is nested deeper than {MAX_DEPTH} levels") from None
+        except ValueError as exc:
+            raise BadRequest(f"the body is not JSON: {exc}") from None
+        return found
+
+
+class JsonItems(Sequence[dict[str, Any]]):
+    """Validated items of a JSON list, each kept as its compact JSON text and parsed again
+    when read: 200k messages cost ~50 MB of short strings, not 200k dicts (~150 MB), and
+    reading one is a short json.loads (C code that holds the GIL only for that item)."""
+
+    def __init__(self, texts: list[str]) -> None:
+        self._texts = texts
+
+    def __len__(self) -> int:
+        return len(self._texts)
+
+    @overload
+    def __getitem__(self, index: int) -> dict[str, Any]: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[dict[str, Any]]: ...
+
+    def __getitem__(self, index: int | slice) -> dict[str, Any] | list[dict[str, Any]]:
+        if isinstance(index, slice):
+            return [json.loads(text) for text in self._texts[index]]
+        loaded: dict[str, Any] = json.loads(self._texts[index])
+        return loaded
+
+
+def parsed_list(spool: IO[bytes], field: str, model: type[BaseModel]) -> JsonItems:
+    """A body ``{"<field>": [...]}`` (nothing else), its items validated against ``model``
+    and read back dumped as they came (fields not sent stay out; see ``JsonItems``).
+    Blocking: run it in a worker thread. The items are parsed and validated one at a time,
+    so no single step holds the GIL for long (the event loop's thread answers meanwhile);
+    errors are one line naming the item (``messages.3.role: ...``)."""
+    with spool:
+        try:
+            scan = _Scan(spool.read().decode("utf-8"))
+        except UnicodeDecodeError as exc:
+            raise BadRequest(f"the body is not UTF-8 ({exc.reason})") from None
+    if not scan.peek():  # an empty body is an empty object, as ``parsed`` reads it
+        raise BadRequest(f"missing field(s): {field}")
+    if scan.peek() != "{":
+        raise BadRequest("the body must be a JSON object")
+    scan.at += 1
+    if scan.peek() == "}":
+        raise BadRequest(f"missing field(s): {field}")
+    if (key := scan.value()) != field:
+        raise BadRequest(f"unknown field(s): {key}")
+    scan.take(":", "':'")
+    scan.take("[", f"a list for {field}")
+    texts: list[str] = []
+    if scan.peek() == "]":
+        scan.at += 1
+    else:
+        while True:
+            item = _item(scan.value(), field, len(texts), model)
+            texts.append(json.dumps(item, ensure_ascii=False, separators=(",", ":")))
+            if scan.peek() == "]":
+                scan.at += 1
+                break
+            scan.take(",", "',' or ']'")
+    if scan.peek() == ",":
+        scan.at += 1
+        again = scan.value()
+        what = "appears twice in one object" if again == field else "is an unknown field"
+        raise BadRequest(f"the key {again!r} {what}")
+    scan.take("}", "'}'")
+    if scan.peek():
+        raise BadRequest("the body is not JSON: extra data after the object")
+    return JsonItems(texts)
+
+
+def _item(value: Any, field: str, n: int, model: type[BaseModel]) -> dict[str, Any]:
+    check_json(value, depth=3)  # the body, its list, then the item
+    try:
+        return model.model_validate(value).model_dump(exclude_unset=True)
+    except ValidationError as exc:
+        errors = [
+            {**e, "loc": (field, n, *e.get("loc", ()))}
+            for e in exc.errors(include_url=False, include_context=False)
+        ]
+        raise BadRequest(validation_message(errors)) from None
 
 
 def query_of(request: Request, model: type[B]) -> B:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from memcore.core.heap import paused_collection
 from memcore.core.models import SearchFilters
 from memcore.fronts.daemon_state import daemon_status
 from memcore.fronts.http.common import (
@@ -16,9 +19,11 @@ from memcore.fronts.http.common import (
     handle,
     memories_of,
     parsed,
+    parsed_list,
     query_of,
     reply,
     scope_fields,
+    spooled,
     vector_of,
 )
 from memcore.fronts.http.schemas import (
@@ -34,6 +39,7 @@ from memcore.fronts.http.schemas import (
     ListQuery,
     MemoriesOut,
     MemoryOut,
+    Message,
     MessagesOut,
     ReadFields,
     SavedOut,
@@ -181,10 +187,12 @@ def native_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a rout
     async def save(request: Request) -> Response:
         """Replace a session's transcript with these messages."""
         session = session_of(request)
-        data = await parsed(request, ConversationBody)
-        saved = await service.conversations_for(caller_of(request)).save(
-            session, message_dicts(data.messages)
-        )
+        # up to 64 MB: streamed to a file, then parsed a message at a time off the event loop,
+        # with no cyclic collection walking the large heap it builds meanwhile
+        body = await spooled(request)
+        with paused_collection():
+            messages = await asyncio.to_thread(parsed_list, body, "messages", Message)
+            saved = await service.conversations_for(caller_of(request)).save(session, messages)
         return reply(SavedOut, {"saved": saved})
 
     @contract(CountOut)
