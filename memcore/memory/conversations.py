@@ -24,7 +24,8 @@ from __future__ import annotations
 import asyncio
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +64,15 @@ class Conversations:
         except InputError as exc:
             raise InputError(f"message {n}: {exc}") from None
 
+    def _check_all(self, messages: Sequence[Mapping[str, Any]]) -> None:
+        for n, m in enumerate(messages):
+            self._checked(m, n)
+
+    def _page(self, messages: Sequence[Mapping[str, Any]], start: int) -> list[NewMemory]:
+        """The turns of the page that begins at message ``start``."""
+        window = messages[start : start + PAGE_TURNS]
+        return [self._checked(m, n) for n, m in enumerate(window, start)]
+
     def page_path(self, session_id: str, page: int) -> str:
         """The vault path of a transcript's page (1 is ``conversation.md``)."""
         first = self.writer.file_for(Scope(run_id=session_id), CATEGORY)
@@ -74,16 +84,23 @@ class Conversations:
         if len(messages) > MAX_TURNS:
             raise InputError(f"a transcript holds at most {MAX_TURNS:,} messages")
         scope = Scope(run_id=session_id)
-        turns = [self._checked(m, n) for n, m in enumerate(messages)]
-        pages = [turns[i : i + PAGE_TURNS] for i in range(0, len(turns), PAGE_TURNS)]
+        # every message checked before any page is written (a bad one refuses the save);
+        # a long transcript off the event loop
+        if len(messages) > SYNC_TURNS:
+            await asyncio.to_thread(self._check_all, messages)
+        else:
+            self._check_all(messages)
+        # a page's turns are built while that page is written (in the writer's worker
+        # thread), so a transcript of 200k messages never holds all its turns at once
+        starts = range(0, len(messages), PAGE_TURNS)
         have = await self._pages(session_id)
         edits: list[tuple[str, Scope | None, str | None, Change]] = []
-        for k, group in enumerate(pages, 1):
+        for k, start in enumerate(starts, 1):
             rel = self.page_path(session_id, k)
-            edits.append((rel, scope, CATEGORY, _sync(group, rel)))
-        edits += [(rel, None, None, _sync([], rel)) for k, rel in have if k > len(pages)]
+            edits.append((rel, scope, CATEGORY, _sync(partial(self._page, messages, start), rel)))
+        edits += [(rel, None, None, _sync(list, rel)) for k, rel in have if k > len(starts)]
         await self.writer.write_files(edits, background_over=SYNC_TURNS)
-        return len(turns)
+        return len(messages)
 
     async def load(self, session_id: str, limit: int | None = None) -> list[dict[str, Any]]:
         """The transcript as chat messages, oldest first (the last ``limit`` turns)."""
@@ -165,11 +182,13 @@ def _records_of(vault: Path, rel: str) -> list[MemoryRecord]:
     return [f.record(i, rel) for i in f.items] if f is not None else []
 
 
-def _sync(turns: Sequence[NewMemory], rel: str) -> Change:
-    """A change that makes a page hold exactly ``turns``: a turn already in its place stays
-    as it is, one that differs is updated in place, the rest added or deleted."""
+def _sync(make_turns: Callable[[], Sequence[NewMemory]], rel: str) -> Change:
+    """A change that makes a page hold exactly the turns ``make_turns`` gives (built when the
+    change is applied): a turn already in its place stays as it is, one that differs is
+    updated in place, the rest added or deleted."""
 
     def change(f: MemoryFile) -> FileEdit:
+        turns = make_turns()
         stamp = now()
         edit = FileEdit()
         for n, m in enumerate(turns):
