@@ -12,6 +12,7 @@ import dataclasses
 import datetime as dt
 import errno
 import fcntl
+import hashlib
 import json
 import os
 from collections.abc import Iterable, Mapping, Sequence
@@ -80,7 +81,8 @@ class Appended:
     """Where one append landed in the log, so that a write undone can take it back."""
 
     start: int
-    data: bytes
+    size: int  # bytes written
+    digest: bytes  # their SHA-256: a large write's lines are not kept in memory to compare
     events: tuple[HistoryEvent, ...]
 
 
@@ -159,18 +161,21 @@ class HistoryLog:
         """Log the events (one write, O_APPEND); the result lets ``retract`` take them back."""
         if not events:
             return None
-        data = "".join(json.dumps(e.to_dict(), ensure_ascii=False) + "\n" for e in events)
-        raw = data.encode("utf-8")
-        async with self._lock:
-            start = await asyncio.to_thread(self._append, raw)
+        async with self._lock:  # the lines are made in the worker too: 1,000 of them take ms
+            start, size, digest = await asyncio.to_thread(self._append, events)
         for e in events:
             self._written.pop(e.memory_id, None)  # to the end: the newest
             self._written[e.memory_id] = _seen_as(e)
         while len(self._written) > WRITTEN_MEMORY:
             del self._written[next(iter(self._written))]
-        return Appended(start, raw, tuple(events))
+        return Appended(start, size, digest, tuple(events))
 
-    def _append(self, data: bytes) -> int:
+    def _append(self, events: Sequence[HistoryEvent]) -> tuple[int, int, bytes]:
+        data = "".join(json.dumps(e.to_dict(), ensure_ascii=False) + "\n" for e in events)
+        raw = data.encode("utf-8")
+        return (*self._append_bytes(raw), hashlib.sha256(raw).digest())
+
+    def _append_bytes(self, data: bytes) -> tuple[int, int]:
         check_writable(self.path.parent.parent, HISTORY_PATH)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -181,7 +186,7 @@ class HistoryLog:
             if written != len(data):  # a full disk: leave no half line behind
                 os.ftruncate(fd, start)
                 raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self.path))
-            return start
+            return start, written
         finally:
             os.close(fd)
 
@@ -206,7 +211,7 @@ class HistoryLog:
             )
 
     def _cut(self, appended: Appended) -> bool:
-        end = appended.start + len(appended.data)
+        end = appended.start + appended.size
         try:
             fd = os.open(self.path, os.O_RDWR)
         except FileNotFoundError:
@@ -215,7 +220,8 @@ class HistoryLog:
             fcntl.flock(fd, fcntl.LOCK_EX)
             if os.lseek(fd, 0, os.SEEK_END) != end:
                 return False
-            if os.pread(fd, len(appended.data), appended.start) != appended.data:
+            there = os.pread(fd, appended.size, appended.start)
+            if hashlib.sha256(there).digest() != appended.digest:
                 return False
             os.ftruncate(fd, appended.start)
             return True
