@@ -85,35 +85,59 @@ async def run(n: int, embedder: str) -> None:
 
 def over_http(n: int, embedder: str) -> None:
     """The same save as one request to a real `memcore serve` (its own process): PUT
-    /api/conversations/long with N messages, then GET it back."""
+    /api/conversations/long with N messages, then GET it back. Meanwhile another client asks
+    /health every 20 ms: how long the server's event loop was held (its p50/p95/max), and
+    the server's peak RSS."""
     import os
+    import threading
 
     import httpx
 
-    from bench.http_api import start_serve
+    from bench.http_api import pct, peak_rss_mb, start_serve
 
     messages = transcript(n)
     body = json.dumps({"messages": messages}).encode()
+    health: list[float] = []
+    done = threading.Event()
+
+    def probe(url: str) -> None:
+        with httpx.Client(base_url=url, timeout=120) as client:
+            while not done.is_set():
+                t = time.perf_counter()
+                client.get("/health").raise_for_status()
+                health.append((time.perf_counter() - t) * 1000)
+                time.sleep(0.02)
+
     with tempfile.TemporaryDirectory() as tmp:
         (Path(tmp) / "memory").mkdir()
         env = {**os.environ, "MEMCORE_EMBEDDER_PROVIDER": embedder}
         server, url = start_serve(Path(tmp), env)
+        prober = threading.Thread(target=probe, args=(url,))
         try:
             with httpx.Client(base_url=url, timeout=300) as http:
                 headers = {"Content-Type": "application/json"}
+                prober.start()
                 t0 = time.perf_counter()
                 put = http.put("/api/conversations/long", content=body, headers=headers)
                 saved = time.perf_counter() - t0
+                done.set()
+                prober.join()
                 put.raise_for_status()
+                after_put = peak_rss_mb(server.pid)
                 t0 = time.perf_counter()
                 back = http.get("/api/conversations/long")
                 loaded = time.perf_counter() - t0
                 assert back.json()["messages"] == messages
+                peak = peak_rss_mb(server.pid)
         finally:
+            done.set()
             server.terminate()
             server.wait(60)
     print(f"{n} messages over HTTP ({len(body) / 1e6:.1f} MB in one PUT), embedder {embedder}: "
-          f"save {saved:.2f} s, load {loaded:.2f} s")  # fmt: skip
+          f"save {saved:.2f} s, load {loaded:.2f} s; /health during the PUT "
+          f"({len(health)} asked): p50 {pct(health, 50):.1f} ms, p95 {pct(health, 95):.1f} ms, "
+          f"max {max(health, default=0):.1f} ms; server peak RSS {after_put:.0f} MB after the PUT, "
+          f"{peak:.0f} MB after the GET")  # fmt: skip
 
 
 if __name__ == "__main__":
