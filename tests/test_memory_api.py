@@ -801,20 +801,23 @@ async def test_adds_to_a_big_memory_file_build_on_the_version_written_last(
     )
 
 
+@pytest.mark.timeout(300)
 async def test_an_editor_saving_stale_buffers_while_four_agents_add_loses_nothing_silently(
-    vault: Path, embedder: FakeEmbedder
+    vault: Path, settings: Settings, embedder: FakeEmbedder
 ) -> None:
     """Issue 41's race: an editor keeps saving a buffer it read a moment ago (temp file, then
     rename over the memory file, as editors save) while four writers add to that file and a
     watcher indexes it. Every acknowledged memory is afterwards either in the index or in the
     history as a person's DELETE with its fields, and restorable: none is lost silently (the
     indexer's retry of a file that changed under it logged nothing, and a memory dropped a
-    second time was taken for the first drop's DELETE). SQLite only: on PostgreSQL each write
-    is slower and this race has not been shown to hold yet (see the closing note of issue 41)."""
+    second time was taken for the first drop's DELETE). On PostgreSQL it takes ~1 minute:
+    there each add under this race grows slower with its file (issue 42's paged memory files
+    are the cure)."""
     import os
     import threading
 
-    async with make_service(load_settings(vault), embedder) as svc:
+    wanted = 1050  # issue 41: >= 1,000 acknowledged
+    async with make_service(settings, embedder) as svc:
         (first,) = await svc.memories.add("seed", user_id="alice")
         path, rel = vault / first.path, first.path
         done = threading.Event()
@@ -824,12 +827,12 @@ async def test_an_editor_saving_stale_buffers_while_four_agents_add_loses_nothin
             nonlocal saves
             while not done.is_set():
                 buffer = path.read_bytes()
-                time.sleep(0.004)  # the person types; agents write meanwhile
+                time.sleep(0.01)  # the person types; agents write meanwhile
                 tmp = path.with_name(f".{path.name}.swp")
                 tmp.write_bytes(buffer)
                 os.replace(tmp, path)
                 saves += 1
-                time.sleep(0.002)
+                time.sleep(0.01)  # ~50 saves a second: far past any person, still a race
 
         async def watcher() -> None:
             while not done.is_set():
@@ -842,8 +845,8 @@ async def test_an_editor_saving_stale_buffers_while_four_agents_add_loses_nothin
 
         async def agent(n: int) -> None:
             nonlocal refused
-            for i in range(600):  # until >= 1,050 are acknowledged, whatever refusals cost
-                if len(acknowledged) >= 1050:
+            for i in range(600):  # until enough are acknowledged, whatever refusals cost
+                if len(acknowledged) >= wanted:
                     break
                 try:
                     (r,) = await svc.memories.add(f"agent {n} note {i}", user_id="alice")
@@ -869,7 +872,7 @@ async def test_an_editor_saving_stale_buffers_while_four_agents_add_loses_nothin
             last = (await svc.memories.history(r.id))[-1]
             if (last["event"], last["actor"]) != ("DELETE", "person") or not last.get("memory"):
                 silent.append((r.id, last))
-        assert len(acknowledged) >= 1000 and saves > 20 and refused < len(acknowledged)
+        assert len(acknowledged) >= wanted and saves > 20 and refused < len(acknowledged)
         assert silent == [], f"{len(silent)} of {len(acknowledged)} lost silently"
         for r in dropped[:20]:  # and a dropped one comes back whole
             back = await svc.memories.restore(r.id)
