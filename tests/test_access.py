@@ -162,6 +162,25 @@ async def test_a_scoped_token_deleting_another_entity_deletes_only_its_own_share
     assert left == ["bob alone", "bob with bot"]
 
 
+# What an MCP tool's argument is given, by name, when the walk aims it at bob's memories
+BOB_ARGS = {
+    "user_id": "bob", "query": "secret plan", "content": "pwned", "key": "k",
+    "feedback": "VERY_NEGATIVE", "limit": 5,
+}  # fmt: skip
+
+
+def aimed_at_bob(schema: dict[str, Any], bob_id: str) -> dict[str, Any]:
+    """Arguments for a tool from its input schema: its required ones and any that name a
+    scope or a memory, pointed at bob's."""
+    props = schema.get("properties", {})
+    wanted = set(schema.get("required", [])) | (props.keys() & {"user_id", "memory_id"})
+    return {
+        name: bob_id if name == "memory_id" else BOB_ARGS.get(name, "x")
+        for name in wanted
+        if name in props
+    }
+
+
 async def test_mcp_tools_under_a_scoped_token_stay_in_its_scope(service: MemoryService) -> None:
     (bob,) = await service.memories.add(f"{SECRET} bob's plan", user_id="bob")
     auth = httpx2.AsyncClient(headers={"Authorization": "Bearer alice-t"}, timeout=30)
@@ -189,6 +208,19 @@ async def test_mcp_tools_under_a_scoped_token_stay_in_its_scope(service: MemoryS
             assert answer.is_error and SECRET not in answer.content[0].text, (tool, answer)
         listed = await client.call_tool("entities", {})
         assert "bob" not in listed.content[0].text
+        # every tool the server lists (a tool added later too), with arguments aimed at bob
+        before = vault_files(service.settings.vault)
+        tools = (await client.list_tools()).tools
+        assert len(tools) >= 11  # search, context, add, get, list, update, forget, ...
+        for tool in tools:
+            args = aimed_at_bob(tool.input_schema, bob.id)
+            answer = await client.call_tool(tool.name, args)
+            text = " ".join(getattr(c, "text", "") for c in answer.content)
+            assert SECRET not in text, (tool.name, args, text[:300])
+            if args.keys() & {"user_id", "memory_id"}:  # refused: 403 or "no such memory"
+                assert answer.is_error, (tool.name, args, text[:300])
+        changed = {k for k, v in vault_files(service.settings.vault).items() if before.get(k) != v}
+        assert not any("users/bob" in k for k in changed), changed
         unknown = await client.call_tool("search", {"query": "x", "user": "bob"})
         assert unknown.is_error and "unknown argument(s): user" in unknown.content[0].text
         deep: Any = "x"
