@@ -34,11 +34,12 @@ def paused_collection() -> Iterator[None]:
     """No cyclic garbage collection while a bulk operation builds a large, acyclic heap (a
     transcript of 180k messages: ~10 million objects). Each full collection walks all of it,
     and they come more often as it grows: pauses of 70 ms to 420 ms that stalled every other
-    request (bench/conversation.py --http). Objects are still freed by reference counting;
-    cycles made meanwhile wait for the collection after the last such operation ends. Safe to
-    nest and to use from several tasks and threads at once. At the end what was allocated
-    meanwhile and is still alive (the background indexing a large save starts) is frozen, as
-    ``freeze_heap`` does: the first collection after would walk all of it at once."""
+    request (bench/conversation.py --http). Objects are still freed by reference counting.
+    When the last such operation ends, a collection of the youngest generation (where all
+    that was allocated meanwhile still is) frees the cyclic garbage made meanwhile, by any
+    request; what survives it is frozen, as ``freeze_heap`` does (the first full collection
+    after would walk all of it at once), and is still freed by reference counting. Safe to
+    nest and to use from several tasks and threads at once."""
     global _paused
     with _pause_lock:
         _paused += 1
@@ -49,5 +50,6 @@ def paused_collection() -> Iterator[None]:
         with _pause_lock:
             _paused -= 1
             if not _paused:
+                gc.collect(0)  # what the pause left young: its cyclic garbage goes, not frozen
                 gc.freeze()
                 gc.enable()
