@@ -28,8 +28,12 @@ from tests.support import free_port, wait_ready, write
 from tests.test_http import server
 
 SECRET = "BOBSECRET"
-TOKENS = {"alice-t": {"user_id": "alice"}, "bot-t": {"agent_id": "helper"}}
-OWN = {"alice-t": "users/alice/", "bot-t": "/agents/helper/"}  # where each may write
+TOKENS = {
+    "alice-t": {"user_id": "alice"},
+    "bot-t": {"agent_id": "helper"},
+    "crm-t": {"app_id": "crm"},
+}
+OWN = {"alice-t": "users/alice/", "bot-t": "/agents/helper/", "crm-t": "apps/crm/"}
 
 
 def vault_files(vault: Path) -> dict[str, bytes]:
@@ -54,6 +58,10 @@ def attempts(bob_id: str) -> list[dict[str, Any]]:
         {"filters": {"user_id": "bob"}},
         {"filters": {"OR": [{"user_id": "bob"}, {"user_id": "alice"}]}},
         {"content": "pwned", "user_id": "bob"},
+        {"content": "pwned", "app_id": "support"},
+        {"query": "secret plan", "app_id": "support"},
+        {"filters": {"app_id": "support"}},
+        {"query": "secret plan", "filters": {"AND": [{"app_id": "support"}]}},
         {"content": "pwned"},
         {"text": "pwned"},
         {"messages": msgs, "user_id": "bob"},
@@ -81,12 +89,14 @@ def routes_of(app: Any) -> list[tuple[str, str]]:
 async def test_every_route_keeps_a_scoped_token_inside_its_scope(
     vault: Path, service: MemoryService
 ) -> None:
-    """Walk the route table (HTTP, Mem0, web pages): with alice's token and with a token held to
-    agent helper, no request aimed at bob's memories, transcript or entities reads his text or
-    changes a byte of the vault's memory, and none answers 5xx. A route added later is walked
+    """Walk the route table (HTTP, Mem0, web pages): with alice's token, a token held to agent
+    helper and one held to app crm, no request aimed at bob's memories (in no app, or in app
+    support), transcript or entities reads his text or changes a byte of the vault's memory,
+    and none answers 5xx. A route added later is walked
     too, so it cannot skip the rule."""
     (bob,) = await service.memories.add(f"{SECRET}: bob's plan", user_id="bob", agent_id="bot")
     await service.memories.add(f"{SECRET}: bob's other plan", user_id="bob")
+    await service.memories.add(f"{SECRET}: bob's support plan", user_id="bob", app_id="support")
     await service.memories.add("alice's own plan", user_id="alice")
     await service.conversations.save("bob-run", [{"role": "user", "content": f"{SECRET} chat"}])
     await service.conversations.save("alice-run", [{"role": "user", "content": "hello"}])
@@ -129,7 +139,7 @@ async def test_every_route_keeps_a_scoped_token_inside_its_scope(
     stuck = {r: s for r, s in through.items() if s <= {400, 405, 413, 415, 422}}
     assert not stuck, stuck
     assert (await service.memories.get(bob.id)).text == f"{SECRET}: bob's plan"
-    assert await service.memories.count(user_id="bob") == 2
+    assert await service.memories.count(user_id="bob") == 3
     chat = await service.conversations.load("bob-run")
     assert chat == [{"role": "user", "content": f"{SECRET} chat"}]
 

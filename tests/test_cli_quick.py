@@ -112,8 +112,8 @@ def test_a_plain_add_goes_through_the_daemon_once_and_prints_as_typer_does(daemo
 def test_what_the_daemon_refuses_or_does_not_find_is_worded_by_the_typer_command(
     daemon: Path,
 ) -> None:
-    code, _, err, loaded = run(ENTRY, daemon, "add", "x", "--user", "../etc")
-    assert code == 2 and "not a valid name" in err and "typer" in loaded
+    code, _, err, loaded = run(ENTRY, daemon, "add", "x", "--user", " ")
+    assert code == 2 and "user_id is empty" in err and "typer" in loaded
     assert not (daemon / "memory/users").exists()  # refused: nothing written
     nothing = run(ENTRY, daemon, "search", "DX12", "--user", "nobody")
     assert nothing[:3] == run(TYPER, daemon, "search", "DX12", "--user", "nobody")[:3]

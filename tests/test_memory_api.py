@@ -177,13 +177,24 @@ async def test_metadata_filters_equality_in_and_or(service: MemoryService) -> No
 
 
 @pytest.mark.parametrize("name", ["../x", "/", "a/b", "a\x00b", "x" * 200, "", ".hidden"])
-async def test_path_like_scope_names_are_refused_and_nothing_is_written(
+async def test_path_like_category_names_are_refused_and_nothing_is_written(
     vault: Path, service: MemoryService, name: str
 ) -> None:
     with pytest.raises(InputError, match="not a valid name"):
-        await service.memories.add("hello", user_id=name)
-    with pytest.raises(InputError, match="not a valid name"):
         await service.memories.add("hello", category=name)
+    assert list((vault / "memory").rglob("*.md")) == []
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [("", "empty"), ("  ", "empty"), ("a\x00b", "control"), ("x" * 257, "over 256")],
+)
+async def test_ids_that_are_no_text_are_refused_and_nothing_is_written(
+    vault: Path, service: MemoryService, name: str, message: str
+) -> None:
+    for scope in ("user_id", "agent_id", "run_id", "app_id"):
+        with pytest.raises(InputError, match=f"{scope} .*{message}|{scope} is {message}"):
+            await service.memories.add("hello", **{scope: name})
     assert list((vault / "memory").rglob("*.md")) == []
 
 
@@ -361,8 +372,12 @@ async def test_conversations_save_load_items_and_reset(vault: Path, service: Mem
     assert len(await convo.retrieve("s-2")) == 1
     with pytest.raises(InputError, match="tool_call_id"):
         await convo.save("s-3", [{"role": "tool", "content": "x"}])
-    with pytest.raises(InputError, match="not a valid name"):
-        await convo.load("../s")
+    with pytest.raises(InputError, match="run_id is empty"):
+        await convo.load(" ")
+    assert await convo.load("../s") == []  # any text is a session id; its folder stays inside
+    await convo.add_message("../s", "user", "hi")
+    assert [m["content"] for m in await convo.load("../s")] == ["hi"]
+    assert (vault / "memory/runs/%2e.%2fs/conversation.md").is_file()
 
 
 async def test_batches_tags_and_write_memory(vault: Path, service: MemoryService) -> None:
@@ -672,8 +687,8 @@ async def test_entities_count_each_user_agent_and_run_and_go_with_their_memories
     assert [(e.kind, e.name) for e in await m.entities()] == [("user", "alice")]
     with pytest.raises(NotFound, match="no memories of user 'bob'"):
         await m.delete_entity("user", "bob")
-    with pytest.raises(InputError, match="user, agent or run"):
-        await m.delete_entity("app", "x")
+    with pytest.raises(InputError, match="user, agent, run or app"):
+        await m.delete_entity("org", "x")
 
 
 async def test_filters_or_not_ranges_and_text_operators_on_every_backend(

@@ -88,7 +88,7 @@ async def test_import_reads_mem0_exports_and_names_bad_lines(tmp_path: Path) -> 
     )
     lines = tmp_path / "mixed.jsonl"
     lines.write_text('{"memory": "Hal runs", "user_id": "hal"}\nnot json\n{"memory": ""}\n'
-                     '{"memory": "ok", "user_id": "../x"}\n')  # fmt: skip
+                     '{"memory": "ok", "user_id": " "}\n')  # fmt: skip
     code, said, err = await asyncio.to_thread(cli, "--vault", str(vault), "import", str(lines))
     assert code == 1 and said.strip() == "imported 1, 0 already there, 3 skipped"
     assert [e.split(":")[1].strip() for e in err.strip().splitlines()] == [

@@ -47,7 +47,7 @@ async def test_slash_is_a_server_rendered_page(site: tuple[str, Path, MemoryServ
         page = await http.get("/?q=render+engine&limit=5")
         assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
         assert "DX12" in page.text and "<mark>" in page.text
-        bad = await http.get("/?q=x&since=&user=../etc")
+        bad = await http.get("/?q=x&since=&category=../etc")
         assert bad.status_code == 400 and "not a valid name" in bad.text
 
 

@@ -10,7 +10,15 @@ import typer
 
 from memcore.cli.app import app, fail, run, settings_of
 from memcore.cli.output import record_line
-from memcore.cli.scope import AgentOpt, CategoryOpt, MetaOpt, RunOpt, UserOpt, metadata_of
+from memcore.cli.scope import (
+    AgentOpt,
+    AppOpt,
+    CategoryOpt,
+    MetaOpt,
+    RunOpt,
+    UserOpt,
+    metadata_of,
+)
 from memcore.compose import open_service
 from memcore.core.lines import split_lines
 from memcore.core.models import MemoryRecord
@@ -53,7 +61,7 @@ def show_records(records: list[MemoryRecord], as_json: bool) -> None:
         return
     for r in records:
         held = (r.strength.tier, r.strength.retrievability) if r.strength else None
-        scope = (r.user_id, r.agent_id, r.run_id)
+        scope = (r.user_id, r.agent_id, r.run_id, r.app_id)
         typer.echo(record_line(r.id, r.category, scope, r.key, held, r.text))
 
 
@@ -74,6 +82,7 @@ def add(
     user: UserOpt = None,
     agent: AgentOpt = None,
     run_id: RunOpt = None,
+    app: AppOpt = None,
     category: CategoryOpt = None,
     key: Annotated[
         str | None, typer.Option("--key", help="Replace the memory under this key")
@@ -94,12 +103,12 @@ def add(
     if (content is None) == (from_file is None):
         raise fail("give the text to remember, or --file with JSON lines (not both)", 2)
     if from_file is not None:
-        _add_file(ctx, from_file, (user, agent, run_id), category, as_json)
+        _add_file(ctx, from_file, (user, agent, run_id, app), category, as_json)
         return
     text = typer.get_text_stream("stdin").read() if content == "-" else str(content)
     metadata = metadata_of(meta)
     body = {
-        "content": text, "user_id": user, "agent_id": agent, "run_id": run_id,
+        "content": text, "user_id": user, "agent_id": agent, "run_id": run_id, "app_id": app,
         "metadata": metadata, "category": category or "core", "key": key, "infer": infer,
     }  # fmt: skip
 
@@ -123,7 +132,7 @@ def add(
     records = with_service(
         ctx,
         lambda s: s.memories.add(
-            text, user_id=user, agent_id=agent, run_id=run_id, metadata=metadata,
+            text, user_id=user, agent_id=agent, run_id=run_id, app_id=app, metadata=metadata,
             category=category or "core", key=key, infer=infer,
             idempotency_key=idempotency_key,
         ),
@@ -144,7 +153,7 @@ BATCH = 1000  # memories a write takes at a time from --file (each applied or re
 def _add_file(
     ctx: typer.Context,
     source: str,
-    scope: tuple[str | None, str | None, str | None],
+    scope: tuple[str | None, str | None, str | None, str | None],
     category: str | None,
     as_json: bool,
 ) -> None:
@@ -206,6 +215,7 @@ def list_memories(
     user: UserOpt = None,
     agent: AgentOpt = None,
     run_id: RunOpt = None,
+    app: AppOpt = None,
     category: CategoryOpt = None,
     tag: Annotated[str | None, typer.Option("--tag", help="Only memories with this #tag")] = None,
     meta: MetaOpt = None,
@@ -217,7 +227,7 @@ def list_memories(
     records = with_service(
         ctx,
         lambda s: s.memories.get_all(
-            user_id=user, agent_id=agent, run_id=run_id, category=category, tag=tag,
+            user_id=user, agent_id=agent, run_id=run_id, app_id=app, category=category, tag=tag,
             filters=metadata_of(meta), limit=limit, offset=offset,
         ),
         writes=False,
@@ -254,6 +264,7 @@ def forget(
     user: UserOpt = None,
     agent: AgentOpt = None,
     run_id: RunOpt = None,
+    app: AppOpt = None,
     below: Annotated[float | None, BelowOpt] = None,
     category: CategoryOpt = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="With --below: only list")] = False,
@@ -267,7 +278,7 @@ def forget(
         weak = with_service(
             ctx,
             lambda s: s.memories.forget_below(
-                below, user_id=user, agent_id=agent, run_id=run_id, category=category,
+                below, user_id=user, agent_id=agent, run_id=run_id, app_id=app, category=category,
                 dry_run=dry_run,
             ),
         )  # fmt: skip
@@ -282,7 +293,9 @@ def forget(
     async def use(s: MemoryService) -> bool:
         assert target is not None
         if by_key:
-            return await s.memories.forget(target, user_id=user, agent_id=agent, run_id=run_id)
+            return await s.memories.forget(
+                target, user_id=user, agent_id=agent, run_id=run_id, app_id=app
+            )
         await s.memories.delete(target)
         return True
 
@@ -335,6 +348,7 @@ def count(
     user: UserOpt = None,
     agent: AgentOpt = None,
     run_id: RunOpt = None,
+    app: AppOpt = None,
     category: CategoryOpt = None,
     meta: MetaOpt = None,
     as_json: JsonOpt = False,
@@ -344,13 +358,14 @@ def count(
     n = with_service(
         ctx,
         lambda s: s.memories.count(
-            user_id=user, agent_id=agent, run_id=run_id, category=category,
+            user_id=user, agent_id=agent, run_id=run_id, app_id=app, category=category,
             filters=metadata_of(meta),
         ),
         writes=False,
     )  # fmt: skip
     if as_json:
-        scope = {"user_id": user, "agent_id": agent, "run_id": run_id, "category": category}
+        scope = {"user_id": user, "agent_id": agent, "run_id": run_id, "app_id": app,
+                 "category": category}  # fmt: skip
         typer.echo(json.dumps({"count": n, **{k: v for k, v in scope.items() if v}}))
         return
     typer.echo(str(n))

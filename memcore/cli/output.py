@@ -37,14 +37,16 @@ def hit_text(n: int, path: str, start: int, end: int, heading: str, score: float
 def record_line(
     memory_id: str,
     category: str,
-    scope: tuple[str | None, str | None, str | None],
+    scope: tuple[str | None, ...],
     key: str | None,
     strength: tuple[str, float] | None,
     text: str,
 ) -> str:
     """A memory in one line: id, [category scope key], strength, text. ``scope``: (user,
-    agent, run); ``strength``: (tier, retrievability) when known."""
-    names = " ".join(f"{k}={v}" for k, v in zip(("user", "agent", "run"), scope, strict=True) if v)
+    agent, run[, app]); ``strength``: (tier, retrievability) when known."""
+    names = " ".join(
+        f"{k}={v}" for k, v in zip(("user", "agent", "run", "app"), scope, strict=False) if v
+    )
     held = ""
     if strength is not None:  # " core" never decays, else " R=0.87" (retrievability now)
         held = " core" if strength[0] == "core" else f" R={strength[1]:.2f}"

@@ -32,7 +32,7 @@ from memcore.core.places import config_inputs, inputs_digest, resolve_vault, sta
 from memcore.fronts.daemon_state import status_in
 from memcore.fronts.unix_http import DaemonGone, error_message, post_unix
 
-SCOPES = {"--user": "user_id", "--agent": "agent_id", "--run": "run_id"}
+SCOPES = {"--user": "user_id", "--agent": "agent_id", "--run": "run_id", "--app": "app_id"}
 # The options each command's plain form may carry: option -> the field it sets (--json, a flag)
 FORMS: dict[str, dict[str, str]] = {
     "search": {**SCOPES, "--limit": "limit", "-n": "limit", "--json": "json"},
@@ -244,7 +244,7 @@ def _add(sock: str, text: str, options: dict[str, object]) -> int | None:
         for r in data["results"]:
             held = r.get("strength")
             strength = (held["tier"], held["retrievability"]) if isinstance(held, dict) else None
-            scope = (r.get("user_id"), r.get("agent_id"), r.get("run_id"))
+            scope = (r.get("user_id"), r.get("agent_id"), r.get("run_id"), r.get("app_id"))
             lines.append(
                 record_line(r["id"], r["category"], scope, r.get("key"), strength, r["memory"])
             )
@@ -298,16 +298,12 @@ async def _read_here(
     settings: Settings, embedder: Embedder, command: str, text: str, options: Options
 ) -> str | tuple[SearchResult, bool]:
     from memcore.cli import reads
+    from memcore.core.models import scope_ids
     from memcore.search.filters import read_filters
 
     try:
-        user, agent, run = (options.get(f) for f in SCOPES.values())
-        filters = read_filters(
-            user_id=user if isinstance(user, str) else None,
-            agent_id=agent if isinstance(agent, str) else None,
-            run_id=run if isinstance(run, str) else None,
-            include_turns=command == "search",
-        )
+        given = {f: v if isinstance(v := options.get(f), str) else None for f in SCOPES.values()}
+        filters = read_filters(**scope_ids(given), include_turns=command == "search")
         limit = options.get("limit")
         if command == "search":
             n = limit if isinstance(limit, int) else None

@@ -13,6 +13,7 @@ from memcore.cli.app import fail
 UserOpt = Annotated[str | None, typer.Option("--user", help="user_id scope")]
 AgentOpt = Annotated[str | None, typer.Option("--agent", help="agent_id scope")]
 RunOpt = Annotated[str | None, typer.Option("--run", help="run_id scope")]
+AppOpt = Annotated[str | None, typer.Option("--app", help="app_id scope")]
 CategoryOpt = Annotated[
     str | None, typer.Option("--category", help="core, daily, conversation or your own name")
 ]
@@ -36,6 +37,7 @@ class ScopeArgs:
     category: str | None = None
     meta: list[str] | None = None
     include_shared: bool = False
+    app: str | None = None
 
 
 def metadata_of(pairs: list[str] | None) -> dict[str, object] | None:

@@ -11,6 +11,7 @@ from memcore.cli.app import app, fail, run, settings_of
 from memcore.cli.output import print_context
 from memcore.cli.scope import (
     AgentOpt,
+    AppOpt,
     CategoryOpt,
     IncludeSharedOpt,
     MetaOpt,
@@ -39,7 +40,8 @@ def _filters(
     sc = scope or ScopeArgs()
     try:
         return read_filters(
-            user_id=sc.user, agent_id=sc.agent, run_id=sc.run, include_shared=sc.include_shared,
+            user_id=sc.user, agent_id=sc.agent, run_id=sc.run, app_id=sc.app,
+            include_shared=sc.include_shared,
             include_turns=include_turns, category=sc.category, metadata=metadata_of(sc.meta),
             tag=tag, path=path, since=since, until=until,
         )  # fmt: skip
@@ -112,6 +114,7 @@ def search(
     user: UserOpt = None,
     agent: AgentOpt = None,
     run_id: RunOpt = None,
+    app: AppOpt = None,
     category: CategoryOpt = None,
     meta: MetaOpt = None,
     include_shared: IncludeSharedOpt = False,
@@ -120,8 +123,8 @@ def search(
     token: TokenOpt = None,
 ) -> None:
     """Search memory by meaning and by keyword. Scores run from 0 to 1 (higher is more
-    relevant). With --user/--agent/--run only that scope's memories and notes come back."""
-    scope = ScopeArgs(user, agent, run_id, category, meta, include_shared)
+    relevant). With --user/--agent/--run/--app only that scope's memories and notes come back."""
+    scope = ScopeArgs(user, agent, run_id, category, meta, include_shared, app)
     if not (tag and not query.strip()):  # an empty query with --tag lists what carries it
         _check_query(query)
     if fusion is not None and fusion not in FUSIONS:
@@ -150,6 +153,7 @@ def context(
     user: UserOpt = None,
     agent: AgentOpt = None,
     run_id: RunOpt = None,
+    app: AppOpt = None,
     category: CategoryOpt = None,
     meta: MetaOpt = None,
     include_shared: IncludeSharedOpt = False,
@@ -172,7 +176,7 @@ def context(
     """Print a "## Relevant Memories" block to paste into a prompt: the memories that clear
     the relevance floor, nothing (and a line on stderr) when none does."""
     _check_query(query)
-    scope = ScopeArgs(user, agent, run_id, category, meta, include_shared)
+    scope = ScopeArgs(user, agent, run_id, category, meta, include_shared, app)
     filters = _filters(path, tag, None, None, scope, include_turns)
 
     async def job() -> str:

@@ -6,6 +6,7 @@ import asyncio
 import os
 from pathlib import Path
 from typing import Annotated
+from urllib.parse import unquote
 
 import typer
 
@@ -13,8 +14,9 @@ from memcore.cli.app import app, fail, run, settings_of
 from memcore.cli.watch import _configure_logging
 from memcore.compose import open_service
 from memcore.core.errors import InputError
+from memcore.core.ids import check_id
+from memcore.core.models import SCOPE_KEYS
 from memcore.fronts.daemon import Daemon, install_signal_handlers
-from memcore.vault.memory_format import check_name
 
 
 @app.command(name="serve")
@@ -47,7 +49,7 @@ def serve_command(
         list[str] | None,
         typer.Option(
             "--scoped-token",
-            help="TOKEN=user_id:alice[,agent_id:bot]: a token held to one scope (repeatable; "
+            help="TOKEN=user_id:alice[,app_id:crm]: a token held to one scope (repeatable; "
             "`ps` shows it: prefer --scoped-token-file or MEMCORE_SCOPED_TOKENS)",
         ),
     ] = None,
@@ -138,13 +140,14 @@ def _parse_scoped(specs: list[str]) -> dict[str, dict[str, str]]:
     out: dict[str, dict[str, str]] = {}
     for spec in specs:
         token, sep, rest = spec.partition("=")
-        scope = dict(part.partition(":")[::2] for part in rest.split(",") if part)
-        if not sep or not token or not scope or not set(scope) <= {"user_id", "agent_id", "run_id"}:
+        # an id holding ',' or '%' is written %-escaped (user_id:a%2Cb for "a,b")
+        scope = {k: unquote(v) for k, _, v in (p.partition(":") for p in rest.split(",") if p)}
+        if not sep or not token or not scope or not set(scope) <= set(SCOPE_KEYS):
             shown = f"...={rest}" if sep else "a spec without '='"  # never echo the token
-            raise fail(f"--scoped-token takes TOKEN=user_id:NAME[,agent_id:NAME], got {shown}", 2)
+            raise fail(f"--scoped-token takes TOKEN=user_id:ID[,app_id:ID], got {shown}", 2)
         for key, name in scope.items():
             try:
-                check_name(name, key)
+                check_id(name, key)
             except InputError as exc:
                 raise fail(str(exc), 2) from None
         out[token] = scope

@@ -4,13 +4,30 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, TypedDict
 
 SearchMode = Literal["hybrid", "vector", "keyword"]
 Tier = Literal["core", "decaying"]
 
 
-SCOPE_KEYS = ("user_id", "agent_id", "run_id")
+SCOPE_KEYS = ("user_id", "agent_id", "run_id", "app_id")
+
+
+class ScopeIds(TypedDict):
+    """A scope as keyword arguments: ``memories.get_all(**ids)``."""
+
+    user_id: str | None
+    agent_id: str | None
+    run_id: str | None
+    app_id: str | None
+
+
+def scope_ids(values: Mapping[str, str | None]) -> ScopeIds:
+    """The scope keys of ``values`` (missing ones None)."""
+    return ScopeIds(
+        user_id=values.get("user_id"), agent_id=values.get("agent_id"),
+        run_id=values.get("run_id"), app_id=values.get("app_id"),
+    )  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,6 +170,7 @@ class SearchFilters:
     user_id: str | None = None
     agent_id: str | None = None
     run_id: str | None = None
+    app_id: str | None = None
     include_shared: bool = False
     include_turns: bool = True  # conversation turns (TURNS_CATEGORY) may match
     category: str | None = None  # only memories of this category
@@ -161,7 +179,7 @@ class SearchFilters:
 
     @property
     def scoped(self) -> bool:
-        return any((self.user_id, self.agent_id, self.run_id))
+        return any((self.user_id, self.agent_id, self.run_id, self.app_id))
 
     @property
     def about_memories(self) -> bool:
@@ -187,6 +205,7 @@ class MemoryRecord:
     user_id: str | None = None
     agent_id: str | None = None
     run_id: str | None = None
+    app_id: str | None = None
     key: str | None = None
     created: str = ""
     updated: str = ""
@@ -203,6 +222,7 @@ class MemoryRecord:
             "user_id": self.user_id,
             "agent_id": self.agent_id,
             "run_id": self.run_id,
+            "app_id": self.app_id,
             "category": self.category,
             "key": self.key,
             "metadata": dict(self.metadata),
@@ -242,7 +262,7 @@ class Strength:
 class Entity:
     """A user, agent or run that holds memories (Mem0's entities), with how many."""
 
-    kind: str  # user | agent | run
+    kind: str  # user | agent | run | app
     name: str
     memories: int
     created: str | None  # its first memory's
@@ -260,6 +280,7 @@ class MemoryQuery:
     user_id: str | None = None
     agent_id: str | None = None
     run_id: str | None = None
+    app_id: str | None = None
     category: str | None = None
     key: str | None = None
     ids: tuple[str, ...] | None = None

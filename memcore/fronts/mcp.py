@@ -103,6 +103,7 @@ def build_mcp(service: MemoryService) -> MCPServer:  # noqa: C901 - a tool table
         user_id: str | None = None,
         agent_id: str | None = None,
         run_id: str | None = None,
+        app_id: str | None = None,
         include_shared: bool = False,
         category: str | None = None,
         filters: dict[str, Any] | None = None,
@@ -114,11 +115,11 @@ def build_mcp(service: MemoryService) -> MCPServer:  # noqa: C901 - a tool table
         include_turns: bool = True,
     ) -> dict[str, Any]:
         """Search memory by meaning and keywords; each result has a score from 0 to 1. With a
-        scope (user_id/agent_id/run_id) only that scope's memories and notes come back, plus
+        scope (user_id/agent_id/run_id/app_id) only that scope's memories and notes come back, plus
         shared ones with include_shared. filters: metadata conditions, Mem0-style. An empty
         query with a tag lists what carries the tag, newest first."""
         found = await m().search(
-            query, user_id=user_id, agent_id=agent_id, run_id=run_id,
+            query, user_id=user_id, agent_id=agent_id, run_id=run_id, app_id=app_id,
             include_shared=include_shared, include_turns=include_turns, category=category,
             filters=filters, tag=tag, path=path, since=since, until=until, limit=limit,
             threshold=threshold,
@@ -134,6 +135,7 @@ def build_mcp(service: MemoryService) -> MCPServer:  # noqa: C901 - a tool table
         user_id: str | None = None,
         agent_id: str | None = None,
         run_id: str | None = None,
+        app_id: str | None = None,
         include_shared: bool = False,
         category: str | None = None,
         tag: str | None = None,
@@ -144,8 +146,9 @@ def build_mcp(service: MemoryService) -> MCPServer:  # noqa: C901 - a tool table
         """A "## Relevant Memories" block for the task at hand, scoped like search; empty when
         nothing clears the relevance floor (search.context_min_score)."""
         filters = read_filters(
-            user_id=user_id, agent_id=agent_id, run_id=run_id, include_shared=include_shared,
-            include_turns=include_turns, category=category, tag=tag, path=path,
+            user_id=user_id, agent_id=agent_id, run_id=run_id, app_id=app_id,
+            include_shared=include_shared, include_turns=include_turns, category=category,
+            tag=tag, path=path,
         )  # fmt: skip
         return await service.context(
             query, limit, filters, min_score=min_score, caller=CALLER.get()
@@ -158,6 +161,7 @@ def build_mcp(service: MemoryService) -> MCPServer:  # noqa: C901 - a tool table
         user_id: str | None = None,
         agent_id: str | None = None,
         run_id: str | None = None,
+        app_id: str | None = None,
         category: str = "core",
         key: str | None = None,
         metadata: dict[str, Any] | None = None,
@@ -167,8 +171,8 @@ def build_mcp(service: MemoryService) -> MCPServer:  # noqa: C901 - a tool table
         replaces the memory under that key in the same scope and category. An
         idempotency_key makes a retried call return the first call's memories."""
         added = await m().add(content, user_id=user_id, agent_id=agent_id, run_id=run_id,
-                            category=category, key=key, metadata=metadata,
-                            idempotency_key=idempotency_key)  # fmt: skip
+                              app_id=app_id, category=category, key=key, metadata=metadata,
+                              idempotency_key=idempotency_key)  # fmt: skip
         return [r.to_dict() for r in added]
 
     @mcp.tool()
@@ -183,12 +187,13 @@ def build_mcp(service: MemoryService) -> MCPServer:  # noqa: C901 - a tool table
         user_id: str | None = None,
         agent_id: str | None = None,
         run_id: str | None = None,
+        app_id: str | None = None,
         category: str | None = None,
         limit: Limit = 50,
         offset: Offset = 0,
     ) -> list[dict[str, Any]]:
         """Memories of a scope, oldest first."""
-        rows = await m().get_all(user_id=user_id, agent_id=agent_id, run_id=run_id,
+        rows = await m().get_all(user_id=user_id, agent_id=agent_id, run_id=run_id, app_id=app_id,
                                category=category, limit=limit, offset=offset)  # fmt: skip
         return [r.to_dict() for r in rows]
 
@@ -206,13 +211,16 @@ def build_mcp(service: MemoryService) -> MCPServer:  # noqa: C901 - a tool table
         user_id: str | None = None,
         agent_id: str | None = None,
         run_id: str | None = None,
+        app_id: str | None = None,
     ) -> str:
         """Delete a memory by id, or the one under a key in a scope."""
         if memory_id:
             await m().delete(memory_id)
             return f"forgot {memory_id}"
         if key:
-            gone = await m().forget(key, user_id=user_id, agent_id=agent_id, run_id=run_id)
+            gone = await m().forget(
+                key, user_id=user_id, agent_id=agent_id, run_id=run_id, app_id=app_id
+            )
             return f"forgot {key}" if gone else f"nothing under key {key!r}"
         raise InputError("forget needs memory_id, or key (with its scope)")
 
@@ -225,7 +233,7 @@ def build_mcp(service: MemoryService) -> MCPServer:  # noqa: C901 - a tool table
     @mcp.tool()
     @one_line_errors
     async def entities() -> list[dict[str, Any]]:
-        """Every user, agent and run that holds memories, with how many."""
+        """Every user, agent, run and app that holds memories, with how many."""
         return [e.to_dict() for e in await m().entities()]
 
     @mcp.tool()

@@ -93,7 +93,7 @@ async def search(
 def filters_body(f: SearchFilters) -> dict[str, Any]:
     """SearchFilters as the native HTTP API's request fields (unset ones left out)."""
     body = {
-        "user_id": f.user_id, "agent_id": f.agent_id, "run_id": f.run_id,
+        "user_id": f.user_id, "agent_id": f.agent_id, "run_id": f.run_id, "app_id": f.app_id,
         "category": f.category, "filters": dict(f.metadata) if f.metadata else None,
         "tag": f.tag, "path": f.path_prefix, "since": f.date_from, "until": f.date_to,
         "include_shared": f.include_shared or None, "include_turns": f.include_turns,
@@ -125,7 +125,8 @@ def record_of(r: dict[str, Any]) -> MemoryRecord:
     return MemoryRecord(
         id=r["id"], text=r["memory"], path=r["path"], start_line=r["start_line"],
         end_line=r["end_line"], category=r["category"], user_id=r.get("user_id"),
-        agent_id=r.get("agent_id"), run_id=r.get("run_id"), key=r.get("key"),
+        agent_id=r.get("agent_id"), run_id=r.get("run_id"), app_id=r.get("app_id"),
+        key=r.get("key"),
         created=r.get("created_at") or "", updated=r.get("updated_at") or "",
         metadata=r.get("metadata") or {}, score=r.get("score"), event=r.get("event"),
         strength=Strength(**held) if isinstance(held, dict) else None,

@@ -18,7 +18,16 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from memcore.core.errors import Forbidden, InputError, NotFound
-from memcore.core.models import SCOPE_KEYS, Caller, Entity, Hit, MemoryRecord, SearchFilters
+from memcore.core.models import (
+    SCOPE_KEYS,
+    Caller,
+    Entity,
+    Hit,
+    MemoryRecord,
+    ScopeIds,
+    SearchFilters,
+    scope_ids,
+)
 from memcore.memory.port import Memory, Message
 
 if TYPE_CHECKING:
@@ -29,15 +38,15 @@ if TYPE_CHECKING:
 MAX_KEY = 256  # an idempotency key: 1-256 characters of text
 
 
-def bind_scope(caller: Caller, given: Mapping[str, str | None]) -> dict[str, str | None]:
-    """``given`` (user_id, agent_id, run_id) with the caller's binding filled in; Forbidden
+def bind_scope(caller: Caller, given: Mapping[str, str | None]) -> ScopeIds:
+    """``given`` (user_id, agent_id, run_id, app_id) with the caller's binding filled in; Forbidden
     when it names another value of a bound field."""
     scope = {k: given.get(k) for k in SCOPE_KEYS}
     for key, value in caller.binding:
         if scope[key] not in (None, value):
             raise Forbidden(f"this token is bound to {caller.describe()}, not {key}={scope[key]}")
         scope[key] = value
-    return scope
+    return scope_ids(scope)
 
 
 def bind_filters(caller: Caller, filters: SearchFilters | None) -> SearchFilters | None:
@@ -46,7 +55,7 @@ def bind_filters(caller: Caller, filters: SearchFilters | None) -> SearchFilters
         return filters
     filters = filters or SearchFilters(include_turns=False)
     s = bind_scope(caller, {k: getattr(filters, k) for k in SCOPE_KEYS})
-    return replace(filters, user_id=s["user_id"], agent_id=s["agent_id"], run_id=s["run_id"])
+    return replace(filters, **s)
 
 
 def within_binding(caller: Caller, fields: Mapping[str, object]) -> bool:
@@ -83,7 +92,7 @@ class ScopedMemory(Memory):
     async def aclose(self) -> None:
         return None  # the service owns the adapter
 
-    def _scope(self, **given: str | None) -> dict[str, str | None]:
+    def _scope(self, **given: str | None) -> ScopeIds:
         return bind_scope(self.caller, given)
 
     async def _own(self, memory_id: str) -> MemoryRecord:
@@ -120,13 +129,14 @@ class ScopedMemory(Memory):
         user_id: str | None = None,
         agent_id: str | None = None,
         run_id: str | None = None,
+        app_id: str | None = None,
         metadata: Mapping[str, object] | None = None,
         category: str = "core",
         key: str | None = None,
         infer: bool = False,
         idempotency_key: str | None = None,
     ) -> list[MemoryRecord]:
-        scope = self._scope(user_id=user_id, agent_id=agent_id, run_id=run_id)
+        scope = self._scope(user_id=user_id, agent_id=agent_id, run_id=run_id, app_id=app_id)
         return await self.inner.add(
             content, **scope, metadata=metadata, category=category, key=key, infer=infer,
             idempotency_key=request_key(self.caller, idempotency_key),
@@ -152,6 +162,7 @@ class ScopedMemory(Memory):
         user_id: str | None = None,
         agent_id: str | None = None,
         run_id: str | None = None,
+        app_id: str | None = None,
         category: str | None = None,
         key: str | None = None,
         tag: str | None = None,
@@ -159,7 +170,7 @@ class ScopedMemory(Memory):
         limit: int = 100,
         offset: int = 0,
     ) -> list[MemoryRecord]:
-        scope = self._scope(user_id=user_id, agent_id=agent_id, run_id=run_id)
+        scope = self._scope(user_id=user_id, agent_id=agent_id, run_id=run_id, app_id=app_id)
         return await self.inner.get_all(
             **scope, category=category, key=key, tag=tag, filters=filters, limit=limit,
             offset=offset,
@@ -171,10 +182,11 @@ class ScopedMemory(Memory):
         user_id: str | None = None,
         agent_id: str | None = None,
         run_id: str | None = None,
+        app_id: str | None = None,
         category: str | None = None,
         filters: Mapping[str, object] | None = None,
     ) -> int:
-        scope = self._scope(user_id=user_id, agent_id=agent_id, run_id=run_id)
+        scope = self._scope(user_id=user_id, agent_id=agent_id, run_id=run_id, app_id=app_id)
         return await self.inner.count(**scope, category=category, filters=filters)
 
     async def search(
@@ -184,6 +196,7 @@ class ScopedMemory(Memory):
         user_id: str | None = None,
         agent_id: str | None = None,
         run_id: str | None = None,
+        app_id: str | None = None,
         include_shared: bool = False,
         include_turns: bool = True,
         category: str | None = None,
@@ -197,7 +210,7 @@ class ScopedMemory(Memory):
         query_vector: Vector | None = None,
         reinforce: bool = False,
     ) -> list[MemoryRecord]:
-        scope = self._scope(user_id=user_id, agent_id=agent_id, run_id=run_id)
+        scope = self._scope(user_id=user_id, agent_id=agent_id, run_id=run_id, app_id=app_id)
         return await self.inner.search(
             query, **scope, include_shared=include_shared, include_turns=include_turns,
             category=category, filters=filters, tag=tag, path=path, since=since, until=until,
@@ -225,9 +238,10 @@ class ScopedMemory(Memory):
         user_id: str | None = None,
         agent_id: str | None = None,
         run_id: str | None = None,
+        app_id: str | None = None,
         all: bool = False,
     ) -> int:
-        scope = self._scope(user_id=user_id, agent_id=agent_id, run_id=run_id)
+        scope = self._scope(user_id=user_id, agent_id=agent_id, run_id=run_id, app_id=app_id)
         if all and self.caller.binding:
             raise Forbidden(f"a token bound to {self.caller.describe()} cannot delete everything")
         return await self.inner.delete_all(**scope, all=all)
@@ -239,9 +253,10 @@ class ScopedMemory(Memory):
         user_id: str | None = None,
         agent_id: str | None = None,
         run_id: str | None = None,
+        app_id: str | None = None,
         category: str | None = None,
     ) -> bool:
-        scope = self._scope(user_id=user_id, agent_id=agent_id, run_id=run_id)
+        scope = self._scope(user_id=user_id, agent_id=agent_id, run_id=run_id, app_id=app_id)
         return await self.inner.forget(key, **scope, category=category)
 
     async def history(self, memory_id: str) -> list[dict[str, object]]:
@@ -258,12 +273,9 @@ class ScopedMemory(Memory):
         agent ``bot`` removes that user's memories with ``bot``, never another user's."""
         if not self.caller.binding:
             return await self.inner.delete_entity(kind, name)
-        if kind not in ("user", "agent", "run"):
-            raise InputError(f"an entity is a user, agent or run, not {kind!r}")
-        s = self._scope(**{f"{kind}_id": name})
-        gone = await self.inner.delete_all(
-            user_id=s["user_id"], agent_id=s["agent_id"], run_id=s["run_id"]
-        )
+        if kind not in ("user", "agent", "run", "app"):
+            raise InputError(f"an entity is a user, agent, run or app, not {kind!r}")
+        gone = await self.inner.delete_all(**self._scope(**{f"{kind}_id": name}))
         if not gone:
             raise NotFound(f"no memories of {kind} {name!r}")
         return gone
@@ -289,11 +301,12 @@ class ScopedMemory(Memory):
         user_id: str | None = None,
         agent_id: str | None = None,
         run_id: str | None = None,
+        app_id: str | None = None,
         category: str | None = None,
         dry_run: bool = False,
         now: dt.datetime | None = None,
     ) -> list[MemoryRecord]:
-        scope = self._scope(user_id=user_id, agent_id=agent_id, run_id=run_id)
+        scope = self._scope(user_id=user_id, agent_id=agent_id, run_id=run_id, app_id=app_id)
         return await self.inner.forget_below(
             threshold, **scope, category=category, dry_run=dry_run, now=now
         )

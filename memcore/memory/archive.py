@@ -54,7 +54,7 @@ class Archive:
         moved: list[str] = []
         for rel, group in by_file.items():
             first = group[0]
-            scope = Scope(first.user_id, first.agent_id, first.run_id)
+            scope = Scope(first.user_id, first.agent_id, first.run_id, first.app_id)
             items = [_item_of(r) for r in group]
             await self.writer.edit(
                 archive_path(rel), scope, first.category, _appender(items, rel), index=False
@@ -85,7 +85,7 @@ class Archive:
         rel, text = str(event["path"]), str(event["old_memory"])
         raw = event.get("memory")
         fields: dict[str, Any] = raw if isinstance(raw, dict) else {}
-        scope = Scope(fields.get("user_id"), fields.get("agent_id"), fields.get("run_id"))
+        scope = Scope.of(fields)
         meta = fields.get("metadata")
         item = MemoryItem(
             memory_id, text, fields.get("key"), str(fields.get("created") or now()), now(),

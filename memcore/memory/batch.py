@@ -2,7 +2,7 @@
 line so that a bad line is named and skipped and the rest go in. Pure.
 
 A line is ``{"memory": "..."}`` (or ``"content"`` / ``"text"``) with optional ``user_id``,
-``agent_id``, ``run_id``, ``category``, ``key``, ``metadata`` and ``id``: the fields of
+``agent_id``, ``run_id``, ``app_id``, ``category``, ``key``, ``metadata`` and ``id``: the fields of
 memcore's own records (``memcore list --json``), so an export reads back as it was.
 """
 
@@ -14,11 +14,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from memcore.core.errors import InputError
+from memcore.core.ids import check_id
+from memcore.core.models import SCOPE_KEYS
 from memcore.memory.writer import NewMemory
 from memcore.vault.memory_format import Scope, check_content, check_metadata, check_name
 
 TEXT_FIELDS = ("memory", "content", "text")
-KNOWN = {*TEXT_FIELDS, "user_id", "agent_id", "run_id", "category", "key", "metadata", "id"}
+KNOWN = {*TEXT_FIELDS, *SCOPE_KEYS, "category", "key", "metadata", "id"}
 # what a record of `memcore list --json` also holds, derived or read-only: taken and ignored
 DERIVED = {"created_at", "updated_at", "path", "start_line", "end_line", "score", "strength",
            "event", "hash"}  # fmt: skip
@@ -63,8 +65,8 @@ def _memory(line: str, defaults: Scope, category: str | None) -> NewMemory:
     if not isinstance(text, str):
         raise InputError("no text: give memory, content or text")
     scope = {
-        name: _name(data.get(name), name) if data.get(name) is not None else getattr(defaults, name)
-        for name in ("user_id", "agent_id", "run_id")
+        name: check_id(data[name], name) if data.get(name) is not None else getattr(defaults, name)
+        for name in SCOPE_KEYS
     }
     key = data.get("key")
     if key is not None and (not isinstance(key, str) or not key.strip()):

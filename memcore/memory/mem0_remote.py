@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from memcore.core.errors import ConfigError, InputError, MemcoreError, NotFound
-from memcore.core.models import Entity, MemoryRecord
+from memcore.core.models import Entity, MemoryRecord, scope_ids
 from memcore.memory.port import Memory, Message
 from memcore.memory.writer import NewMemory
 from memcore.storage.base import Vector
@@ -86,6 +86,7 @@ class Mem0Memory(Memory):
         user_id: str | None = None,
         agent_id: str | None = None,
         run_id: str | None = None,
+        app_id: str | None = None,
         metadata: Mapping[str, object] | None = None,
         category: str = "core",
         key: str | None = None,
@@ -99,7 +100,7 @@ class Mem0Memory(Memory):
         if idempotency_key is not None:
             raise self._refuse("take an idempotency key")
         messages = content if isinstance(content, str) else [dict(m) for m in content]
-        scope = _scope(user_id, agent_id, run_id)
+        scope = _scope(user_id, agent_id, run_id, app_id)
         answer = await self._call(
             lambda c: c.add(messages, **scope, metadata=dict(metadata or {}), infer=infer)
         )
@@ -114,8 +115,8 @@ class Mem0Memory(Memory):
         added: list[MemoryRecord] = []
         for m in memories:
             added += await self.add(
-                m.content, user_id=m.scope.user_id, agent_id=m.scope.agent_id,
-                run_id=m.scope.run_id, metadata=m.metadata, category=m.category, key=m.key,
+                m.content, **m.scope.to_dict(), metadata=m.metadata, category=m.category,
+                key=m.key,
             )  # fmt: skip
         return added
 
@@ -128,6 +129,7 @@ class Mem0Memory(Memory):
         user_id: str | None = None,
         agent_id: str | None = None,
         run_id: str | None = None,
+        app_id: str | None = None,
         category: str | None = None,
         key: str | None = None,
         tag: str | None = None,
@@ -139,7 +141,7 @@ class Mem0Memory(Memory):
             raise self._refuse("list memories by key or tag")
         if offset % limit:
             raise self._refuse("list from an offset that is not a multiple of the limit")
-        flt = _filters(user_id, agent_id, run_id, category, filters)
+        flt = _filters(_scope(user_id, agent_id, run_id, app_id), category, filters)
         answer = await self._call(
             lambda c: c.get_all(filters=flt, page=offset // limit + 1, page_size=limit)
         )
@@ -151,10 +153,11 @@ class Mem0Memory(Memory):
         user_id: str | None = None,
         agent_id: str | None = None,
         run_id: str | None = None,
+        app_id: str | None = None,
         category: str | None = None,
         filters: Mapping[str, object] | None = None,
     ) -> int:
-        flt = _filters(user_id, agent_id, run_id, category, filters)
+        flt = _filters(_scope(user_id, agent_id, run_id, app_id), category, filters)
         answer = await self._call(lambda c: c.get_all(filters=flt, page=1, page_size=1))
         return int(answer.get("count", 0)) if isinstance(answer, Mapping) else len(answer)
 
@@ -165,6 +168,7 @@ class Mem0Memory(Memory):
         user_id: str | None = None,
         agent_id: str | None = None,
         run_id: str | None = None,
+        app_id: str | None = None,
         include_shared: bool = False,
         include_turns: bool = True,
         category: str | None = None,
@@ -180,7 +184,7 @@ class Mem0Memory(Memory):
     ) -> list[MemoryRecord]:
         if tag or path or since or until or query_vector is not None:
             raise self._refuse("search by tag, path, date or query vector")
-        flt = _filters(user_id, agent_id, run_id, category, filters)
+        flt = _filters(_scope(user_id, agent_id, run_id, app_id), category, filters)
         answer = await self._call(
             lambda c: c.search(query, filters=flt, top_k=limit, threshold=threshold)
         )
@@ -211,12 +215,13 @@ class Mem0Memory(Memory):
         user_id: str | None = None,
         agent_id: str | None = None,
         run_id: str | None = None,
+        app_id: str | None = None,
         all: bool = False,
     ) -> int:
-        scope = _scope(user_id, agent_id, run_id)
+        scope = _scope(user_id, agent_id, run_id, app_id)
         if not scope:
-            raise self._refuse("delete every memory at once (name a user, agent or run)")
-        gone = await self.count(user_id=user_id, agent_id=agent_id, run_id=run_id)
+            raise self._refuse("delete every memory at once (name a user, agent, run or app)")
+        gone = await self.count(**scope_ids(scope))
         await self._call(lambda c: c.delete_all(**scope))
         return gone
 
@@ -230,15 +235,14 @@ class Mem0Memory(Memory):
             Entity(str(e["type"]), str(e["name"]), int(e.get("total_memories", 0)),
                    e.get("created_at"), e.get("updated_at"))
             for e in _results(answer)
-            if e.get("type") in ("user", "agent", "run")
+            if e.get("type") in ("user", "agent", "run", "app")
         ]  # fmt: skip
         return sorted(found, key=lambda e: (e.kind, e.name))
 
     async def delete_entity(self, kind: str, name: str) -> int:
-        if kind not in ("user", "agent", "run"):
-            raise InputError(f"an entity is a user, agent or run, not {kind!r}")
-        user, agent, run = (name if kind == k else None for k in ("user", "agent", "run"))
-        gone = await self.count(user_id=user, agent_id=agent, run_id=run)
+        if kind not in ("user", "agent", "run", "app"):
+            raise InputError(f"an entity is a user, agent, run or app, not {kind!r}")
+        gone = await self.count(**scope_ids({f"{kind}_id": name}))
         if not gone:
             raise NotFound(f"no memories of {kind} {name!r}")
         await self._call(lambda c: c.delete_users(**{f"{kind}_id": name}))
@@ -249,21 +253,19 @@ class Mem0Memory(Memory):
         return await self.get(memory_id)
 
 
-def _scope(user_id: str | None, agent_id: str | None, run_id: str | None) -> dict[str, str]:
-    named = {"user_id": user_id, "agent_id": agent_id, "run_id": run_id}
+def _scope(
+    user_id: str | None, agent_id: str | None, run_id: str | None, app_id: str | None
+) -> dict[str, str]:
+    named = {"user_id": user_id, "agent_id": agent_id, "run_id": run_id, "app_id": app_id}
     return {k: v for k, v in named.items() if v is not None}
 
 
 def _filters(
-    user_id: str | None,
-    agent_id: str | None,
-    run_id: str | None,
-    category: str | None,
-    filters: Mapping[str, object] | None,
+    scope: Mapping[str, str], category: str | None, filters: Mapping[str, object] | None
 ) -> dict[str, object]:
     """Mem0 filters for a scope and metadata conditions; no scope at all means every memory
     that belongs to someone (Mem0 holds none that belongs to nobody)."""
-    parts: list[dict[str, object]] = [{k: v} for k, v in _scope(user_id, agent_id, run_id).items()]
+    parts: list[dict[str, object]] = [{k: v} for k, v in scope.items()]
     if category is not None:
         parts.append({"categories": {"in": [category]}})
     if filters:
@@ -286,6 +288,7 @@ def _record(row: Mapping[str, Any]) -> MemoryRecord:
         path="", start_line=0, end_line=0,
         category=str(categories[0]) if categories else "core",
         user_id=row.get("user_id"), agent_id=row.get("agent_id"), run_id=row.get("run_id"),
+        app_id=row.get("app_id"),
         created=str(row.get("created_at") or ""), updated=str(row.get("updated_at") or ""),
         metadata=dict(row.get("metadata") or {}), score=row.get("score"),
         event=row.get("event"),

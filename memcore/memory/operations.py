@@ -2,7 +2,7 @@
 
 Reached as ``service.memories``. Writes go to Markdown first (see writer.py) and are
 searchable when the call returns. Every method takes the scope as ``user_id``, ``agent_id``
-and ``run_id``; a scoped call never sees another scope's memories.
+``run_id`` and ``app_id``; a scoped call never sees another scope's memories.
 """
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ import datetime as dt
 from collections.abc import Mapping, Sequence
 
 from memcore.core.errors import ConfigError, InputError, NotFound
-from memcore.core.models import Entity, Hit, MemoryQuery, MemoryRecord
+from memcore.core.ids import check_id
+from memcore.core.models import Entity, Hit, MemoryQuery, MemoryRecord, scope_ids
 from memcore.llm.base import LLM
 from memcore.memory import infer
 from memcore.memory.archive import Archive
@@ -56,6 +57,7 @@ class MemoryApi(Memory):
         user_id: str | None = None,
         agent_id: str | None = None,
         run_id: str | None = None,
+        app_id: str | None = None,
         metadata: Mapping[str, object] | None = None,
         category: str = "core",
         key: str | None = None,
@@ -67,7 +69,7 @@ class MemoryApi(Memory):
         ``infer``, an LLM extracts facts and adds, updates or deletes memories of the scope;
         the records say which (``event``). With ``idempotency_key``, a retried call (same
         key) returns what the first one added and writes nothing."""
-        scope = Scope(user_id, agent_id, run_id)
+        scope = Scope(user_id, agent_id, run_id, app_id)
         if infer:
             if self.llm is None:
                 raise ConfigError("infer=True needs an LLM: set llm.provider to ollama or openai")
@@ -97,8 +99,7 @@ class MemoryApi(Memory):
         similar: dict[str, MemoryRecord] = {}
         for fact in facts:
             found = await self.search(
-                fact, user_id=scope.user_id, agent_id=scope.agent_id, run_id=scope.run_id,
-                limit=5,
+                fact, **scope.to_dict(), limit=5,
             )  # fmt: skip
             for r in found:
                 similar.setdefault(r.id, r)
@@ -131,9 +132,10 @@ class MemoryApi(Memory):
         user_id: str | None = None,
         agent_id: str | None = None,
         run_id: str | None = None,
+        app_id: str | None = None,
     ) -> MemoryRecord:
         """RRClaw's store: insert or replace the memory under ``key`` in this scope/category."""
-        scope = Scope(user_id, agent_id, run_id)
+        scope = Scope(user_id, agent_id, run_id, app_id)
         return await self.writer.add(NewMemory(content, scope, category, key))
 
     async def write_memory(self, content: str, file: str = "MEMORY.md") -> str:
@@ -169,21 +171,17 @@ class MemoryApi(Memory):
         return (await self.with_strength([record]))[0]
 
     async def entities(self) -> list[Entity]:
-        """Every user, agent and run that holds memories, with how many (Mem0's users())."""
+        """Every user, agent, run and app that holds memories, with how many (Mem0's
+        users())."""
         async with self._store.snapshot() as reader:
             return await reader.entities()
 
     async def delete_entity(self, kind: str, name: str) -> int:
         """Delete every memory of one user, agent or run (Mem0's delete_users); how many.
         Raises NotFound when it holds none."""
-        if kind not in ("user", "agent", "run"):
-            raise InputError(f"an entity is a user, agent or run, not {kind!r}")
-        check_name(name, f"{kind}_id")
-        gone = await self.delete_all(
-            user_id=name if kind == "user" else None,
-            agent_id=name if kind == "agent" else None,
-            run_id=name if kind == "run" else None,
-        )
+        if kind not in ("user", "agent", "run", "app"):
+            raise InputError(f"an entity is a user, agent, run or app, not {kind!r}")
+        gone = await self.delete_all(**scope_ids({f"{kind}_id": check_id(name, f"{kind}_id")}))
         if not gone:
             raise NotFound(f"no memories of {kind} {name!r}")
         return gone
@@ -202,6 +200,7 @@ class MemoryApi(Memory):
         user_id: str | None = None,
         agent_id: str | None = None,
         run_id: str | None = None,
+        app_id: str | None = None,
         category: str | None = None,
         dry_run: bool = False,
         now: dt.datetime | None = None,
@@ -212,7 +211,7 @@ class MemoryApi(Memory):
         back; nothing is deleted."""
         if not 0 < threshold < 1:
             raise InputError(f"threshold must be between 0 and 1, got {threshold}")
-        query = self._query(user_id, agent_id, run_id, category, None, None, None)
+        query = self._query(Scope(user_id, agent_id, run_id, app_id), category)
         weak: list[MemoryRecord] = []
         offset = 0
         while page := await self.writer.get_all(_paged(query, MAX_LIST, offset)):
@@ -232,7 +231,7 @@ class MemoryApi(Memory):
     async def forget_by_threshold(
         self, threshold: float, **scope: str | None
     ) -> list[MemoryRecord]:
-        """Goclaw's name for ``forget_below`` (scope as user_id/agent_id/run_id)."""
+        """Goclaw's name for ``forget_below`` (scope as user_id/agent_id/run_id/app_id)."""
         return await self.forget_below(threshold, **scope)  # type: ignore[arg-type]
 
     async def restore(self, memory_id: str) -> MemoryRecord:
@@ -254,6 +253,7 @@ class MemoryApi(Memory):
         user_id: str | None = None,
         agent_id: str | None = None,
         run_id: str | None = None,
+        app_id: str | None = None,
         category: str | None = None,
         key: str | None = None,
         tag: str | None = None,
@@ -265,7 +265,7 @@ class MemoryApi(Memory):
         metadata matching ``filters`` (``{"k": v}``, ``{"k": {"in": [...]}}``, AND/OR)."""
         if not 1 <= limit <= MAX_LIST or offset < 0:
             raise InputError(f"limit must be 1-{MAX_LIST} and offset >= 0")
-        query = self._query(user_id, agent_id, run_id, category, key, tag, filters)
+        query = self._query(Scope(user_id, agent_id, run_id, app_id), category, key, tag, filters)
         return await self.with_strength(await self.writer.get_all(_paged(query, limit, offset)))
 
     async def get_memories_by_tag(self, tag: str, limit: int = 100) -> list[MemoryRecord]:
@@ -279,12 +279,13 @@ class MemoryApi(Memory):
         user_id: str | None = None,
         agent_id: str | None = None,
         run_id: str | None = None,
+        app_id: str | None = None,
         category: str | None = None,
         filters: Mapping[str, object] | None = None,
     ) -> int:
         """How many memories (conversation turns only when ``category`` asks for them)."""
         return await self.writer.count(
-            self._query(user_id, agent_id, run_id, category, None, None, filters)
+            self._query(Scope(user_id, agent_id, run_id, app_id), category, filters=filters)
         )
 
     async def categories(self, **scope: str | None) -> dict[str, int]:
@@ -312,11 +313,12 @@ class MemoryApi(Memory):
         user_id: str | None = None,
         agent_id: str | None = None,
         run_id: str | None = None,
+        app_id: str | None = None,
         category: str | None = None,
     ) -> bool:
         """Delete the memory under ``key`` in this scope; whether one was there."""
         rows = await self.writer.get_all(
-            self._query(user_id, agent_id, run_id, category, key, None, None)
+            self._query(Scope(user_id, agent_id, run_id, app_id), category, key)
         )
         return await self.writer.delete_many(rows) > 0
 
@@ -326,16 +328,15 @@ class MemoryApi(Memory):
         user_id: str | None = None,
         agent_id: str | None = None,
         run_id: str | None = None,
+        app_id: str | None = None,
         all: bool = False,
     ) -> int:
         """Delete every memory of a scope. With no scope, refuses unless ``all=True``."""
-        scope = Scope(user_id, agent_id, run_id)
+        scope = Scope(user_id, agent_id, run_id, app_id)
         if scope.empty and not all:
-            raise InputError("delete_all needs user_id, agent_id or run_id (or all=True)")
+            raise InputError("delete_all needs user_id, agent_id, run_id or app_id (or all=True)")
         # conversation turns too: everything of the scope goes
-        query = dataclasses.replace(
-            self._query(user_id, agent_id, run_id, None, None, None, None), include_turns=True
-        )
+        query = dataclasses.replace(self._query(scope), include_turns=True)
         gone = 0
         while rows := await self.writer.get_all(_paged(query, MAX_LIST, 0)):
             removed = await self.writer.delete_many(rows)
@@ -359,6 +360,7 @@ class MemoryApi(Memory):
         user_id: str | None = None,
         agent_id: str | None = None,
         run_id: str | None = None,
+        app_id: str | None = None,
         include_shared: bool = False,
         include_turns: bool = True,
         category: str | None = None,
@@ -379,7 +381,8 @@ class MemoryApi(Memory):
         carries the tag, newest first. ``query_vector`` (from the same embedding model) skips
         embedding the query; ``reinforce`` counts every result as used (a review)."""
         search_filters = read_filters(
-            user_id=user_id, agent_id=agent_id, run_id=run_id, include_shared=include_shared,
+            user_id=user_id, agent_id=agent_id, run_id=run_id, app_id=app_id,
+            include_shared=include_shared,
             include_turns=include_turns, category=category, metadata=filters, tag=tag,
             path=path, since=since, until=until,
         )  # fmt: skip
@@ -409,20 +412,17 @@ class MemoryApi(Memory):
 
     def _query(
         self,
-        user_id: str | None,
-        agent_id: str | None,
-        run_id: str | None,
-        category: str | None,
-        key: str | None,
-        tag: str | None,
-        filters: Mapping[str, object] | None,
+        scope: Scope,
+        category: str | None = None,
+        key: str | None = None,
+        tag: str | None = None,
+        filters: Mapping[str, object] | None = None,
     ) -> MemoryQuery:
-        Scope(user_id, agent_id, run_id)  # validates the names
         if category is not None:
             check_name(category, "category")
         return MemoryQuery(
-            user_id=user_id, agent_id=agent_id, run_id=run_id, category=category, key=key,
-            tag=tag, metadata=filters, limit=MAX_LIST, include_turns=False,
+            **scope.to_dict(), category=category, key=key, tag=tag, metadata=filters,
+            limit=MAX_LIST, include_turns=False,
         )  # fmt: skip
 
 

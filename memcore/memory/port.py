@@ -41,6 +41,7 @@ class Memory:
         user_id: str | None = None,
         agent_id: str | None = None,
         run_id: str | None = None,
+        app_id: str | None = None,
         metadata: Mapping[str, object] | None = None,
         category: str = "core",
         key: str | None = None,
@@ -61,6 +62,7 @@ class Memory:
         user_id: str | None = None,
         agent_id: str | None = None,
         run_id: str | None = None,
+        app_id: str | None = None,
         category: str | None = None,
         key: str | None = None,
         tag: str | None = None,
@@ -76,6 +78,7 @@ class Memory:
         user_id: str | None = None,
         agent_id: str | None = None,
         run_id: str | None = None,
+        app_id: str | None = None,
         category: str | None = None,
         filters: Mapping[str, object] | None = None,
     ) -> int:
@@ -88,6 +91,7 @@ class Memory:
         user_id: str | None = None,
         agent_id: str | None = None,
         run_id: str | None = None,
+        app_id: str | None = None,
         include_shared: bool = False,
         include_turns: bool = True,
         category: str | None = None,
@@ -120,6 +124,7 @@ class Memory:
         user_id: str | None = None,
         agent_id: str | None = None,
         run_id: str | None = None,
+        app_id: str | None = None,
         all: bool = False,
     ) -> int:
         raise self._refuse("delete memories")
@@ -131,6 +136,7 @@ class Memory:
         user_id: str | None = None,
         agent_id: str | None = None,
         run_id: str | None = None,
+        app_id: str | None = None,
         category: str | None = None,
     ) -> bool:
         raise self._refuse("forget a memory by key")
@@ -161,6 +167,7 @@ class Memory:
         user_id: str | None = None,
         agent_id: str | None = None,
         run_id: str | None = None,
+        app_id: str | None = None,
         category: str | None = None,
         dry_run: bool = False,
         now: dt.datetime | None = None,

@@ -19,8 +19,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from memcore.core.errors import InputError, MemcoreError, NotFound
+from memcore.core.ids import check_id
 from memcore.core.lines import split_lines
-from memcore.core.models import MemoryQuery, MemoryRecord
+from memcore.core.models import SCOPE_KEYS, MemoryQuery, MemoryRecord
 from memcore.memory.port import Memory
 from memcore.memory.writer import MemoryWriter, NewMemory
 from memcore.vault.memory_format import Scope, check_content, check_name
@@ -51,6 +52,7 @@ def export_row(record: MemoryRecord) -> dict[str, Any]:
         "user_id": record.user_id,
         "agent_id": record.agent_id,
         "run_id": record.run_id,
+        "app_id": record.app_id,
         "category": record.category,
         "categories": [record.category],
         "key": record.key,
@@ -134,7 +136,7 @@ def new_memory(row: Any) -> NewMemory:
             f"id must be 1-{MAX_ID} letters, digits and - _ . : @ + = ~, not starting with '.' "
             f"(got {str(memory_id)[:40]!r})"
         )
-    scope = Scope(*(_name(row, k) for k in ("user_id", "agent_id", "run_id")))
+    scope = Scope(*(_name(row, k) for k in SCOPE_KEYS))
     category = row.get("category")
     if category is None and isinstance(row.get("categories"), list) and row["categories"]:
         category = row["categories"][0]
@@ -154,7 +156,7 @@ def new_memory(row: Any) -> NewMemory:
 
 def _name(row: Mapping[str, Any], key: str) -> str | None:
     value = row.get(key)
-    return None if value in (None, "") else check_name(str(value), key)
+    return None if value in (None, "") else check_id(value, key)
 
 
 def _stamp(row: Mapping[str, Any], key: str) -> str | None:

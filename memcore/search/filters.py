@@ -16,6 +16,7 @@ def read_filters(
     user_id: str | None = None,
     agent_id: str | None = None,
     run_id: str | None = None,
+    app_id: str | None = None,
     include_shared: bool = False,
     include_turns: bool = True,
     category: str | None = None,
@@ -27,7 +28,7 @@ def read_filters(
 ) -> SearchFilters:
     """SearchFilters from a request's values, checked: scope and category names, ISO dates
     (``since`` <= ``until``), a non-empty tag. Raises InputError naming the bad value."""
-    Scope(user_id, agent_id, run_id)  # validates the names
+    Scope(user_id, agent_id, run_id, app_id)  # validates the ids
     if category is not None:
         check_name(category, "category")
     if metadata is not None and (not isinstance(metadata, Mapping) or not metadata):
@@ -41,8 +42,9 @@ def read_filters(
         raise InputError(f"since ({date_from}) is after until ({date_to})")
     return SearchFilters(
         path_prefix=path or None, tag=tag, date_from=date_from, date_to=date_to,
-        user_id=user_id, agent_id=agent_id, run_id=run_id, include_shared=include_shared,
-        include_turns=include_turns, category=category, metadata=metadata or None,
+        user_id=user_id, agent_id=agent_id, run_id=run_id, app_id=app_id,
+        include_shared=include_shared, include_turns=include_turns, category=category,
+        metadata=metadata or None,
     )  # fmt: skip
 
 

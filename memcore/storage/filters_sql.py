@@ -13,7 +13,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from memcore.core.errors import InputError
-from memcore.core.models import TURNS_CATEGORY, MemoryQuery, SearchFilters
+from memcore.core.ids import folder_name
+from memcore.core.models import SCOPE_KEYS, TURNS_CATEGORY, MemoryQuery, SearchFilters
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,9 +91,8 @@ def filter_sql(filters: SearchFilters, d: Dialect) -> tuple[str, list[object]]:
     return (" AND " + " AND ".join(clauses) if clauses else ""), params
 
 
-_SCOPED = "(user_id IS NOT NULL OR agent_id IS NOT NULL OR run_id IS NOT NULL)"
-_FOLDERS = ("users", "agents", "runs")
-_KINDS = {"user_id": "users", "agent_id": "agents", "run_id": "runs"}
+_FOLDERS = ("apps", "users", "agents", "runs")  # outermost first, as Scope.folder writes them
+_KINDS = {"app_id": "apps", "user_id": "users", "agent_id": "agents", "run_id": "runs"}
 
 
 def _like(text: str) -> str:
@@ -103,14 +103,16 @@ def _like(text: str) -> str:
 def folder_patterns(f: SearchFilters) -> list[str]:
     """LIKE patterns (ESCAPE '!') of the paths of notes inside the scope's folders: a user's
     notes are under memory/users/<u>/, an agent's under memory/agents/<a>/ or
-    memory/users/*/agents/<a>/, a run's under .../runs/<r>/ at any of those levels."""
-    given = [(kind, getattr(f, key)) for key, kind in _KINDS.items() if getattr(f, key)]
+    memory/users/*/agents/<a>/, a run's under .../runs/<r>/ at any of those levels, each of
+    them under memory/apps/<x>/ too (an app's own: only under it). Ids as ``folder_name``
+    encodes them."""
+    given = {kind: folder_name(v) for key, kind in _KINDS.items() if (v := getattr(f, key))}
     patterns = [""]
     for kind in _FOLDERS:
-        value = next((v for k, v in given if k == kind), None)
+        value = given.get(kind)
         if value is not None:
             patterns = [f"{p}{kind}/{_like(value)}/" for p in patterns]
-        elif any(_FOLDERS.index(k) > _FOLDERS.index(kind) for k, _ in given):
+        elif any(_FOLDERS.index(k) > _FOLDERS.index(kind) for k in given):
             # the scope names a deeper level only: this level may be there or not
             patterns = [q for p in patterns for q in (p, f"{p}{kind}/%/")]
     return [f"memory/{p}%" for p in patterns]
@@ -120,9 +122,7 @@ def scope_sql(f: SearchFilters, d: Dialect) -> tuple[str, list[object]]:
     """Chunks a search may see: with a scope, the scope's memories and the notes in its
     folders, plus shared context (unscoped notes and memories) with ``include_shared``.
     Category/metadata filters keep only memories."""
-    scope = [
-        (f"m.{n} = {d.mark}", v) for n in ("user_id", "agent_id", "run_id") if (v := getattr(f, n))
-    ]
+    scope = [(f"m.{n} = {d.mark}", v) for n in SCOPE_KEYS if (v := getattr(f, n))]
     extra: list[tuple[str, list[object]]] = []
     if f.category is not None:
         extra.append((f"m.category = {d.mark}", [f.category]))
@@ -136,8 +136,8 @@ def scope_sql(f: SearchFilters, d: Dialect) -> tuple[str, list[object]]:
         return mine, params
     parts, out = [mine], list(params)
     if f.include_shared:
-        shared_conds = " AND ".join(["m.user_id IS NULL", "m.agent_id IS NULL",
-                                     "m.run_id IS NULL", *(c for c, _ in extra)])  # fmt: skip
+        shared_conds = " AND ".join([*(f"m.{n} IS NULL" for n in SCOPE_KEYS),
+                                     *(c for c, _ in extra)])  # fmt: skip
         parts.append(f"c.id IN (SELECT m.chunk_id FROM memories m WHERE {shared_conds})")
         out += extra_params
     if not extra:  # notes: the scope's own, and shared ones when asked
@@ -155,7 +155,7 @@ def scope_sql(f: SearchFilters, d: Dialect) -> tuple[str, list[object]]:
 
 _OPS = {"eq": "=", "gt": ">", "gte": ">=", "lt": "<", "lte": "<="}
 # Mem0 filter keys that are the memory's own fields, not its metadata (m = the memories table)
-COLUMNS = {"user_id": "user_id", "agent_id": "agent_id", "run_id": "run_id",
+COLUMNS = {"user_id": "user_id", "agent_id": "agent_id", "run_id": "run_id", "app_id": "app_id",
            "created_at": "created", "updated_at": "updated", "categories": "category",
            "category": "category"}  # fmt: skip
 
@@ -300,7 +300,7 @@ def memory_query_sql(q: MemoryQuery, d: Dialect) -> tuple[str, list[object]]:
     """`` AND ...`` restricting memories ``m`` (joined to chunks ``c``) to a query."""
     clauses: list[str] = []
     params: list[object] = []
-    for name in ("user_id", "agent_id", "run_id", "category", "key", "path"):
+    for name in (*SCOPE_KEYS, "category", "key", "path"):
         value = getattr(q, name)
         if value is not None:
             clauses.append(f"m.{name} = {d.mark}")

@@ -27,13 +27,15 @@ CHUNK_ROW_COLUMNS = (
 )
 MEMORY_SELECT = (
     "SELECT m.memory_id, c.content, m.path, c.start_line, c.end_line, m.category, m.user_id, "
-    "m.agent_id, m.run_id, m.key, m.created, m.updated, m.metadata, m.chunk_id "
+    "m.agent_id, m.run_id, m.key, m.created, m.updated, m.metadata, m.app_id, m.chunk_id "
     "FROM memories m JOIN memory_chunks c ON c.id = m.chunk_id"
 )
 
 
 # Mem0's entities: the kind of each scope column of the memories table
-ENTITY_COLUMNS = (("agent", "agent_id"), ("run", "run_id"), ("user", "user_id"))
+ENTITY_COLUMNS = (
+    ("agent", "agent_id"), ("app", "app_id"), ("run", "run_id"), ("user", "user_id")
+)  # fmt: skip
 
 
 # Columns stored_files reads, in order; the embedding comes as the backend's own value.
@@ -90,7 +92,7 @@ def memory_record(r: Sequence[Any]) -> MemoryRecord:
     return MemoryRecord(
         id=r[0], text=r[1], path=r[2], start_line=r[3], end_line=r[4], category=r[5],
         user_id=r[6], agent_id=r[7], run_id=r[8], key=r[9], created=r[10], updated=r[11],
-        metadata=json.loads(r[12] or "{}"),
+        metadata=json.loads(r[12] or "{}"), app_id=r[13],
     )  # fmt: skip
 
 
@@ -151,12 +153,12 @@ def _chunk_fields(c: Chunk) -> tuple[Any, ...]:
 
 def memory_row(m: Mapping[str, Any], chunk_id: int, path: str, stamp: str) -> tuple[Any, ...]:
     """(memory_id, chunk_id, path, user_id, agent_id, run_id, category, key, created, updated,
-    metadata JSON) of one memory record, as a chunk's metadata carries it."""
+    metadata JSON, app_id) of one memory record, as a chunk's metadata carries it."""
     return (
         m["id"], chunk_id, path, m.get("user_id"), m.get("agent_id"), m.get("run_id"),
         m.get("category") or "core", m.get("key"), m.get("created") or stamp,
         m.get("updated") or m.get("created") or stamp,
-        json.dumps(m.get("metadata") or {}, ensure_ascii=False),
+        json.dumps(m.get("metadata") or {}, ensure_ascii=False), m.get("app_id"),
     )  # fmt: skip
 
 

@@ -444,7 +444,9 @@ _CHUNKS: ByIdentity[MemoryItem, Chunk] = ByIdentity(16_384)
 def _memory_chunk(
     item: MemoryItem, path: str, n: int, parsed: MemoryFile, heading: str, date: str | None
 ) -> Chunk:
-    record = {**item.fields(), **parsed.scope.to_dict(), "category": parsed.category}
+    # no app_id unless there is one: the chunks of files from before apps stay as they were
+    scope = {k: v for k, v in parsed.scope.to_dict().items() if v is not None or k != "app_id"}
+    record = {**item.fields(), **scope, "category": parsed.category}
     digest, tags = _memory_digest(heading, item.text)
     return Chunk(
         path=path,

@@ -141,7 +141,8 @@ def fields_of(r: MemoryRecord) -> dict[str, object]:
     """What a DELETE event keeps of a memory so that ``restore`` can bring it back whole."""
     return {
         "user_id": r.user_id, "agent_id": r.agent_id, "run_id": r.run_id,
-        "category": r.category, "key": r.key, "created": r.created, "updated": r.updated,
+        **({"app_id": r.app_id} if r.app_id is not None else {}), "category": r.category,
+        "key": r.key, "created": r.created, "updated": r.updated,
         "metadata": dict(r.metadata),
     }  # fmt: skip
 

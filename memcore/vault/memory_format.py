@@ -33,13 +33,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from memcore.core.errors import InputError
-from memcore.core.models import TURNS_CATEGORY, MemoryRecord
+from memcore.core.ids import check_id, folder_name
+from memcore.core.models import SCOPE_KEYS, TURNS_CATEGORY, MemoryRecord, ScopeIds
 
 MARK = "memories"  # front matter `memcore: memories`
 _COMMENT = re.compile(r"<!--\s*memcore\s+(\{.*\})\s*-->\s*$")
 _ITEM = re.compile(r"^[-*+] ")
 _NAME = re.compile(r"[^\W_][\w.\-@]{0,127}")  # letters/digits in any script, then . - _ @
 MAX_CONTENT_BYTES = 1_000_000
+# the folders of a scope's files, outermost first: memory/apps/<a>/users/<u>/agents/<g>/runs/<r>
+SCOPE_FOLDERS = (("apps", "app_id"), ("users", "user_id"), ("agents", "agent_id"),
+                 ("runs", "run_id"))  # fmt: skip
 CATEGORIES = ("core", "daily", TURNS_CATEGORY)
 
 
@@ -50,29 +54,38 @@ class Scope:
     user_id: str | None = None
     agent_id: str | None = None
     run_id: str | None = None
+    app_id: str | None = None
 
     def __post_init__(self) -> None:
-        for name in ("user_id", "agent_id", "run_id"):
+        for name in SCOPE_KEYS:
             value = getattr(self, name)
             if value is not None:
-                check_name(value, name)
+                check_id(value, name)
+
+    @classmethod
+    def of(cls, fields: Mapping[str, object]) -> Scope:
+        """The scope named by a mapping's user_id, agent_id, run_id and app_id (others
+        ignored; an empty value is no value)."""
+        values = {k: fields.get(k) or None for k in SCOPE_KEYS}
+        return cls(**values)  # type: ignore[arg-type]
 
     @property
     def empty(self) -> bool:
-        return self.user_id is None and self.agent_id is None and self.run_id is None
+        return all(getattr(self, k) is None for k in SCOPE_KEYS)
 
     def folder(self) -> str:
-        """Where this scope's files live under memory/: users/alice/agents/bot/runs/r1."""
-        parts = [
-            f"{kind}/{value}"
-            for kind, value in (("users", self.user_id), ("agents", self.agent_id),
-                                ("runs", self.run_id))
-            if value is not None
-        ]  # fmt: skip
-        return "/".join(parts)
+        """Where this scope's files live under memory/: apps/x/users/alice/agents/bot/runs/r1
+        (each id as ``folder_name`` encodes it)."""
+        return "/".join(
+            f"{kind}/{folder_name(value)}"
+            for kind, key in SCOPE_FOLDERS
+            if (value := getattr(self, key)) is not None
+        )
 
-    def to_dict(self) -> dict[str, str | None]:
-        return {"user_id": self.user_id, "agent_id": self.agent_id, "run_id": self.run_id}
+    def to_dict(self) -> ScopeIds:
+        return ScopeIds(
+            user_id=self.user_id, agent_id=self.agent_id, run_id=self.run_id, app_id=self.app_id
+        )
 
 
 def check_name(value: str, what: str) -> str:
@@ -171,7 +184,8 @@ class MemoryFile:
         return MemoryRecord(
             id=item.id, text=item.text, path=path, start_line=item.start_line,
             end_line=item.end_line, category=self.category, user_id=self.scope.user_id,
-            agent_id=self.scope.agent_id, run_id=self.scope.run_id, key=item.key,
+            agent_id=self.scope.agent_id, run_id=self.scope.run_id, app_id=self.scope.app_id,
+            key=item.key,
             created=item.created, updated=item.updated, metadata=item.metadata,
         )  # fmt: skip
 
@@ -185,7 +199,7 @@ def parse_memory_file(
 ) -> MemoryFile:
     """Items of a memory file; never raises (a malformed comment makes a hand-added item)."""
     scope_values = {}
-    for name in ("user_id", "agent_id", "run_id"):
+    for name in SCOPE_KEYS:
         raw = front_matter.get(name)
         scope_values[name] = str(raw) if raw not in (None, "") else None
     try:

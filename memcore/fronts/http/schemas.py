@@ -40,6 +40,8 @@ Name = Annotated[
     Field(min_length=1, max_length=128),
     _shape(r"^[^\W_][\w.\-@]*$", "letters, digits, '.', '-', '_' or '@'"),
 ]
+# a user, agent, run or app id: any text (core/ids.check_id refuses control characters)
+ScopeId = Annotated[str, Field(min_length=1, max_length=256, description="any text, 1-256")]
 Word = Annotated[str, Field(min_length=1, max_length=200)]
 Text = Annotated[str, Field(max_length=1_000_000)]
 Content = Annotated[str, Field(max_length=1_000_000), _shape(r"\S", "not blank")]
@@ -102,9 +104,10 @@ class ReadyOut(Out):
 
 
 class ScopeFields(Body):
-    user_id: Name | None = None
-    agent_id: Name | None = None
-    run_id: Name | None = None
+    user_id: ScopeId | None = None
+    agent_id: ScopeId | None = None
+    run_id: ScopeId | None = None
+    app_id: ScopeId | None = None
 
 
 class ReadFields(ScopeFields):
@@ -167,9 +170,10 @@ class UpdateBody(Body):
 
 
 class ListQuery(Query):
-    user_id: Name | None = None
-    agent_id: Name | None = None
-    run_id: Name | None = None
+    user_id: ScopeId | None = None
+    agent_id: ScopeId | None = None
+    run_id: ScopeId | None = None
+    app_id: ScopeId | None = None
     category: Name | None = None
     tag: Tag | None = None
     limit: Annotated[int, Field(ge=1, le=10_000)] = 100
@@ -210,6 +214,7 @@ class MemoryOut(Out):
     user_id: str | None
     agent_id: str | None
     run_id: str | None
+    app_id: str | None = None
     category: str
     key: str | None
     metadata: JSONObject
@@ -317,7 +322,6 @@ class Mem0Body(Body):
     output_format: Any = None
     org_id: Any = None
     project_id: Any = None
-    app_id: Any = None
     includes: Any = None
     excludes: Any = None
     custom_categories: Any = None
@@ -341,9 +345,10 @@ class Mem0AddBody(Mem0Body):
     messages: Content | Annotated[list[Message], Field(min_length=1)]
     metadata: JSONObject | None = None
     infer: bool | None = None
-    user_id: Name | None = None
-    agent_id: Name | None = None
-    run_id: Name | None = None
+    user_id: ScopeId | None = None
+    agent_id: ScopeId | None = None
+    run_id: ScopeId | None = None
+    app_id: ScopeId | None = None
 
 
 class Mem0ListBody(Mem0Body):
@@ -360,9 +365,10 @@ class Mem0PageQuery(Query):
 class Mem0SearchBody(Mem0Body):
     query: Text
     filters: JSONObject | None = None
-    user_id: Name | None = None  # Mem0's v1 search (and seed 000's adapter) name the scope here
-    agent_id: Name | None = None
-    run_id: Name | None = None
+    user_id: ScopeId | None = None  # Mem0's v1 search (and seed 000's adapter) name the scope here
+    agent_id: ScopeId | None = None
+    run_id: ScopeId | None = None
+    app_id: ScopeId | None = None
     top_k: Limit | None = None
     limit: Limit | None = None
     threshold: Score | None = None
@@ -377,17 +383,19 @@ class Mem0UpdateBody(Mem0Body):
 class Mem0DeleteQuery(Query):
     model_config = ConfigDict(extra="allow")  # Mem0's ignored fields come as parameters too
 
-    user_id: Name | None = None
-    agent_id: Name | None = None
-    run_id: Name | None = None
+    user_id: ScopeId | None = None
+    agent_id: ScopeId | None = None
+    run_id: ScopeId | None = None
+    app_id: ScopeId | None = None
 
 
 class Mem0ListQuery(Query):
     """GET /v1/memories?user_id=...: Mem0's v1 listing."""
 
-    user_id: Name | None = None
-    agent_id: Name | None = None
-    run_id: Name | None = None
+    user_id: ScopeId | None = None
+    agent_id: ScopeId | None = None
+    run_id: ScopeId | None = None
+    app_id: ScopeId | None = None
     limit: Annotated[int, Field(ge=1, le=10_000)] = 100
     page: Annotated[int, Field(ge=1, le=1_000_000)] = 1
 
@@ -408,7 +416,7 @@ class Mem0FeedbackOut(Out):
 class EntityOut(Out):
     id: str
     name: str
-    type: Literal["user", "agent", "run"]
+    type: Literal["user", "agent", "run", "app"]
     total_memories: int
     created_at: str | None
     updated_at: str | None

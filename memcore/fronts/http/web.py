@@ -20,7 +20,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from memcore.core.errors import Forbidden, InputError, MemcoreError, NotFound, NotSupported
-from memcore.core.models import MemoryRecord
+from memcore.core.models import MemoryRecord, ScopeIds, scope_ids
 from memcore.core.version import __version__
 from memcore.fronts.daemon_state import daemon_status
 from memcore.fronts.http.common import caller_of, memories_of
@@ -30,7 +30,7 @@ from memcore.search.filters import read_filters
 from memcore.service import MemoryService
 
 WEB = Path(__file__).resolve().parent.parent / "web"
-SCOPE_PARAMS = {"user": "user_id", "agent": "agent_id", "run": "run_id"}
+SCOPE_PARAMS = {"user": "user_id", "agent": "agent_id", "run": "run_id", "app": "app_id"}
 PLOT_W, PLOT_H = 600, 160
 
 
@@ -85,24 +85,24 @@ def web_routes(service: MemoryService) -> list[Route | Mount]:  # noqa: C901 - a
         )
         return HTMLResponse(html, status_code=status)
 
-    def scope_of(request: Request) -> dict[str, str | None]:
+    def scope_of(request: Request) -> ScopeIds:
         q = request.query_params
-        return {v: q.get(k) or None for k, v in SCOPE_PARAMS.items()}
+        return scope_ids({v: q.get(k) or None for k, v in SCOPE_PARAMS.items()})
 
     async def refused(request: Request, exc: Forbidden) -> Response:
         return await page(request, "missing.html", 403, memory_id=None, reason=str(exc))
 
     async def search(request: Request) -> Response:
         q = request.query_params
-        form = {k: q.get(k, "") for k in ("q", "user", "agent", "run", "category", "tag", "path")}
+        fields = ("q", "user", "agent", "run", "app", "category", "tag", "path")
+        form = {k: q.get(k, "") for k in fields}
         hits, warnings, error = [], [], None
         if q.get("q") or q.get("tag"):
             try:
                 limit = int(q.get("limit") or 10)
                 scope = scope_of(request)
                 filters = read_filters(
-                    user_id=scope["user_id"], agent_id=scope["agent_id"], run_id=scope["run_id"],
-                    category=q.get("category") or None, tag=q.get("tag") or None,
+                    **scope, category=q.get("category") or None, tag=q.get("tag") or None,
                     path=q.get("path") or None,
                 )  # fmt: skip
                 result = await service.search(

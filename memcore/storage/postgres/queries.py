@@ -69,7 +69,8 @@ Conn = psycopg.AsyncConnection[tuple[Any, ...]]
 TS = "memcore"  # the text search configuration of migration 0001
 _INSERT_MEMORY = (
     "INSERT INTO memories (ns, memory_id, chunk_id, path, user_id, agent_id, run_id, category, "
-    "key, created, updated, metadata) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+    "key, created, updated, metadata, app_id) "
+    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
 )
 
 
@@ -621,7 +622,7 @@ class PostgresWriter(_Queries):
                     "agent_id = excluded.agent_id, run_id = excluded.run_id, "
                     "category = excluded.category, key = excluded.key, "
                     "created = excluded.created, updated = excluded.updated, "
-                    "metadata = excluded.metadata",
+                    "metadata = excluded.metadata, app_id = excluded.app_id",
                     [(self.ns, *m) for m in homes.homes],
                 )
 

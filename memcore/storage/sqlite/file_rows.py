@@ -34,7 +34,7 @@ from memcore.storage.rows import (
 BATCH = 500  # ids per IN (...) query, well under SQLite's variable limit
 INSERT_MEMORY = (
     "INSERT INTO memories (memory_id, chunk_id, path, user_id, agent_id, run_id, category, "
-    "key, created, updated, metadata) VALUES (?,?,?,?,?,?,?,?,?,?,?)"
+    "key, created, updated, metadata, app_id) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)"
 )
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -310,7 +310,7 @@ def _put_memories(
         "path = excluded.path, user_id = excluded.user_id, agent_id = excluded.agent_id, "
         "run_id = excluded.run_id, category = excluded.category, key = excluded.key, "
         "created = excluded.created, updated = excluded.updated, "
-        "metadata = excluded.metadata",
+        "metadata = excluded.metadata, app_id = excluded.app_id",
         homes.homes,
     )
 

@@ -1,0 +1,114 @@
+"""Any id: user, agent, run and app ids are any text, kept exactly, in folders that two ids
+never share (also where the file system ignores case or normalises Unicode)."""
+
+from __future__ import annotations
+
+import unicodedata
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from memcore.core.errors import InputError
+from memcore.core.ids import MAX_ID, SEGMENT, check_id, folder_name, id_of_folder
+from memcore.service import MemoryService
+
+REAL_IDS = ["auth0|5f3a", "+15551234567", "Alice Smith", "tenant/alice", "_internal"]
+
+ids = st.text(st.characters(blacklist_categories=("Cc", "Cs")), min_size=1, max_size=MAX_ID).filter(
+    lambda s: bool(s.strip())
+)
+
+
+def _on_disk(name: str) -> str:
+    """The name as a case-insensitive, Unicode-normalising file system compares it."""
+    return unicodedata.normalize("NFD", name).casefold()
+
+
+@given(ids)
+@settings(max_examples=400, suppress_health_check=[HealthCheck.too_slow])
+def test_a_folder_name_reads_back_as_its_id_and_stays_a_plain_folder(value: str) -> None:
+    name = folder_name(value)
+    assert id_of_folder(name) == value
+    for part in name.split("/"):
+        assert part and len(part.encode("utf-8")) <= SEGMENT
+        assert not part.startswith(".") and part not in (".", "..")
+        assert "\\" not in part and ":" not in part and "\x00" not in part
+
+
+@given(ids, ids)
+@settings(max_examples=400)
+def test_two_ids_never_share_a_folder_even_ignoring_case_and_normalisation(a: str, b: str) -> None:
+    if a != b:
+        assert _on_disk(folder_name(a)) != _on_disk(folder_name(b))
+
+
+@pytest.mark.parametrize(
+    ("value", "folder"),
+    [
+        ("alice", "alice"),
+        ("bob@example.com", "bob@example.com"),
+        ("+15551234567", "+15551234567"),
+        ("_internal", "_internal"),
+        ("Alice Smith", "!alice%20!smith"),
+        ("tenant/alice", "tenant%2falice"),
+        ("auth0|5f3a", "auth0%7c5f3a"),
+        ("张三", "张三"),
+        ("..", "%2e%2e"),
+        (".hidden", "%2ehidden"),
+    ],
+)
+def test_simple_ids_stay_readable(value: str, folder: str) -> None:
+    assert folder_name(value) == folder
+    assert id_of_folder(folder) == value
+
+
+def test_a_long_id_is_cut_into_folders_that_read_back() -> None:
+    value = "Ü" * MAX_ID
+    name = folder_name(value)
+    assert name.count("/") >= 1 and id_of_folder(name) == value
+    assert id_of_folder("abc~") is None and id_of_folder("a%zz") is None
+
+
+@pytest.mark.parametrize("bad", ["", " \t", "a\nb", "a\x00", "x" * (MAX_ID + 1), 5])
+def test_what_is_no_id_is_refused_with_one_line(bad: object) -> None:
+    with pytest.raises(InputError) as caught:
+        check_id(bad, "user_id")
+    assert "\n" not in str(caught.value) and "user_id" in str(caught.value)
+
+
+async def test_ids_real_apps_use_work_and_stay_apart(vault: Path, service: MemoryService) -> None:
+    m = service.memories
+    for n, uid in enumerate([*REAL_IDS, "alice", "Alice", "tenant", "tenant%2falice"]):
+        (added,) = await m.add(f"fact number {n} about travel", user_id=uid)
+        assert added.user_id == uid
+        assert (vault / added.path).resolve().is_relative_to(vault / "memory/users")
+    for n, uid in enumerate([*REAL_IDS, "alice", "Alice", "tenant", "tenant%2falice"]):
+        rows = await m.get_all(user_id=uid)
+        assert [r.text for r in rows] == [f"fact number {n} about travel"]
+        found = await m.search("travel", user_id=uid, limit=20)
+        assert {r.user_id for r in found} == {uid} and len(found) == 1
+        assert await m.count(user_id=uid) == 1
+    users = {e.name for e in await m.entities() if e.kind == "user"}
+    assert set(REAL_IDS) | {"alice", "Alice"} <= users
+    assert await m.delete_all(user_id="tenant/alice") == 1
+    assert await m.count(user_id="tenant") == 1 and await m.count(user_id="alice") == 1
+    # reindexing from the Markdown alone gives every id back exactly
+    await service.index(full=True)
+    assert {r.user_id for r in await m.get_all(limit=100)} == (
+        set(REAL_IDS) - {"tenant/alice"} | {"alice", "Alice", "tenant", "tenant%2falice"}
+    )
+
+
+async def test_notes_in_an_encoded_folder_belong_to_that_scope(
+    vault: Path, service: MemoryService
+) -> None:
+    folder = vault / "memory/users" / folder_name("Alice Smith")
+    folder.mkdir(parents=True)
+    (folder / "trip.md").write_text("# Trip\n\nAlice Smith flies to Lisbon in May.\n")
+    (vault / "memory/users/alice").mkdir(parents=True)
+    (vault / "memory/users/alice/trip.md").write_text("# Trip\n\nalice flies to Oslo.\n")
+    await service.index()
+    found = await service.memories.search("flies", user_id="Alice Smith", limit=10)
+    assert len(found) == 1 and "Lisbon" in found[0].text
