@@ -22,8 +22,6 @@ Reached as ``service.conversations``.
 from __future__ import annotations
 
 import asyncio
-import os
-import re
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from pathlib import Path
@@ -41,14 +39,14 @@ from memcore.vault.memory_format import (
     Scope,
     render_item,
 )
+from memcore.vault.pages import PAGE_ITEMS, list_pages, page_path
 from memcore.vault.safe_file import decode, read_or_none
 
 CATEGORY = TURNS_CATEGORY
 ROLES = ("system", "user", "assistant", "tool")
 MAX_TURNS = 1_000_000
-PAGE_TURNS = 1000  # turns per transcript file
+PAGE_TURNS = PAGE_ITEMS  # turns per transcript file
 SYNC_TURNS = 1000  # a save changing more turns than this is indexed in the background
-_PAGE = re.compile(r"conversation(?:\.p(\d{4,}))?\.md")
 
 
 class Conversations:
@@ -75,8 +73,7 @@ class Conversations:
 
     def page_path(self, session_id: str, page: int) -> str:
         """The vault path of a transcript's page (1 is ``conversation.md``)."""
-        first = self.writer.file_for(Scope(run_id=session_id), CATEGORY)
-        return first if page == 1 else f"{first.removesuffix('.md')}.p{page:04d}.md"
+        return page_path(self.writer.file_for(Scope(run_id=session_id), CATEGORY), page)
 
     async def save(self, session_id: str, messages: Sequence[Mapping[str, Any]]) -> int:
         """Make the session's transcript these messages; how many turns it holds now. Every
@@ -155,24 +152,14 @@ class Conversations:
 
     async def _pages(self, session_id: str) -> list[tuple[int, str]]:
         """The transcript's pages on disk: (page number, vault path), in order."""
-        prefix = self.page_path(session_id, 1).rsplit("/", 1)[0]
+        first = self.page_path(session_id, 1)
         follow = self.writer.indexer.settings.index.follow_links
-        if not follow and leads_out(self.writer.vault, prefix):
+        if not follow and leads_out(self.writer.vault, first.rsplit("/", 1)[0]):
             return []  # a link out of the vault: read only with index.follow_links, as notes
-        names = await asyncio.to_thread(_file_names, self.writer.vault / prefix)
-        found = [(int(m[1] or 1), f"{prefix}/{n}") for n in names if (m := _PAGE.fullmatch(n))]
-        return sorted(found)
+        return await asyncio.to_thread(list_pages, self.writer.vault, first)
 
     async def _read_page(self, rel: str) -> list[MemoryRecord]:
         return await asyncio.to_thread(_records_of, self.writer.vault, rel)
-
-
-def _file_names(folder: Path) -> list[str]:
-    try:
-        with os.scandir(folder) as entries:
-            return [e.name for e in entries if e.is_file(follow_symlinks=False)]
-    except (FileNotFoundError, NotADirectoryError):
-        return []
 
 
 def _records_of(vault: Path, rel: str) -> list[MemoryRecord]:

@@ -35,7 +35,7 @@ from memcore.core.errors import (
     VaultWriteError,
     WriteConflict,
 )
-from memcore.core.models import FileFailure, MemoryQuery, MemoryRecord
+from memcore.core.models import TURNS_CATEGORY, FileFailure, MemoryQuery, MemoryRecord
 from memcore.index.indexer import Indexer, PathLocks
 from memcore.storage.base import Store
 from memcore.vault.chunker import memory_embed_text, memory_file_of
@@ -60,6 +60,7 @@ from memcore.vault.memory_format import (
     new_memory_file,
     render_item,
 )
+from memcore.vault.pages import PAGE_ITEMS, list_pages, open_page, page_of, page_path
 from memcore.vault.safe_file import (
     decode,
     read_or_none,
@@ -68,6 +69,7 @@ from memcore.vault.safe_file import (
 )
 
 WRITE_ATTEMPTS = 20
+UNPAGED = ("daily", TURNS_CATEGORY)  # a file per day; transcripts page themselves
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
@@ -210,15 +212,19 @@ class MemoryWriter:
         # not call it a person's), or where a catch-up indexed it without a word (a new file)
         unlogged = {m: r.text for m, r in found.items() if m not in known.logged}
         silent = {m: t for m, t in unlogged.items() if not await self.history.of(m)}
-        texts = silent | {m: t for m, t in on_disk.items() if m not in known.logged}
+        texts = silent | {m: t for m, (t, _) in on_disk.items() if m not in known.logged}
+
+        def where(mid: str) -> str:  # the page it is on
+            return on_disk[mid][1] if mid in on_disk else found[mid].path if mid in found else ""
+
         await self.history.append(
             [
-                HistoryEvent(mid, "ADD", None, text, "api", now(), plan[mid], request=request)
+                HistoryEvent(mid, "ADD", None, text, "api", now(), where(mid), request=request)
                 for mid, text in texts.items()
             ]
         )
         if on_disk:
-            await self.indexer.index(sorted({plan[mid] for mid in on_disk}))
+            await self.indexer.index(sorted({page for _, page in on_disk.values()}))
             found |= {r.id: r for r in await self._records(list(on_disk), missing_ok=True)}
         lost = [mid for mid in ids if mid not in found and mid not in known.logged]
         if lost and len(ids) == len(checked) and known.pending:
@@ -291,28 +297,79 @@ class MemoryWriter:
     async def _add_to_file(
         self, rel: str, items: Sequence[NewMemory], requests: Mapping[str, str]
     ) -> list[MemoryRecord]:
-        ids: list[str] = []
+        """Write one round of adds to the list of memories whose first page is ``rel`` (or
+        to ``rel`` itself, for a file of its own), index it, and see that every memory is in
+        the index: one an editor's stale save dropped is added again."""
+        ids: dict[int, str] = {}  # item -> the id it has (an upsert: the memory it replaced)
+        pages: dict[int, str] = {}
         seen: dict[str, MemoryRecord] = {}
-        todo = list(items)
+        todo = list(range(len(items)))
+        scope, category = items[0].scope, items[0].category
         for _ in range(WRITE_ATTEMPTS):
-            change = _adder(todo, rel, requests)
-            written = await self._write(rel, items[0].scope, items[0].category, change)
-            if not ids:
-                ids = written.ids
-            await self._commit([written])
-            seen |= {r.id: r for r in await self._records(ids, missing_ok=True, writing=True)}
+            writes: list[Written] = []
+            try:
+                for page, group in await self._place(rel, [(n, items[n]) for n in todo]):
+                    change = _adder([items[n] for n in group], page, requests)
+                    writes.append(await self._write(page, scope, category, change))
+                    for n, mid in zip(group, writes[-1].ids, strict=True):
+                        ids.setdefault(n, mid)
+                        pages.setdefault(n, page)
+            except MemcoreError:
+                await self._undo(writes)
+                raise
+            await self._commit(writes)
+            wanted = [ids[n] for n in todo]
+            seen |= {r.id: r for r in await self._records(wanted, missing_ok=True, writing=True)}
             # An editor that saved a buffer read before our write drops our lines: add again.
             # A memory another caller archived or deleted since is not lost: it stays gone.
-            gone = await self.history.removed_by_api(mid for mid in ids if mid not in seen)
-            todo = [
-                m for m, mid in zip(items, ids, strict=True) if mid not in seen and mid not in gone
-            ]
+            gone = await self.history.removed_by_api(mid for mid in wanted if mid not in seen)
+            todo = [n for n in todo if ids[n] not in seen and ids[n] not in gone]
             if not todo:
                 return [
-                    seen.get(mid) or _as_written(m, mid, rel)
-                    for m, mid in zip(items, ids, strict=True)
+                    seen.get(ids[n]) or _as_written(m, ids[n], pages[n])
+                    for n, m in enumerate(items)
                 ]
         raise WriteConflict(f"{rel} kept losing new memories to other writers")
+
+    async def _place(
+        self, first: str, items: Sequence[tuple[int, NewMemory]]
+    ) -> list[tuple[str, list[int]]]:
+        """Which page each new memory goes to: (page, items), in page order. A category's
+        memories are paged (vault/pages.py): an upsert goes to the page that holds its key,
+        the rest to the last page while it has room, then to new pages."""
+        category = items[0][1].category
+        if items[0][1].file is not None or category in UNPAGED:
+            return [(first, [n for n, _ in items])]
+        placed: dict[str, list[int]] = {}
+        rest = []
+        for n, m in items:
+            home = await self._key_home(first, m) if m.key is not None else None
+            if home is not None:
+                placed.setdefault(home, []).append(n)
+            else:
+                rest.append((n, m))
+        if rest:
+            limit = self.indexer.settings.index.max_file_bytes
+            sizes = [_item_bytes(m) for _, m in rest]
+            page, room = await asyncio.to_thread(
+                open_page, self.vault, first, limit // 2, sum(sizes[:PAGE_ITEMS])
+            )
+            _, number = page_of(page)
+            used = 0
+            for (n, _), size in zip(rest, sizes, strict=True):
+                if room <= 0 or (used and used + size > limit // 2):
+                    number, room, used = number + 1, PAGE_ITEMS, 0
+                    page = page_path(first, number)
+                placed.setdefault(page, []).append(n)
+                room, used = room - 1, used + size
+        return sorted(placed.items(), key=lambda p: page_of(p[0])[1])
+
+    async def _key_home(self, first: str, m: NewMemory) -> str | None:
+        """The page of the list ``first`` that holds the memory under ``m.key``, if any."""
+        query = MemoryQuery(**m.scope.to_dict(), category=m.category, key=m.key, limit=1)
+        async with self.store.snapshot(True) as reader:
+            found = await reader.memories(query)
+        return found[0].path if found and page_of(found[0].path)[0] == first else None
 
     def checked(self, m: NewMemory) -> NewMemory:
         """The memory with its text and metadata checked (InputError if they are not fit)."""
@@ -638,16 +695,29 @@ def _refusal(failure: FileFailure, kept: Sequence[str]) -> MemcoreError:
     return VaultError(message)
 
 
-def _in_files(vault: Path, where: Mapping[str, str]) -> dict[str, str]:
-    """Of the memories ``where`` names (id -> its file), those their file holds: id -> text
-    (blocking: run in a worker thread)."""
-    held: dict[str, str] = {}
-    for rel in set(where.values()):
-        raw = read_or_none(vault / rel)
-        parsed = memory_file_of(rel, raw.decode("utf-8", "replace")) if raw is not None else None
-        if parsed is not None:
-            held |= {i.id: i.text for i in parsed.items if where.get(i.id) == rel}
+def _in_files(vault: Path, where: Mapping[str, str]) -> dict[str, tuple[str, str]]:
+    """Of the memories ``where`` names (id -> the file, or the first page of the list, it was
+    written to), those on disk: id -> (text, the page holding it). Pages are read last first,
+    where a recent write is (blocking: run in a worker thread)."""
+    held: dict[str, tuple[str, str]] = {}
+    for first in set(where.values()):
+        wanted = {mid for mid, rel in where.items() if rel == first}
+        for _, rel in reversed(list_pages(vault, first) or [(1, first)]):
+            raw = read_or_none(vault / rel)
+            text = raw.decode("utf-8", "replace") if raw is not None else ""
+            parsed = memory_file_of(rel, text) if raw is not None else None
+            for item in parsed.items if parsed is not None else ():
+                if item.id in wanted:
+                    held[item.id] = (item.text, rel)
+                    wanted.discard(item.id)
+            if not wanted:
+                break
     return held
+
+
+def _item_bytes(m: NewMemory) -> int:
+    """About how many bytes a new memory's item takes in its file."""
+    return len(m.content.encode("utf-8")) + len(str(m.metadata or "")) + 160
 
 
 def _as_done(memory_id: str) -> MemoryRecord:
