@@ -488,6 +488,31 @@ def test_add_from_json_lines_names_and_skips_bad_lines_and_adds_the_rest(vault: 
     assert code == 2 and "not both" in err
 
 
+def test_a_stopped_batch_says_what_went_in_and_resumes_from_the_line_it_names(
+    vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from memcore.cli import memory as cli_memory
+
+    monkeypatch.setattr(cli_memory, "CHUNK_LINES", 2)
+    v = ("--vault", str(vault), "--embedder", "static")
+    users = ["ann", "ann", "blocked", "ann", "ann"]
+    lines = [json.dumps({"memory": f"fact {n}", "user_id": u}) for n, u in enumerate(users, 1)]
+    (vault / "batch.jsonl").write_bytes(("\n".join(lines) + "\n\xff\xfe\n").encode("latin-1"))
+    write(vault, "memory/users/blocked/core.md", "# A note of mine, not a memory file\n")
+    code, _, err = cli(*v, "add", "--file", str(vault / "batch.jsonl"))
+    assert code == 1 and "not a memory file" in err
+    assert "2 memories of lines 1-2 are in; resume with --from-line 3" in err
+    assert cli(*v, "count")[1].strip() == "2"
+    (vault / "memory/users/blocked/core.md").unlink()
+    code, out, err = cli(*v, "add", "--file", str(vault / "batch.jsonl"), "--from-line", "3")
+    assert code == 0, err
+    assert "batch.jsonl:6: skipped: not UTF-8 text" in err
+    assert out.strip().endswith(
+        "added 3 memories from " + str(vault / "batch.jsonl") + ", skipped 1 lines"
+    )
+    assert cli(*v, "count")[1].strip() == "5"
+
+
 def test_one_shot_reads_with_no_daemon_first_catch_up_with_files_changed_since(
     vault: Path,
 ) -> None:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Coroutine
+import sys
+from collections.abc import Callable, Coroutine, Generator, Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -20,7 +22,6 @@ from memcore.cli.scope import (
     metadata_of,
 )
 from memcore.compose import open_service
-from memcore.core.lines import split_lines
 from memcore.core.models import MemoryRecord
 from memcore.core.settings import Settings
 
@@ -97,13 +98,17 @@ def add(
             "--idempotency-key", help="A retry with the same key adds nothing and prints the first"
         ),
     ] = None,
+    from_line: Annotated[
+        int,
+        typer.Option("--from-line", min=1, help="With --file: start at this line (to resume)"),
+    ] = 1,
     as_json: JsonOpt = False,
 ) -> None:
     """Remember something: written to the vault's Markdown, searchable at once."""
     if (content is None) == (from_file is None):
         raise fail("give the text to remember, or --file with JSON lines (not both)", 2)
     if from_file is not None:
-        _add_file(ctx, from_file, (user, agent, run_id, app), category, as_json)
+        _add_file(ctx, from_file, (user, agent, run_id, app), category, as_json, from_line)
         return
     text = typer.get_text_stream("stdin").read() if content == "-" else str(content)
     metadata = metadata_of(meta)
@@ -147,7 +152,8 @@ def add(
     show_records(records, as_json)
 
 
-BATCH = 1000  # memories a write takes at a time from --file (each applied or refused whole)
+CHUNK_LINES = 20_000  # lines of --file one write takes (applied or refused whole)
+CHUNK_BYTES = 32 << 20  # ... or this much of the file, whichever comes first
 
 
 def _add_file(
@@ -156,47 +162,98 @@ def _add_file(
     scope: tuple[str | None, str | None, str | None, str | None],
     category: str | None,
     as_json: bool,
+    from_line: int = 1,
 ) -> None:
+    """Add the memories of a JSON-lines file, a chunk at a time (constant memory, each chunk
+    one write per file it touches, applied or refused whole). A failure says how many lines
+    went in and the --from-line that resumes after them."""
     import dataclasses
-    from pathlib import Path
 
     from rich.progress import Progress  # rich and the write path load only when used
 
-    from memcore.core.errors import InputError
-    from memcore.memory.batch import parse_lines
+    from memcore.core.errors import MemcoreError
+    from memcore.memory.batch import BadLine, parse_lines
     from memcore.vault.memory_format import Scope
 
     try:
-        lines = split_lines(
-            typer.get_text_stream("stdin").read() if source == "-" else Path(source).read_text()
-        )
-    except (OSError, UnicodeDecodeError) as exc:
-        raise fail(f"cannot read {source}: {exc}", 2) from None
-    try:
-        memories, bad = parse_lines(lines, Scope(*scope), category)
-    except InputError as exc:
+        defaults = Scope(*scope)
+        total = Path(source).stat().st_size if source != "-" else None
+    except OSError as exc:
+        raise fail(f"cannot read {source}: {exc.strerror or exc}", 2) from None
+    except MemcoreError as exc:
         raise fail(str(exc), 2) from None
-    for b in bad:
-        typer.echo(f"{source}:{b.number}: skipped: {b.reason}", err=True)
+    stream = _lines_of(source)
+    bad: list[BadLine] = []
+    done = {"added": 0, "through": from_line - 1}
 
-    async def job(service: MemoryService) -> list[MemoryRecord]:
-        added: list[MemoryRecord] = []
+    async def job(service: MemoryService) -> None:
         with Progress(transient=True, disable=as_json) as bar:
-            task = bar.add_task("adding", total=len(memories))
-            for start in range(0, len(memories), BATCH):
-                added += await service.memories.add_batch(memories[start : start + BATCH])
-                bar.update(task, completed=len(added))
-        return added
+            task = bar.add_task("adding", total=total)
+            for first, lines, read in _chunks(stream, from_line):
+                memories, skipped = parse_lines(lines, defaults, category, first)
+                undecodable = [n for n, line in enumerate(lines, first) if line is None]
+                skipped += [BadLine(n, "not UTF-8 text") for n in undecodable]
+                skipped.sort(key=lambda b: b.number)
+                for b in skipped:
+                    typer.echo(f"{source}:{b.number}: skipped: {b.reason}", err=True)
+                bad.extend(skipped)
+                done["added"] += len(await service.memories.add_batch(memories))
+                done["through"] = first + len(lines) - 1
+                bar.update(task, completed=read)
 
-    added = with_service(ctx, job)
+    try:
+        with_service(ctx, job)
+    except typer.Exit:
+        if done["through"] >= from_line:
+            typer.echo(
+                f"memcore: {done['added']} memories of lines {from_line}-{done['through']} "
+                f"are in; resume with --from-line {done['through'] + 1}",
+                err=True,
+            )
+        raise
+    finally:
+        stream.close()
     if as_json:
-        typer.echo(json.dumps({"added": [r.to_dict() for r in added],
+        typer.echo(json.dumps({"added": done["added"], "through_line": done["through"],
                                "skipped": [dataclasses.asdict(b) for b in bad]},
                               ensure_ascii=False, indent=2))  # fmt: skip
     else:
-        typer.echo(f"added {len(added)} memories from {source}, skipped {len(bad)} lines")
-    if bad and not added:
+        typer.echo(f"added {done['added']} memories from {source}, skipped {len(bad)} lines")
+    if bad and not done["added"]:
         raise typer.Exit(1)
+
+
+def _lines_of(source: str) -> Generator[bytes, None, None]:
+    """The lines of a file (or stdin for ``-``), read as they are needed."""
+    if source == "-":
+        yield from sys.stdin.buffer
+        return
+    with open(source, "rb") as fh:
+        yield from fh
+
+
+def _chunks(lines: Iterator[bytes], start: int) -> Iterator[tuple[int, list[str | None], int]]:
+    """(number of the chunk's first line, its lines as text, bytes read so far), from line
+    ``start`` on; a line that is not UTF-8 is None."""
+    chunk: list[str | None] = []
+    first = start
+    size = read = 0
+    for number, raw in enumerate(lines, 1):
+        read += len(raw)
+        if number < start:
+            continue
+        if not chunk:
+            first = number
+        try:
+            chunk.append(raw.decode("utf-8"))
+        except UnicodeDecodeError:
+            chunk.append(None)
+        size += len(raw)
+        if len(chunk) >= CHUNK_LINES or size >= CHUNK_BYTES:
+            yield first, chunk, read
+            chunk, size = [], 0
+    if chunk:
+        yield first, chunk, read
 
 
 @app.command()

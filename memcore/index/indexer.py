@@ -12,8 +12,15 @@ import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping, Sequence
-from functools import partial
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Collection,
+    Iterator,
+    Mapping,
+    Sequence,
+)
 from pathlib import Path
 
 from memcore.core.errors import EmbedderError, StorageBusy, StorageError, VaultError
@@ -82,6 +89,25 @@ async def _replace(
     await tx.replace_file(
         item.state, item.chunks, item.vectors, model_id, item.unchanged, stored_hash
     )
+
+
+TX_FILES = 64  # files written in one transaction (each whole: never half a file)
+TX_CHUNKS = 4096  # ... and chunks, so one transaction stays short
+
+
+def _groups(prepared: Sequence[PreparedFile]) -> Iterator[list[PreparedFile]]:
+    """The prepared files in groups that each go in one write transaction: a batch of small
+    files (a batch add over thousands of scopes) commits a few times, not once a file."""
+    group: list[PreparedFile] = []
+    chunks = 0
+    for item in prepared:
+        if group and (len(group) >= TX_FILES or chunks + len(item.chunks) > TX_CHUNKS):
+            yield group
+            group, chunks = [], 0
+        group.append(item)
+        chunks += len(item.chunks)
+    if group:
+        yield group
 
 
 Before = tuple[dict[str, str], dict[str, MemoryRecord]]  # (id -> text, the ones going whole)
@@ -399,12 +425,23 @@ class Indexer:
         ``_memories_before``)."""
         model = self.embedder.model_id
         events = []
-        for item in prepared:
+        written: list[PreparedFile] = []
+        for group in _groups(prepared):
+            paths = [item.state.path for item in group]
+
+            async def write(tx: IndexWriter, group: list[PreparedFile] = group) -> None:
+                for item in group:
+                    await _replace(item, fresh, model, self.settings.vault, stale, tx)
+
+            if await self._write(tally, paths, write):
+                written += [item for item in group if item.state.path not in stale]
+            else:
+                for path in paths:
+                    self._stored.pop(path)
+        for path in stale:
+            self._stored.pop(path)
+        for item in written:
             path = item.state.path
-            write = partial(_replace, item, fresh, model, self.settings.vault, stale)
-            if not await self._write(tally, [path], write) or (stale and stale[-1] == path):
-                self._stored.pop(path)
-                continue
             tally.indexed.append(path)
             if _is_memory_file(item.chunks):
                 version = StoredVersion(item.state.content_hash, item.chunks, model, item.embedded)

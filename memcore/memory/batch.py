@@ -34,15 +34,19 @@ class BadLine:
 
 
 def parse_lines(
-    lines: Iterable[str], defaults: Scope | None = None, category: str | None = None
+    lines: Iterable[str | None],
+    defaults: Scope | None = None,
+    category: str | None = None,
+    first: int = 1,
 ) -> tuple[list[NewMemory], list[BadLine]]:
-    """The memories of JSON lines, and the lines that are not one (blank lines are skipped).
-    ``defaults`` and ``category`` fill what a line leaves out."""
+    """The memories of JSON lines, and the lines that are not one (blank lines, and None for
+    a line the caller could not read, are skipped). ``defaults`` and ``category`` fill what a
+    line leaves out; ``first`` is the number of the first line."""
     good: list[NewMemory] = []
     bad: list[BadLine] = []
     defaults = defaults or Scope()
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
+    for number, line in enumerate(lines, first):
+        if line is None or not line.strip():
             continue
         try:
             good.append(_memory(line, defaults, category))

@@ -70,6 +70,8 @@ from memcore.vault.safe_file import (
 
 WRITE_ATTEMPTS = 20
 UNPAGED = ("daily", TURNS_CATEGORY)  # a file per day; transcripts page themselves
+MANY_FILES = 8  # an add touching more files than this writes them all, then indexes once
+WRITERS = 4  # files such an add writes at a time (their fsyncs overlap)
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
@@ -240,11 +242,13 @@ class MemoryWriter:
         return [found.get(mid) or _as_done(mid) for mid in ids]
 
     async def _add_checked(
-        self, checked: list[NewMemory], request: str | None
+        self, checked: list[NewMemory], request: str | None, many: bool = True
     ) -> list[MemoryRecord]:
         by_file: dict[str, list[NewMemory]] = {}
         for m in checked:
             by_file.setdefault(m.file or self.file_for(m.scope, m.category), []).append(m)
+        if many and len(by_file) > MANY_FILES:
+            return await self._add_many(by_file, checked, request)
         # A write that will wait for the round in progress on its file has its memories
         # embedded meanwhile. (One that goes at once leaves it to its index run, which takes
         # a vector the index has cached instead of running the model.)
@@ -272,6 +276,50 @@ class MemoryWriter:
         for group, done in waits:
             by_id |= {m.id: r for m, r in zip(group, await done, strict=True)}
         return [by_id[m.id] for m in checked]
+
+    async def _add_many(
+        self, by_file: Mapping[str, list[NewMemory]], checked: list[NewMemory], request: str | None
+    ) -> list[MemoryRecord]:
+        """An add of many scopes at once (a batch over thousands of users): every file it
+        touches written once, a few at a time, then all of them indexed in one run and read
+        back in one query. All of it applied, or none. A memory an editor's stale save
+        dropped meanwhile is added again the one-file way."""
+        requests = {m.id: request for m in checked} if request else {}
+        ids: dict[str, str] = {}  # NewMemory.id -> its memory's id (an upsert: the replaced)
+        pages: dict[str, str] = {}
+        writes: list[Written] = []
+        gate = asyncio.Semaphore(WRITERS)
+
+        async def write(first: str, group: list[NewMemory]) -> None:
+            async with gate:
+                for page, idxs in await self._place(first, list(enumerate(group))):
+                    items = [group[n] for n in idxs]
+                    change = _adder(items, page, requests)
+                    written = await self._write(page, items[0].scope, items[0].category, change)
+                    writes.append(written)
+                    for m, mid in zip(items, written.ids, strict=True):
+                        ids[m.id], pages[m.id] = mid, page
+
+        done = await asyncio.gather(
+            *(write(first, group) for first, group in by_file.items()), return_exceptions=True
+        )
+        failed = next((e for e in done if isinstance(e, BaseException)), None)
+        if failed is not None:
+            await self._undo(writes)
+            raise failed
+        await self._commit(writes)
+        found = {
+            r.id: r for r in await self._records(list(ids.values()), missing_ok=True, writing=True)
+        }
+        lost = [m for m in checked if ids[m.id] not in found]
+        gone = await self.history.removed_by_api(ids[m.id] for m in lost)
+        again = [m for m in lost if ids[m.id] not in gone]
+        if again:
+            found |= {
+                ids[m.id]: r
+                for m, r in zip(again, await self._add_checked(again, request, False), strict=True)
+            }
+        return [found.get(ids[m.id]) or _as_written(m, ids[m.id], pages[m.id]) for m in checked]
 
     async def _drain(self, rel: str) -> None:
         """Write everything queued for one file, in rounds, until nothing is left."""
