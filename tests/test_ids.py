@@ -13,6 +13,8 @@ from hypothesis import strategies as st
 from memcore.core.errors import InputError
 from memcore.core.ids import MAX_ID, SEGMENT, check_id, folder_name, id_of_folder
 from memcore.service import MemoryService
+from memcore.vault.chunker import memory_file_of
+from memcore.vault.memory_format import Scope, new_memory_file
 
 REAL_IDS = ["auth0|5f3a", "+15551234567", "Alice Smith", "tenant/alice", "_internal"]
 
@@ -112,3 +114,12 @@ async def test_notes_in_an_encoded_folder_belong_to_that_scope(
     await service.index()
     found = await service.memories.search("flies", user_id="Alice Smith", limit=10)
     assert len(found) == 1 and "Lisbon" in found[0].text
+
+
+@given(ids, ids)
+@settings(max_examples=300)
+def test_a_memory_file_reads_its_scope_back_exactly(user: str, app: str) -> None:
+    scope = Scope(user_id=user, app_id=app)
+    text = new_memory_file(scope, "core") + "- a memory\n"
+    parsed = memory_file_of("memory/x.md", text)
+    assert parsed is not None and parsed.scope == scope

@@ -152,8 +152,8 @@ def add(
     show_records(records, as_json)
 
 
-CHUNK_LINES = 20_000  # lines of --file one write takes (applied or refused whole)
-CHUNK_BYTES = 32 << 20  # ... or this much of the file, whichever comes first
+CHUNK_LINES = 100_000  # lines of --file one write takes (applied or refused whole)
+CHUNK_BYTES = 64 << 20  # ... or this much of the file, whichever comes first
 
 
 def _add_file(

@@ -49,7 +49,7 @@ from memcore.index.prepare import (
     known_vectors,
     prepare_files,
 )
-from memcore.storage.base import IndexReader, IndexWriter, Store, Vector, both
+from memcore.storage.base import FileRows, IndexReader, IndexWriter, Store, Vector, both
 from memcore.vault.chunker import ChunkerConfig
 from memcore.vault.files import scan_vault, stat_memory_files
 from memcore.vault.history import HistoryEvent, HistoryLog, changes
@@ -66,29 +66,36 @@ WriteJob = Callable[[IndexWriter], Awaitable[object]]
 
 
 async def _replace(
-    item: PreparedFile,
+    items: Sequence[PreparedFile],
     fresh: Mapping[str, Vector],
     model_id: str,
     root: Path,
     stale: list[str],
     tx: IndexWriter,
 ) -> None:
-    """Cache the vectors made now for the file's chunks (``fresh``, by content hash) and
-    write the prepared file, unless it changed on disk since it was read: then another
+    """Cache the vectors made now for the files' chunks (``fresh``, by content hash) and
+    write each prepared file, unless it changed on disk since it was read: then another
     writer's newer version may already be in the index, and this older one must not replace
     it. Checked inside the write transaction, so no newer version can commit in between (the
     vectors are cached either way: the file's next version most likely has those chunks)."""
-    made = {c.content_hash: fresh[c.content_hash] for c in item.chunks if c.content_hash in fresh}
+    made = {
+        c.content_hash: fresh[c.content_hash]
+        for item in items
+        for c in item.chunks
+        if c.content_hash in fresh
+    }
+    paths = [root / item.state.path for item in items]
     _, on_disk = await both(
-        tx.cache_vectors(made, model_id), asyncio.to_thread(_disk_stat, root / item.state.path)
+        tx.cache_vectors(made, model_id), asyncio.to_thread(lambda: list(map(_disk_stat, paths)))
     )
-    if on_disk != (item.state.size, item.state.mtime_ns):
-        stale.append(item.state.path)
-        return
-    stored_hash = item.stored.content_hash if item.stored is not None else None
-    await tx.replace_file(
-        item.state, item.chunks, item.vectors, model_id, item.unchanged, stored_hash
-    )
+    files = []
+    for item, seen in zip(items, on_disk, strict=True):
+        if seen != (item.state.size, item.state.mtime_ns):
+            stale.append(item.state.path)
+            continue
+        stored_hash = item.stored.content_hash if item.stored is not None else None
+        files.append(FileRows(item.state, item.chunks, item.vectors, item.unchanged, stored_hash))
+    await tx.replace_files(files, model_id)
 
 
 TX_FILES = 64  # files written in one transaction (each whole: never half a file)
@@ -430,8 +437,7 @@ class Indexer:
             paths = [item.state.path for item in group]
 
             async def write(tx: IndexWriter, group: list[PreparedFile] = group) -> None:
-                for item in group:
-                    await _replace(item, fresh, model, self.settings.vault, stale, tx)
+                await _replace(group, fresh, model, self.settings.vault, stale, tx)
 
             if await self._write(tally, paths, write):
                 written += [item for item in group if item.state.path not in stale]

@@ -123,6 +123,7 @@ class Written:
     after: bytes
     ids: list[str]
     logged: Appended | None
+    events: tuple[HistoryEvent, ...] = ()  # what it did, to log (see MemoryWriter._write)
 
 
 class MemoryWriter:
@@ -289,25 +290,47 @@ class MemoryWriter:
         pages: dict[str, str] = {}
         writes: list[Written] = []
         gate = asyncio.Semaphore(WRITERS)
+        limit = self.indexer.settings.index.max_file_bytes
+        # the last page of every list, looked at in one go (not a thread hop a file)
+        wanted = {
+            first: sum(_item_bytes(m) for m in group[:PAGE_ITEMS])
+            for first, group in by_file.items()
+            if _paged(group[0]) and all(m.key is None for m in group)
+        }
+        opened = await asyncio.to_thread(
+            lambda: {f: open_page(self.vault, f, limit // 2, n) for f, n in wanted.items()}
+        )
 
         async def write(first: str, group: list[NewMemory]) -> None:
             async with gate:
-                for page, idxs in await self._place(first, list(enumerate(group))):
+                placed = await self._place(first, list(enumerate(group)), opened.get(first))
+                for page, idxs in placed:
                     items = [group[n] for n in idxs]
                     change = _adder(items, page, requests)
-                    written = await self._write(page, items[0].scope, items[0].category, change)
-                    writes.append(written)
-                    for m, mid in zip(items, written.ids, strict=True):
+                    writes.append(
+                        await self._write(page, items[0].scope, items[0].category, change, False)
+                    )
+                    for m, mid in zip(items, writes[-1].ids, strict=True):
                         ids[m.id], pages[m.id] = mid, page
 
         done = await asyncio.gather(
             *(write(first, group) for first, group in by_file.items()), return_exceptions=True
         )
         failed = next((e for e in done if isinstance(e, BaseException)), None)
+        logged = None
+        try:  # the history of every file in one append (not one a file)
+            if failed is None:
+                logged = await self.history.append([e for w in writes for e in w.events])
+        except OSError as exc:
+            failed = VaultWriteError(f"cannot write {self.history.path.name}: {exc.strerror}")
         if failed is not None:
             await self._undo(writes)
             raise failed
-        await self._commit(writes)
+        try:
+            await self._commit(writes)
+        except MemcoreError:
+            await self.history.retract(logged)  # _commit put the files back already
+            raise
         found = {
             r.id: r for r in await self._records(list(ids.values()), missing_ok=True, writing=True)
         }
@@ -380,13 +403,16 @@ class MemoryWriter:
         raise WriteConflict(f"{rel} kept losing new memories to other writers")
 
     async def _place(
-        self, first: str, items: Sequence[tuple[int, NewMemory]]
+        self,
+        first: str,
+        items: Sequence[tuple[int, NewMemory]],
+        opened: tuple[str, int] | None = None,
     ) -> list[tuple[str, list[int]]]:
         """Which page each new memory goes to: (page, items), in page order. A category's
         memories are paged (vault/pages.py): an upsert goes to the page that holds its key,
-        the rest to the last page while it has room, then to new pages."""
-        category = items[0][1].category
-        if items[0][1].file is not None or category in UNPAGED:
+        the rest to the last page while it has room, then to new pages. ``opened``: the
+        last page and its room, when the caller has looked (``open_page``)."""
+        if not _paged(items[0][1]):
             return [(first, [n for n, _ in items])]
         placed: dict[str, list[int]] = {}
         rest = []
@@ -399,9 +425,11 @@ class MemoryWriter:
         if rest:
             limit = self.indexer.settings.index.max_file_bytes
             sizes = [_item_bytes(m) for _, m in rest]
-            page, room = await asyncio.to_thread(
-                open_page, self.vault, first, limit // 2, sum(sizes[:PAGE_ITEMS])
-            )
+            if opened is None:
+                opened = await asyncio.to_thread(
+                    open_page, self.vault, first, limit // 2, sum(sizes[:PAGE_ITEMS])
+                )
+            page, room = opened
             _, number = page_of(page)
             used = 0
             for (n, _), size in zip(rest, sizes, strict=True):
@@ -659,18 +687,26 @@ class MemoryWriter:
         await self._commit([await self._write(record.path, None, None, change)])
 
     async def _write(
-        self, rel: str, scope: Scope | None, category: str | None, change: Change
+        self,
+        rel: str,
+        scope: Scope | None,
+        category: str | None,
+        change: Change,
+        log: bool = True,
     ) -> Written:
         """Apply ``change`` to a memory file and replace it atomically, re-reading and retrying
-        while someone else changes it, then log its events. Nothing is changed when it
-        raises (a full disk is a VaultWriteError)."""
+        while someone else changes it, then log its events (unless ``log`` is False: then
+        the caller logs ``Written.events``). Nothing is changed when it raises (a full disk
+        is a VaultWriteError)."""
         target = check_writable(self.vault, rel)
         limit = self.indexer.settings.index.max_file_bytes
         async with self._files.hold([rel]):
             edit, before, after = await _until_it_lands(
                 rel, partial(_apply, target, rel, scope, category, change, limit)
             )
-            written = Written(rel, before, after, edit.ids, None)
+            written = Written(rel, before, after, edit.ids, None, tuple(edit.events))
+            if not log:
+                return written
             try:
                 logged = await self.history.append(edit.events)
             except OSError as exc:
@@ -761,6 +797,11 @@ def _in_files(vault: Path, where: Mapping[str, str]) -> dict[str, tuple[str, str
             if not wanted:
                 break
     return held
+
+
+def _paged(m: NewMemory) -> bool:
+    """Whether a new memory's list is paged (vault/pages.py) or its file is given."""
+    return m.file is None and m.category not in UNPAGED
 
 
 def _item_bytes(m: NewMemory) -> int:

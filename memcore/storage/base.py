@@ -94,6 +94,17 @@ class StoredFile:
 
 
 @dataclass(frozen=True, slots=True)
+class FileRows:
+    """One file's new chunks for ``IndexWriter.replace_files`` (see ``replace_file``)."""
+
+    state: FileState
+    chunks: Sequence[Chunk]
+    vectors: Sequence[Vector | None]
+    unchanged: int = 0
+    stored_hash: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class StoreStats:
     files: int
     chunks: int
@@ -233,6 +244,10 @@ class IndexWriter(Protocol):
         append to a file of a thousand memories reads and compares only what follows. Taken
         only if the file is stored as ``stored_hash`` with rows for those chunks (checked in
         the transaction); otherwise the whole file is compared as usual."""
+        ...
+
+    async def replace_files(self, files: Sequence[FileRows], model_id: str) -> None:
+        """``replace_file`` of each of several files (a batch of small files in one go)."""
         ...
 
     async def touch_file(self, state: FileState) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 import re
 import threading
 from dataclasses import dataclass, field
@@ -106,11 +107,14 @@ def split_front_matter(text: str) -> tuple[dict[str, Any], int, str | None]:
     return {}, 0, None
 
 
-@lru_cache(maxsize=1024)
+@lru_cache(maxsize=16_384)
 def _yaml(block: str) -> tuple[Any, str | None]:
     """A front matter block's YAML (and the parse error, if any). Cached: a memory file's
     front matter stays the same across the writes to it, and YAML is slow to read. Callers
     copy what they keep (split_front_matter builds its dict anew)."""
+    simple = _plain_front_matter(block)
+    if simple is not None:
+        return simple, None
     import yaml  # only when there is front matter to read
 
     try:
@@ -118,6 +122,32 @@ def _yaml(block: str) -> tuple[Any, str | None]:
     except yaml.YAMLError as exc:
         first = str(exc).splitlines()[0] if str(exc) else "invalid YAML"
         return None, f"front matter ignored: {first}"
+
+
+_PLAIN_LINE = re.compile(r'([A-Za-z_][\w-]*): ("(?:[^"\\]|\\.)*"|[A-Za-z][\w-]*)')
+_YAML_WORDS = frozenset({"true", "false", "yes", "no", "on", "off", "null", "y", "n", "~"})
+
+
+def _plain_front_matter(block: str) -> dict[str, str] | None:
+    """Front matter as memcore writes it (``key: "a JSON string"`` or ``key: word``, one a
+    line), read without YAML, which takes a thousand times longer; None for anything else
+    (YAML reads it then). JSON strings are YAML's double-quoted ones."""
+    out: dict[str, str] = {}
+    for line in block.split("\n"):
+        m = _PLAIN_LINE.fullmatch(line)
+        if m is None or m[1] in out:
+            return None
+        value = m[2]
+        if value.startswith('"'):
+            try:
+                out[m[1]] = json.loads(value)
+            except ValueError:
+                return None
+        elif value.lower() in _YAML_WORDS:
+            return None
+        else:
+            out[m[1]] = value
+    return out or None
 
 
 def memory_file_of(

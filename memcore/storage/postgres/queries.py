@@ -31,7 +31,7 @@ from memcore.core.tokenize import (
     query_terms,
     segment,
 )
-from memcore.storage.base import ChunkRow, PendingChunk, StoredFile, StoreStats, Vector
+from memcore.storage.base import ChunkRow, FileRows, PendingChunk, StoredFile, StoreStats, Vector
 from memcore.storage.filters_sql import POSTGRES, filter_sql, memory_query_sql
 from memcore.storage.rows import (
     CHUNK_ROW_COLUMNS,
@@ -442,6 +442,12 @@ class PostgresWriter(_Queries):
             (self.ns, path),
         )
         return FileState(rows[0][0], rows[0][1], int(rows[0][2]), int(rows[0][3])) if rows else None
+
+    async def replace_files(self, files: Sequence[FileRows], model_id: str) -> None:
+        for f in files:
+            await self.replace_file(
+                f.state, f.chunks, f.vectors, model_id, f.unchanged, f.stored_hash
+            )
 
     async def replace_file(
         self,

@@ -19,7 +19,7 @@ import aiosqlite
 
 from memcore.core.models import Chunk, FileState
 from memcore.core.vectors import encode_vector
-from memcore.storage.base import Vector
+from memcore.storage.base import FileRows, Vector
 from memcore.storage.rows import (
     OLD_CHUNK_COLUMNS,
     choose_homes,
@@ -108,6 +108,14 @@ class Changes:
         self.chunks_changed = False
         self.removed: list[int] = []
         self.added: list[tuple[int, str, Vector]] = []  # (chunk id, model, vector)
+
+
+def replace_files(
+    db: sqlite3.Connection, tx: Changes, files: Sequence[FileRows], model_id: str
+) -> None:
+    """``replace_file`` of each file, in one hand-off to the connection's thread."""
+    for f in files:
+        replace_file(db, tx, f.state, f.chunks, f.vectors, model_id, f.unchanged, f.stored_hash)
 
 
 def replace_file(

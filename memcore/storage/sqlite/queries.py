@@ -39,7 +39,7 @@ from memcore.core.tokenize import (
     ranked_terms,
 )
 from memcore.core.vectors import VectorIndex, decode_vector, encode_vector
-from memcore.storage.base import ChunkRow, PendingChunk, StoredFile, StoreStats, Vector
+from memcore.storage.base import ChunkRow, FileRows, PendingChunk, StoredFile, StoreStats, Vector
 from memcore.storage.filters_sql import SQLITE, filter_sql, memory_query_sql
 from memcore.storage.rows import (
     CHUNK_ROW_COLUMNS,
@@ -635,6 +635,9 @@ class SqliteWriter(_Queries, file_rows.Changes):
             self.conn, file_rows.replace_file, self, state, chunks, vectors, model_id,
             unchanged, stored_hash,
         )  # fmt: skip
+
+    async def replace_files(self, files: Sequence[FileRows], model_id: str) -> None:
+        await file_rows.on_thread(self.conn, file_rows.replace_files, self, files, model_id)
 
     async def touch_file(self, state: FileState) -> None:
         await file_rows.on_thread(self.conn, file_rows.touch_file, state)
