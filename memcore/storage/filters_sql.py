@@ -30,6 +30,7 @@ class Dialect:
     json_arg: Callable[[object], object]  # a comparison value as a parameter
     arg_mark: str  # the placeholder of a comparison value
     distinct: str  # "not equal, NULL counting as a value"
+    file_range: str  # c.source_file in [low, high), byte order: two parameters
 
     def marks(self, n: int) -> str:
         return ",".join([self.mark] * n)
@@ -47,6 +48,7 @@ SQLITE = Dialect(
     json_arg=lambda value: value,
     arg_mark="?",
     distinct="IS NOT",
+    file_range="c.source_file >= ? AND c.source_file < ?",
 )
 # JSON null reads as SQL NULL, as SQLite's json_extract does, so both answer alike.
 POSTGRES = Dialect(
@@ -62,6 +64,7 @@ POSTGRES = Dialect(
     json_arg=lambda value: json.dumps(value, ensure_ascii=False),
     arg_mark="%s::jsonb",
     distinct="IS DISTINCT FROM",
+    file_range='c.source_file COLLATE "C" >= %s AND c.source_file COLLATE "C" < %s',
 )
 
 
@@ -86,7 +89,10 @@ def filter_sql(filters: SearchFilters, d: Dialect) -> tuple[str, list[object]]:
         clauses.append(clause)
         params += more
     if not filters.include_turns and filters.category != TURNS_CATEGORY:
-        clauses.append(f"c.id NOT IN (SELECT chunk_id FROM memories WHERE category = {d.mark})")
+        clauses.append(
+            "NOT EXISTS (SELECT 1 FROM memories mt WHERE mt.chunk_id = c.id "
+            f"AND mt.category = {d.mark})"
+        )
         params.append(TURNS_CATEGORY)
     return (" AND " + " AND ".join(clauses) if clauses else ""), params
 
@@ -118,6 +124,28 @@ def folder_patterns(f: SearchFilters) -> list[str]:
     return [f"memory/{p}%" for p in patterns]
 
 
+NOT_A_MEMORY = "NOT EXISTS (SELECT 1 FROM memories mm WHERE mm.chunk_id = c.id)"
+
+
+def _prefix_range(pattern: str) -> tuple[str, str]:
+    """The range of file paths a LIKE pattern (ESCAPE '!') can match: [its literal start,
+    that start with its last character one higher)."""
+    literal = []
+    escaped = False
+    for ch in pattern:
+        if escaped:
+            literal.append(ch)
+            escaped = False
+        elif ch == "!":
+            escaped = True
+        elif ch in "%_":
+            break
+        else:
+            literal.append(ch)
+    low = "".join(literal)
+    return low, low[:-1] + chr(ord(low[-1]) + 1)
+
+
 def scope_sql(f: SearchFilters, d: Dialect) -> tuple[str, list[object]]:
     """Chunks a search may see: with a scope, the scope's memories and the notes in its
     folders, plus shared context (unscoped notes and memories) with ``include_shared``.
@@ -141,14 +169,16 @@ def scope_sql(f: SearchFilters, d: Dialect) -> tuple[str, list[object]]:
         parts.append(f"c.id IN (SELECT m.chunk_id FROM memories m WHERE {shared_conds})")
         out += extra_params
     if not extra:  # notes: the scope's own, and shared ones when asked
-        note = "c.id NOT IN (SELECT chunk_id FROM memories)"
-        patterns = folder_patterns(f)
-        inside = " OR ".join([f"c.source_file LIKE {d.mark} ESCAPE '!'"] * len(patterns))
-        parts.append(f"({note} AND ({inside}))")
-        out += patterns
+        # each folder a range of the file index, then the pattern: a scope's notes are read
+        # from its folders, not found by testing every chunk of the vault
+        for pattern in folder_patterns(f):
+            low, high = _prefix_range(pattern)
+            parts.append(f"({NOT_A_MEMORY} AND {d.file_range} AND c.source_file LIKE "
+                         f"{d.mark} ESCAPE '!')")  # fmt: skip
+            out += [low, high, pattern]
         if f.include_shared:
             outside = " AND ".join([f"c.source_file NOT LIKE {d.mark}"] * len(_FOLDERS))
-            parts.append(f"({note} AND {outside})")
+            parts.append(f"({NOT_A_MEMORY} AND {outside})")
             out += [f"memory/{kind}/%" for kind in _FOLDERS]
     return "(" + " OR ".join(parts) + ")", out
 
