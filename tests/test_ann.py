@@ -400,3 +400,17 @@ def test_the_graph_library_loaded_first_leaves_the_local_model_working() -> None
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr[-500:]
     assert done.stdout.strip() == "(1, 384)"
+
+
+def test_a_few_allowed_rows_score_the_same_as_the_whole_matrix_masked() -> None:
+    """A filter allowing few rows (a user's among a fleet's) scores only those rows; it ranks
+    them exactly as the masked scan of every row does, deleted rows and unknown ids aside."""
+    _, exact, _ = both(800)
+    exact.remove([3, 4])
+    allowed = {1, 2, 3, 4, 50, 51, 52, 400, 799, 5000}  # 3 and 4 removed, 5000 never stored
+    for q in clustered(20, seed=3):
+        few = exact.search(q, 5, allowed)
+        masked = [(c, s) for c, s in exact.search(q, 800) if c in allowed][:5]
+        assert [c for c, _ in few] == [c for c, _ in masked]
+        assert [s for _, s in few] == pytest.approx([s for _, s in masked], abs=1e-6)
+    assert exact.search(clustered(1)[0], 5, set()) == []

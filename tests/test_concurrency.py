@@ -181,7 +181,7 @@ async def test_a_version_read_before_a_newer_one_was_indexed_never_replaces_it(
     await service.index()
     stale: list[str] = []
     async with service.store.transaction() as tx:
-        await _replace(old, {}, "m", vault, stale, tx)
+        await _replace([old], {}, "m", vault, stale, tx)
     assert stale == ["memory/a.md"]
     hits = (await service.search("version")).hits
     assert [h.text.splitlines()[-1] for h in hits] == ["version B, newer"]

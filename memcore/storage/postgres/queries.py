@@ -97,6 +97,9 @@ def vector_index_name(namespace: str, model_id: str, dim: int) -> str:
     return f"memory_chunks_hnsw_{digest}"
 
 
+SMALL_SCOPE = 20_000  # a filter allowing at most this many chunks is searched from them
+
+
 def nearest_query(
     namespace: str, model_id: str, dim: int, where: str = "", *, exact: bool = False
 ) -> sql.Composed:
@@ -233,6 +236,16 @@ class PostgresReader(_Queries):
         dim = int(np.asarray(vector).size)
         where, params = filter_sql(filters, POSTGRES)
         q = as_list(vector)
+        narrow = filters.scoped or filters.category or filters.metadata or filters.path_prefix
+        few = await self._few_ids(where, params) if narrow or filters.tag else None
+        if few is not None:  # a small scope: its own rows, compared exactly
+            rows = await self._all(
+                "SELECT id, embedding <=> %s::float4[]::vector AS d FROM memory_chunks "
+                "WHERE ns = %s AND embedding_model = %s AND vector_dims(embedding) = %s "
+                "AND id = ANY(%s) ORDER BY d, id LIMIT %s",
+                (q, self.ns, model_id, dim, few, k),
+            )
+            return [(int(r[0]), 1.0 - float(r[1])) for r in rows]
         rows = await self._all(nearest_query(self.ns, model_id, dim, where), [q, *params, k])
         if len(rows) < k and where and not self._store.iterative_scan:
             # Before pgvector 0.8 an index scan ends after ef_search candidates, and the filter
@@ -242,6 +255,16 @@ class PostgresReader(_Queries):
         # the iterative scan may return near-ties slightly out of order
         found = sorted(((int(r[0]), 1.0 - float(r[1])) for r in rows), key=lambda h: -h[1])
         return found[:k]
+
+    async def _few_ids(self, where: str, params: Sequence[object]) -> list[int] | None:
+        """The chunks a filter allows when they are few (a user's among a fleet's), found
+        through the scope's indexes; None when there are more than SMALL_SCOPE: then the
+        vector index does the filtering as it walks."""
+        rows = await self._all(
+            f"SELECT c.id FROM memory_chunks c WHERE c.ns = %s{where} LIMIT %s",
+            [self.ns, *params, SMALL_SCOPE + 1],
+        )
+        return [int(r[0]) for r in rows] if len(rows) <= SMALL_SCOPE else None
 
     async def vector_similarity(
         self, vector: Vector, model_id: str, ids: Sequence[int]
