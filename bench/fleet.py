@@ -140,7 +140,7 @@ def main(args: argparse.Namespace) -> None:
             for n in range(args.memories):
                 text = f"{texts[n % len(texts)]} (memory {n})"
                 fh.write(json.dumps({"memory": text, "user_id": f"u{n % args.users}"}) + "\n")
-        wall, peak, out = measured([*memcore, "add", "--file", str(lines)], env=env)
+        wall, peak, _ = measured([*memcore, "add", "--file", str(lines)], env=env)
         size = index_size(vault, db)
         backend = "PostgreSQL" if db else "SQLite"
         print(
