@@ -101,7 +101,7 @@ def wait_ready(memcore: list[str], env: dict[str, str], seconds: float = 3600) -
         out = subprocess.run([*memcore, "status", "--json"], capture_output=True, text=True,
                              env=env)  # fmt: skip
         info = json.loads(out.stdout) if out.returncode == 0 else {}
-        if info.get("daemon") and (info.get("readiness") or {}).get("ready"):
+        if info.get("daemon") and (info.get("readiness") or {}).get("phase") == "ready":
             return time.perf_counter() - started
         time.sleep(0.2)
     raise SystemExit("the watcher never became ready")

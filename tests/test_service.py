@@ -481,3 +481,22 @@ def test_report_summary_counts_in_words() -> None:
 def test_the_license_the_package_declares_is_there() -> None:
     text = (Path(__file__).resolve().parent.parent / "LICENSE").read_text()
     assert "Apache License" in text and "Version 2.0, January 2004" in text
+
+
+async def test_a_file_moved_or_deleted_and_back_is_not_embedded_again(
+    vault: Path, service: MemoryService, embedder: FakeEmbedder
+) -> None:
+    """A vector lives once, in its chunk's row; when the row goes (the file moved, deleted,
+    its text changed), the vector goes to the embedding cache, so that text is not embedded
+    again."""
+    text = "# A\n\n## One\n\nThe first paragraph.\n\n## Two\n\nThe second paragraph.\n"
+    write(vault, "memory/notes/a.md", text)
+    assert (await service.index()).chunks_embedded == 2
+    (vault / "memory/notes/a.md").rename(vault / "memory/notes/b.md")
+    report = await service.index()
+    assert report.chunks_embedded == 0 and report.chunks_reused == 2
+    (vault / "memory/notes/b.md").unlink()
+    await service.index()
+    write(vault, "memory/notes/c.md", text)
+    report = await service.index()
+    assert report.chunks_embedded == 0 and report.chunks_reused == 2

@@ -73,25 +73,21 @@ async def _replace(
     stale: list[str],
     tx: IndexWriter,
 ) -> None:
-    """Cache the vectors made now for the files' chunks (``fresh``, by content hash) and
-    write each prepared file, unless it changed on disk since it was read: then another
-    writer's newer version may already be in the index, and this older one must not replace
-    it. Checked inside the write transaction, so no newer version can commit in between (the
-    vectors are cached either way: the file's next version most likely has those chunks)."""
-    made = {
-        c.content_hash: fresh[c.content_hash]
-        for item in items
-        for c in item.chunks
-        if c.content_hash in fresh
-    }
+    """Write each prepared file with the vectors made for it (``fresh``, by content hash),
+    unless it changed on disk since it was read: then another writer's newer version may
+    already be in the index, and this older one must not replace it. Checked inside the
+    write transaction, so no newer version can commit in between. A vector lives in its
+    chunk's row (``cached_vectors`` finds it there); those of a file not written now go to
+    the embedding cache, as its next version most likely has those chunks."""
     paths = [root / item.state.path for item in items]
-    _, on_disk = await both(
-        tx.cache_vectors(made, model_id), asyncio.to_thread(lambda: list(map(_disk_stat, paths)))
-    )
+    on_disk = await asyncio.to_thread(lambda: list(map(_disk_stat, paths)))
     files = []
     for item, seen in zip(items, on_disk, strict=True):
         if seen != (item.state.size, item.state.mtime_ns):
             stale.append(item.state.path)
+            made = {c.content_hash: fresh[c.content_hash] for c in item.chunks
+                    if c.content_hash in fresh}  # fmt: skip
+            await tx.cache_vectors(made, model_id)
             continue
         stored_hash = item.stored.content_hash if item.stored is not None else None
         files.append(FileRows(item.state, item.chunks, item.vectors, item.unchanged, stored_hash))

@@ -309,12 +309,23 @@ class PostgresReader(_Queries):
     async def cached_vectors(self, hashes: Sequence[str], model_id: str) -> dict[str, Vector]:
         if not hashes:
             return {}
+        unique = list(dict.fromkeys(hashes))
         rows = await self._all(
             "SELECT content_hash, embedding::float4[] FROM embedding_cache "
             "WHERE ns = %s AND model = %s AND content_hash = ANY(%s)",
-            (self.ns, model_id, list(dict.fromkeys(hashes))),
+            (self.ns, model_id, unique),
         )
-        return {r[0]: as_vector(r[1]) for r in rows}
+        out = {r[0]: as_vector(r[1]) for r in rows}
+        held = [h for h in unique if h not in out]  # a chunk's row holds the rest
+        if held:
+            rows = await self._all(
+                "SELECT DISTINCT ON (content_hash) content_hash, embedding::float4[] "
+                "FROM memory_chunks WHERE ns = %s AND content_hash = ANY(%s) "
+                "AND embedding_model = %s AND embedding IS NOT NULL",
+                (self.ns, held, model_id),
+            )
+            out |= {r[0]: as_vector(r[1]) for r in rows}
+        return out
 
     async def pending_chunks(self, model_id: str, limit: int) -> list[PendingChunk]:
         rows = await self._all(
@@ -561,11 +572,23 @@ class PostgresWriter(_Queries):
             )
             self._store.vector_indexes.add(name)
 
+    async def _keep_vectors(self, ids: Sequence[int]) -> None:
+        """The vectors of chunks about to go, into the embedding cache (see replace_file)."""
+        if ids:
+            await self.conn.execute(
+                "INSERT INTO embedding_cache (ns, content_hash, model, embedding, created_at) "
+                "SELECT ns, content_hash, embedding_model, embedding, %s FROM memory_chunks "
+                "WHERE ns = %s AND id = ANY(%s) AND embedding IS NOT NULL "
+                "ON CONFLICT DO NOTHING",
+                (now(), self.ns, list(ids)),
+            )
+
     async def _delete_chunks(self, ids: Sequence[int]) -> None:
         if not ids:
             return
         self.chunks_changed = True
         homeless = await self._homes_of(ids)
+        await self._keep_vectors(ids)
         await self.conn.execute(
             "DELETE FROM memory_chunks WHERE ns = %s AND id = ANY(%s)", (self.ns, list(ids))
         )
@@ -725,6 +748,7 @@ class PostgresWriter(_Queries):
         self.chunks_changed = True
         ids = await self._ids_of(paths)
         homeless = await self._homes_of(ids)
+        await self._keep_vectors(ids)
         await self.conn.execute(
             "DELETE FROM files WHERE ns = %s AND path = ANY(%s)", (self.ns, list(paths))
         )
@@ -745,6 +769,7 @@ class PostgresWriter(_Queries):
         if not fresh:
             return 0
         self.chunks_changed = True
+        await self._keep_vectors([cid for cid, _ in fresh])  # another model's, replaced now
         async with self.conn.cursor() as cur:
             await cur.executemany(
                 "UPDATE memory_chunks SET embedding = %s::float4[]::vector, embedding_model = %s "

@@ -209,9 +209,24 @@ def delete_files(db: sqlite3.Connection, tx: Changes, paths: Sequence[str]) -> i
     ]
     tx.removed += ids
     homeless = _homes_of(db, ids)
+    keep_vectors(db, ids)
     db.executemany("DELETE FROM files WHERE path = ?", [(p,) for p in paths])
     _rehome(db, homeless)
     return len(ids)
+
+
+def keep_vectors(db: sqlite3.Connection, ids: Sequence[int]) -> None:
+    """The vectors of chunks about to go, into the embedding cache (a chunk's row held them:
+    the file moved, or its text comes back, need not be embedded again)."""
+    stamp = now()
+    for i in range(0, len(ids), BATCH):
+        part = list(ids[i : i + BATCH])
+        db.execute(
+            "INSERT OR IGNORE INTO embedding_cache (content_hash, model, embedding, created_at) "
+            "SELECT content_hash, embedding_model, embedding, ? FROM memory_chunks "
+            f"WHERE id IN ({marks(len(part))}) AND embedding IS NOT NULL",
+            [stamp, *part],
+        )
 
 
 def touch_file(db: sqlite3.Connection, state: FileState) -> None:
@@ -232,6 +247,7 @@ def delete_chunks(db: sqlite3.Connection, tx: Changes, ids: Sequence[int]) -> No
     tx.chunks_changed = True
     tx.removed += ids
     homeless = _homes_of(db, ids)
+    keep_vectors(db, ids)
     for i in range(0, len(ids), BATCH):
         part = list(ids[i : i + BATCH])
         db.execute(f"DELETE FROM memory_chunks WHERE id IN ({marks(len(part))})", part)

@@ -477,6 +477,15 @@ class SqliteReader(_Queries):
                 [model_id, *part],
             )
             out.update({h: decode_vector(b) for h, b in rows})
+            held = [h for h in part if h not in out]  # a chunk's row holds the rest
+            if held:
+                rows = await self._all(
+                    "SELECT content_hash, embedding FROM memory_chunks WHERE "
+                    f"content_hash IN ({marks(len(held))}) AND embedding_model = ? "
+                    "AND embedding IS NOT NULL",
+                    [*held, model_id],
+                )
+                out.update({h: decode_vector(b) for h, b in rows})
         return out
 
     async def pending_chunks(self, model_id: str, limit: int) -> list[PendingChunk]:
@@ -665,6 +674,8 @@ class SqliteWriter(_Queries, file_rows.Changes):
         if not fresh:
             return 0
         self.chunks_changed = True
+        ids = [cid for cid, _ in fresh]  # another model's vectors, replaced now, are kept
+        await file_rows.on_thread(self.conn, file_rows.keep_vectors, ids)
         await self.conn.executemany(
             "UPDATE memory_chunks SET embedding = ?, embedding_model = ? WHERE id = ?",
             [(encode_vector(v), model_id, cid) for cid, v in fresh],
