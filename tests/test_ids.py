@@ -3,6 +3,7 @@ never share (also where the file system ignores case or normalises Unicode)."""
 
 from __future__ import annotations
 
+import asyncio
 import unicodedata
 from pathlib import Path
 
@@ -123,3 +124,111 @@ def test_a_memory_file_reads_its_scope_back_exactly(user: str, app: str) -> None
     text = new_memory_file(scope, "core") + "- a memory\n"
     parsed = memory_file_of("memory/x.md", text)
     assert parsed is not None and parsed.scope == scope
+
+
+# ids that break naive folders, URLs and file systems: case pairs, NFC/NFD pairs, separators,
+# percent signs, the encoding's own marks, emoji, right-to-left text, the longest allowed
+TRICKY = [
+    "Alice", "alice", "ALICE", "caf\u00e9", "cafe\u0301", "a/b", "a%2fb", "a!b", "~x~",
+    "..", "x" * MAX_ID, "\U0001f600 smile", "\u05e9\u05dc\u05d5\u05dd", "a b?c=d&e#f",
+]  # fmt: skip
+
+
+async def test_tricky_ids_round_trip_and_stay_apart_on_every_front(
+    vault: Path, service: MemoryService
+) -> None:
+    import httpx
+    import httpx2
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+    from mem0 import MemoryClient
+
+    from tests.test_cli import cli
+    from tests.test_http import server
+    from tests.test_mcp import payload
+
+    for n, uid in enumerate(TRICKY):
+        await service.memories.add(f"python fact {n}", user_id=uid)
+    async with server(service, token="k") as url:
+        headers = {"Authorization": "Bearer k"}
+        async with httpx.AsyncClient(base_url=url, headers=headers) as http:
+            for n, uid in enumerate(TRICKY):
+                made = await http.post("/api/memories", json={"content": f"http fact {n}",
+                                                              "user_id": uid})  # fmt: skip
+                assert made.status_code == 200 and made.json()["results"][0]["user_id"] == uid
+                listed = await http.get("/api/memories", params={"user_id": uid})
+                got = sorted(r["memory"] for r in listed.json()["results"])
+                assert got == [f"http fact {n}", f"python fact {n}"], uid
+
+        def mem0_session() -> list[list[str]]:
+            client = MemoryClient(api_key="k", host=url)
+            out = []
+            for uid in TRICKY:
+                page = client.get_all(filters={"user_id": uid})
+                out.append(sorted(r["user_id"] for r in page["results"]))
+            client.client.close()
+            return out
+
+        assert await asyncio.to_thread(mem0_session) == [[uid, uid] for uid in TRICKY]
+        auth = httpx2.AsyncClient(headers=headers, timeout=30)
+        async with auth, Client(streamable_http_client(url + "/mcp", http_client=auth)) as mcp:
+            for n, uid in enumerate(TRICKY):
+                rows = payload(await mcp.call_tool("list", {"user_id": uid}))
+                assert sorted(r["memory"] for r in rows) == [f"http fact {n}", f"python fact {n}"]
+    (vault / "memcore.toml").write_text('[embedder]\nprovider = "static"\n')
+    for uid in TRICKY:
+        code, out, err = await asyncio.to_thread(cli, "--vault", str(vault), "count", "--user", uid)
+        assert code == 0 and out.strip() == "2", (uid, err)
+
+
+async def test_an_id_with_a_slash_reaches_its_own_routes(service: MemoryService) -> None:
+    """Ids in a path (Mem0's entity routes, transcripts) may hold '/': the official client
+    sends it %2F-escaped, the route takes the rest of the path."""
+    from mem0 import MemoryClient
+
+    from tests.test_http import server
+
+    await service.memories.add("one", user_id="tenant/alice")
+    await service.memories.add("two", user_id="tenant")
+    await service.conversations.save("team/run 1", [{"role": "user", "content": "hi"}])
+    async with server(service, token="k") as url:
+
+        def session() -> dict[str, object]:
+            client = MemoryClient(api_key="k", host=url)
+            client.delete_users(user_id="tenant/alice")
+            left = client.get_all(filters={"user_id": "*"})
+            client.client.close()
+            return left
+
+        left = await asyncio.to_thread(session)
+        import httpx
+
+        async with httpx.AsyncClient(base_url=url, headers={"Authorization": "Bearer k"}) as h:
+            chat = await h.get("/api/conversations/team%2Frun%201")
+    assert [r["user_id"] for r in left["results"]] == ["tenant"]  # type: ignore[index]
+    assert chat.status_code == 200 and chat.json()["messages"][0]["content"] == "hi"
+
+
+async def test_a_vault_from_before_encoded_folders_keeps_working(
+    vault: Path, service: MemoryService
+) -> None:
+    """memory/users/Alice/ (the folder an id had before ids were encoded): its memories,
+    keys and notes still belong to user Alice; new memories go to the encoded folder."""
+    old = vault / "memory/users/Alice"
+    old.mkdir(parents=True)
+    (old / "core.md").write_text(
+        '---\nmemcore: memories\nuser_id: "Alice"\ncategory: "core"\n---\n\n'
+        '- UTC+1 <!-- memcore {"id": "m-00000000000000a1", "key": "tz", "created": '
+        '"2025-01-01T00:00:00+00:00", "updated": "2025-01-01T00:00:00+00:00"} -->\n'
+    )
+    (old / "trip.md").write_text("# Trip\n\nAlice flies to Lisbon in May.\n")
+    await service.index()
+    m = service.memories
+    (kept,) = await m.add("UTC+2", user_id="Alice", key="tz")
+    assert kept.id == "m-00000000000000a1" and kept.path == "memory/users/Alice/core.md"
+    (new,) = await m.add("likes tea", user_id="Alice")
+    assert new.path == "memory/users/!alice/core.md"
+    assert await m.count(user_id="Alice") == 2
+    found = await m.search("Lisbon", user_id="Alice", limit=10)
+    assert "note:memory/users/Alice/trip.md#L1-3" in {r.id for r in found}
+    assert await m.search("Lisbon", user_id="alice", limit=10) == []

@@ -404,8 +404,8 @@ async def test_reindex_rebuilds_from_markdown(
     await service.index()
     with sqlite3.connect(service.settings.db_path) as conn:
         conn.execute("DELETE FROM memory_chunks")
-    report = await service.index(full=True)
-    assert report.indexed == ("MEMORY.md",) and report.chunks_reused == 1
+    report = await service.index(full=True)  # the rows held the vectors: embedded again
+    assert report.indexed == ("MEMORY.md",) and report.chunks_embedded == 1
     assert (await service.search("alpha")).hits
 
 

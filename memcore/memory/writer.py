@@ -441,11 +441,13 @@ class MemoryWriter:
         return sorted(placed.items(), key=lambda p: page_of(p[0])[1])
 
     async def _key_home(self, first: str, m: NewMemory) -> str | None:
-        """The page of the list ``first`` that holds the memory under ``m.key``, if any."""
+        """The file that holds the memory under ``m.key`` in its scope and category, if any:
+        a page of the list ``first``, or a file of the same scope elsewhere (a folder from
+        before ids were encoded, a file moved by hand)."""
         query = MemoryQuery(**m.scope.to_dict(), category=m.category, key=m.key, limit=1)
         async with self.store.snapshot(True) as reader:
             found = await reader.memories(query)
-        return found[0].path if found and page_of(found[0].path)[0] == first else None
+        return found[0].path if found else None
 
     def checked(self, m: NewMemory) -> NewMemory:
         """The memory with its text and metadata checked (InputError if they are not fit)."""

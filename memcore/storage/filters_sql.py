@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -101,6 +102,9 @@ _FOLDERS = ("apps", "users", "agents", "runs")  # outermost first, as Scope.fold
 _KINDS = {"app_id": "apps", "user_id": "users", "agent_id": "agents", "run_id": "runs"}
 
 
+_LEGACY = re.compile(r"[^\W_][\w.\-@]{0,127}")  # the names ids were held to before any text
+
+
 def _like(text: str) -> str:
     """``text`` as a LIKE pattern matching itself (with ESCAPE '!')."""
     return text.replace("!", "!!").replace("%", "!%").replace("_", "!_")
@@ -112,12 +116,15 @@ def folder_patterns(f: SearchFilters) -> list[str]:
     memory/users/*/agents/<a>/, a run's under .../runs/<r>/ at any of those levels, each of
     them under memory/apps/<x>/ too (an app's own: only under it). Ids as ``folder_name``
     encodes them."""
-    given = {kind: folder_name(v) for key, kind in _KINDS.items() if (v := getattr(f, key))}
+    given = {kind: v for key, kind in _KINDS.items() if (v := getattr(f, key))}
     patterns = [""]
     for kind in _FOLDERS:
         value = given.get(kind)
         if value is not None:
-            patterns = [f"{p}{kind}/{_like(value)}/" for p in patterns]
+            names = {folder_name(value)}
+            if _LEGACY.fullmatch(value) and ".." not in value:
+                names.add(value)  # its folder before ids were encoded (memory/users/Alice/)
+            patterns = [f"{p}{kind}/{_like(n)}/" for p in patterns for n in sorted(names)]
         elif any(_FOLDERS.index(k) > _FOLDERS.index(kind) for k in given):
             # the scope names a deeper level only: this level may be there or not
             patterns = [q for p in patterns for q in (p, f"{p}{kind}/%/")]

@@ -243,7 +243,9 @@ def openapi(routes: Sequence[BaseRoute]) -> dict[str, Any]:
                 "content": {"application/json": {"schema": ref(terms.out)}},
             }
             op: dict[str, Any] = {
-                "operationId": re.sub(r"\W+", "_", f"{method} {route.path}").strip("_").lower(),
+                "operationId": re.sub(r"\W+", "_", f"{method} {template(route)}")
+                .strip("_")
+                .lower(),
                 "summary": terms.summary,
                 "responses": {"200": answer, "4XX": error_body, "5XX": error_body},
             }
@@ -255,7 +257,7 @@ def openapi(routes: Sequence[BaseRoute]) -> dict[str, Any]:
             params = [
                 {"name": p.strip("{}"), "in": "path", "required": True,
                  "schema": {"type": "string", "minLength": 1}}
-                for p in route.path.split("/") if p.startswith("{")
+                for p in template(route).split("/") if p.startswith("{")
             ]  # fmt: skip
             if terms.query is not None:
                 fields = terms.query.model_json_schema()["properties"]
@@ -265,7 +267,7 @@ def openapi(routes: Sequence[BaseRoute]) -> dict[str, Any]:
                 ]
             if params:
                 op["parameters"] = params
-            paths.setdefault(route.path, {})[method.lower()] = op
+            paths.setdefault(template(route), {})[method.lower()] = op
     _link(paths, routes)
     return {
         "openapi": "3.1.0",
@@ -277,6 +279,11 @@ def openapi(routes: Sequence[BaseRoute]) -> dict[str, Any]:
         "security": [{"bearer": []}],
         "paths": paths,
     }
+
+
+def template(route: Route) -> str:
+    """A route's path as OpenAPI writes it: ``{name}`` for Starlette's ``{name:path}``."""
+    return re.sub(r"\{(\w+):\w+\}", r"{\1}", route.path)
 
 
 def _link(paths: dict[str, dict[str, Any]], routes: Sequence[BaseRoute]) -> None:
@@ -299,4 +306,4 @@ def _link(paths: dict[str, dict[str, Any]], routes: Sequence[BaseRoute]) -> None
                 if f"{{{param}}}" in path and api(path) == api(route.path)
                 for op in ops.values()
             }  # fmt: skip
-            paths[route.path][method.lower()]["responses"]["200"]["links"] = links
+            paths[template(route)][method.lower()]["responses"]["200"]["links"] = links

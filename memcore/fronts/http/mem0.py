@@ -314,8 +314,8 @@ def mem0_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a route 
         Route("/v1/batch/", batch_update, methods=["PUT"]),
         Route("/v1/batch/", batch_delete, methods=["DELETE"]),
         Route("/v1/entities/", entities, methods=["GET"]),
-        Route("/v2/entities/{kind}/{name}/", delete_entity, methods=["DELETE"]),
-        Route("/v1/entities/{kind}/{name}/", delete_entity, methods=["DELETE"]),  # deleteUser
+        Route("/v2/entities/{kind}/{name:path}/", delete_entity, methods=["DELETE"]),
+        Route("/v1/entities/{kind}/{name:path}/", delete_entity, methods=["DELETE"]),  # deleteUser
         Route("/v1/feedback/", feedback, methods=["POST"]),
         # Mem0's v1 REST, with and without the trailing slash (seed 000's adapter omits it)
         *(

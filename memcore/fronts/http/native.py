@@ -216,8 +216,8 @@ def native_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a rout
         Route("/api/memories/{memory_id}", update, methods=["PUT"]),
         Route("/api/memories/{memory_id}", delete, methods=["DELETE"]),
         Route("/api/memories/{memory_id}/history", history, methods=["GET"]),
-        Route("/api/conversations/{session_id}", load, methods=["GET"]),
-        Route("/api/conversations/{session_id}", save, methods=["PUT"]),
-        Route("/api/conversations/{session_id}", reset, methods=["DELETE"]),
+        Route("/api/conversations/{session_id:path}", load, methods=["GET"]),
+        Route("/api/conversations/{session_id:path}", save, methods=["PUT"]),
+        Route("/api/conversations/{session_id:path}", reset, methods=["DELETE"]),
         *strength_routes(service),
     ]

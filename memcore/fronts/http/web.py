@@ -171,7 +171,7 @@ def web_routes(service: MemoryService) -> list[Route | Mount]:  # noqa: C901 - a
         Route("/", search, methods=["GET"]),
         Route("/memories/{memory_id}", memory, methods=["GET"]),
         Route("/browse", browse, methods=["GET"]),
-        Route("/conversations/{session_id}", conversation, methods=["GET"]),
+        Route("/conversations/{session_id:path}", conversation, methods=["GET"]),
         Route("/status", status, methods=["GET"]),
         Route("/login", login, methods=["GET"]),
         Mount("/static", StaticFiles(directory=WEB / "static"), name="static"),
