@@ -7,6 +7,7 @@ in as parameters, never into the SQL text.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import re
@@ -188,6 +189,43 @@ def scope_sql(f: SearchFilters, d: Dialect) -> tuple[str, list[object]]:
             parts.append(f"({NOT_A_MEMORY} AND {outside})")
             out += [f"memory/{kind}/%" for kind in _FOLDERS]
     return "(" + " OR ".join(parts) + ")", out
+
+
+def scope_selects(f: SearchFilters, d: Dialect) -> list[tuple[str, list[object]]] | None:
+    """The chunks of a scope (``scope_sql`` without shared context) as queries of their ids,
+    each driven by an index: the scope's memories by its columns, its notes by the ranges of
+    its folders. A planner that cannot OR those paths reads them one by one. None when the
+    filter has no scope or takes shared context too."""
+    if not f.scoped or f.include_shared:
+        return None
+    conds, params = [], []
+    for n in SCOPE_KEYS:
+        if value := getattr(f, n):
+            conds.append(f"m.{n} = {d.mark}")
+            params.append(value)
+    if f.category is not None:
+        conds.append(f"m.category = {d.mark}")
+        params.append(f.category)
+    if f.metadata:
+        sql, more = metadata_sql(f.metadata, d)
+        conds.append(sql)
+        params += more
+    out = [(f"SELECT m.chunk_id FROM memories m WHERE {' AND '.join(conds)}", params)]
+    if f.category is None and not f.metadata:
+        for pattern in folder_patterns(f):
+            low, high = _prefix_range(pattern)
+            out.append((
+                f"SELECT c.id FROM memory_chunks c WHERE {d.file_range} AND c.source_file "
+                f"LIKE {d.mark} ESCAPE '!' AND {NOT_A_MEMORY}", [low, high, pattern],
+            ))  # fmt: skip
+    return out
+
+
+def unscoped(f: SearchFilters) -> SearchFilters:
+    """The filters without their scope, category and metadata (see ``scope_selects``)."""
+    return dataclasses.replace(
+        f, user_id=None, agent_id=None, run_id=None, app_id=None, category=None, metadata=None
+    )
 
 
 _OPS = {"eq": "=", "gt": ">", "gte": ">=", "lt": "<", "lte": "<="}

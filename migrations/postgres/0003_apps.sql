@@ -7,4 +7,4 @@ CREATE INDEX memories_agent ON memories (ns, agent_id) WHERE agent_id IS NOT NUL
 CREATE INDEX memories_run ON memories (ns, run_id) WHERE run_id IS NOT NULL;
 -- A scope's notes are read from its folders: a range of paths in byte order (COLLATE "C"),
 -- whatever the database's collation.
-CREATE INDEX memory_chunks_file_c ON memory_chunks (ns, source_file COLLATE "C");
+CREATE INDEX memory_chunks_file_c ON memory_chunks (source_file COLLATE "C");

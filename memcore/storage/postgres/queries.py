@@ -32,7 +32,13 @@ from memcore.core.tokenize import (
     segment,
 )
 from memcore.storage.base import ChunkRow, FileRows, PendingChunk, StoredFile, StoreStats, Vector
-from memcore.storage.filters_sql import POSTGRES, filter_sql, memory_query_sql
+from memcore.storage.filters_sql import (
+    POSTGRES,
+    filter_sql,
+    memory_query_sql,
+    scope_selects,
+    unscoped,
+)
 from memcore.storage.rows import (
     CHUNK_ROW_COLUMNS,
     ENTITY_COLUMNS,
@@ -130,6 +136,7 @@ class _Queries:
         self.conn = conn
         self._store = store
         self.ns = store.namespace
+        self._few_memo: tuple[SearchFilters, list[int] | None] | None = None
 
     async def _all(self, query: str | sql.Composed, params: Sequence[object] = ()) -> list[Any]:
         cur = await self.conn.execute(query, params)
@@ -171,6 +178,21 @@ class PostgresReader(_Queries):
         if not terms:
             return []
         where, params = filter_sql(filters, POSTGRES)
+        few = await self._few_ids(filters)
+        if few is not None:  # a small scope: its own rows, each word weighed by its rarity there
+            rest, more = filter_sql(unscoped(filters), POSTGRES)
+            where, params = f"{rest} AND c.id = ANY(%s)", [*more, few]
+            if len(terms) == 1:
+                return await self._ranked(terms, None, k, where, params)
+            one = (
+                "(SELECT count(*) FROM memory_chunks WHERE id = ANY(%s) AND "
+                f"fts @@ plainto_tsquery('{TS}', %s))"
+            )
+            rows = await self._all(
+                "SELECT " + ", ".join([one] * len(terms)), [p for t in terms for p in (few, t)]
+            )
+            weights = [idf(len(few), int(n)) for n in rows[0]]
+            return await self._ranked(terms, weights, k, where, params)
         if not 1 < len(terms) <= ANCHOR_MAX_TERMS:
             return await self._ranked(terms, None, k, where, params)
         # Each word's chunks are counted (a GIN lookup, up to a cap). The counts weigh each
@@ -236,14 +258,16 @@ class PostgresReader(_Queries):
         dim = int(np.asarray(vector).size)
         where, params = filter_sql(filters, POSTGRES)
         q = as_list(vector)
-        narrow = filters.scoped or filters.category or filters.metadata or filters.path_prefix
-        few = await self._few_ids(where, params) if narrow or filters.tag else None
+        few = await self._few_ids(filters)
         if few is not None:  # a small scope: its own rows, compared exactly
-            rows = await self._all(
-                "SELECT id, embedding <=> %s::float4[]::vector AS d FROM memory_chunks "
-                "WHERE ns = %s AND embedding_model = %s AND vector_dims(embedding) = %s "
-                "AND id = ANY(%s) ORDER BY d, id LIMIT %s",
-                (q, self.ns, model_id, dim, few, k),
+            rest, more = filter_sql(unscoped(filters), POSTGRES)
+            rows = await self._all(  # the rows by their key (not by the graph, nor by the
+                # model's index), then compared: OFFSET 0 keeps the planner from merging them
+                "SELECT id, embedding <=> %s::float4[]::vector AS d FROM (SELECT c.id, c.ns, "
+                "c.embedding_model, c.embedding FROM memory_chunks c WHERE c.id = ANY(%s)"
+                f"{rest} OFFSET 0) s WHERE ns = %s AND embedding_model = %s AND "
+                "vector_dims(embedding) = %s ORDER BY d, id LIMIT %s",
+                [q, few, *more, self.ns, model_id, dim, k],
             )
             return [(int(r[0]), 1.0 - float(r[1])) for r in rows]
         rows = await self._all(nearest_query(self.ns, model_id, dim, where), [q, *params, k])
@@ -256,15 +280,23 @@ class PostgresReader(_Queries):
         found = sorted(((int(r[0]), 1.0 - float(r[1])) for r in rows), key=lambda h: -h[1])
         return found[:k]
 
-    async def _few_ids(self, where: str, params: Sequence[object]) -> list[int] | None:
-        """The chunks a filter allows when they are few (a user's among a fleet's), found
-        through the scope's indexes; None when there are more than SMALL_SCOPE: then the
-        vector index does the filtering as it walks."""
-        rows = await self._all(
-            f"SELECT c.id FROM memory_chunks c WHERE c.ns = %s{where} LIMIT %s",
-            [self.ns, *params, SMALL_SCOPE + 1],
-        )
-        return [int(r[0]) for r in rows] if len(rows) <= SMALL_SCOPE else None
+    async def _few_ids(self, filters: SearchFilters) -> list[int] | None:
+        """The chunks of a filter's scope when they are few (a user's among a fleet's), read
+        through the scope's indexes; None when there is no scope or more than SMALL_SCOPE:
+        then the vector index does the filtering as it walks."""
+        memo = self._few_memo
+        if memo is not None and memo[0] is filters:  # the other half of the same search
+            return memo[1]
+        selects = scope_selects(filters, POSTGRES)
+        found: list[int] | None = None
+        if selects is not None:
+            ids: set[int] = set()
+            for query, params in selects:
+                rows = await self._all(f"{query} LIMIT %s", [*params, SMALL_SCOPE + 1])
+                ids.update(int(r[0]) for r in rows)
+            found = sorted(ids) if len(ids) <= SMALL_SCOPE else None
+        self._few_memo = (filters, found)
+        return found
 
     async def vector_similarity(
         self, vector: Vector, model_id: str, ids: Sequence[int]
