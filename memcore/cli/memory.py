@@ -245,7 +245,7 @@ def _chunks(lines: Iterator[bytes], start: int) -> Iterator[tuple[int, list[str 
         if not chunk:
             first = number
         try:
-            chunk.append(raw.decode("utf-8"))
+            chunk.append(raw.decode("utf-8").removesuffix("\n").removesuffix("\r"))
         except UnicodeDecodeError:
             chunk.append(None)
         size += len(raw)

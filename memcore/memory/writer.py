@@ -417,7 +417,7 @@ class MemoryWriter:
         placed: dict[str, list[int]] = {}
         rest = []
         for n, m in items:
-            home = await self._key_home(first, m) if m.key is not None else None
+            home = await self._key_home(m) if m.key is not None else None
             if home is not None:
                 placed.setdefault(home, []).append(n)
             else:
@@ -440,10 +440,10 @@ class MemoryWriter:
                 room, used = room - 1, used + size
         return sorted(placed.items(), key=lambda p: page_of(p[0])[1])
 
-    async def _key_home(self, first: str, m: NewMemory) -> str | None:
+    async def _key_home(self, m: NewMemory) -> str | None:
         """The file that holds the memory under ``m.key`` in its scope and category, if any:
-        a page of the list ``first``, or a file of the same scope elsewhere (a folder from
-        before ids were encoded, a file moved by hand)."""
+        a page of its list, or a file of the same scope elsewhere (a folder from before ids
+        were encoded, a file moved by hand)."""
         query = MemoryQuery(**m.scope.to_dict(), category=m.category, key=m.key, limit=1)
         async with self.store.snapshot(True) as reader:
             found = await reader.memories(query)

@@ -352,8 +352,8 @@ class PostgresReader(_Queries):
         if held:
             rows = await self._all(
                 "SELECT DISTINCT ON (content_hash) content_hash, embedding::float4[] "
-                "FROM memory_chunks WHERE ns = %s AND content_hash = ANY(%s) "
-                "AND embedding_model = %s AND embedding IS NOT NULL",
+                "FROM memory_chunks WHERE ns = %s AND content_hash = ANY(%s) "  # by the
+                "AND embedding_model || '' = %s AND embedding IS NOT NULL",  # hashes' index
                 (self.ns, held, model_id),
             )
             out |= {r[0]: as_vector(r[1]) for r in rows}

@@ -479,9 +479,9 @@ class SqliteReader(_Queries):
             out.update({h: decode_vector(b) for h, b in rows})
             held = [h for h in part if h not in out]  # a chunk's row holds the rest
             if held:
-                rows = await self._all(
+                rows = await self._all(  # "+": by the hashes' index, never by the model's
                     "SELECT content_hash, embedding FROM memory_chunks WHERE "
-                    f"content_hash IN ({marks(len(held))}) AND embedding_model = ? "
+                    f"content_hash IN ({marks(len(held))}) AND +embedding_model = ? "
                     "AND embedding IS NOT NULL",
                     [*held, model_id],
                 )
