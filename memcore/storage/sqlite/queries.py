@@ -97,6 +97,9 @@ async def _scan(index: VectorIndex | AnnIndex, fn: Callable[..., R], *args: obje
     return await asyncio.to_thread(fn, *args)
 
 
+FEW_TO_RANK = 2_000  # a scope of at most this many chunks is ranked chunk by chunk
+
+
 def embedded_hashes_sql(paths: int) -> str:
     """The chunk hashes of some files holding a vector of one model. The ``+`` keeps the
     planner off the embedding_model index, which it picked without statistics: every chunk of
@@ -209,6 +212,18 @@ def _ranked(
     return [(r[0], float(r[1])) for r in db.execute(sql, [match, *params, k]).fetchall()]
 
 
+def _ranked_among(
+    db: sqlite3.Connection, match: str, k: int, ids: Sequence[int]
+) -> list[tuple[int, float]]:
+    """The top ``k`` by BM25 among the chunks ``ids``: FTS5 seeks each one's row (a MATCH
+    with ``rowid = ?``), so a scope's few chunks are ranked without reading every match of
+    the vault; the whole index's statistics still weigh the words, as in any search."""
+    sql = "SELECT rowid, -rank FROM memory_fts WHERE memory_fts MATCH ? AND rowid = ?"
+    found = [row for i in ids for row in db.execute(sql, (match, i)).fetchall()]
+    found.sort(key=lambda r: (-r[1], r[0]))
+    return [(r[0], float(r[1])) for r in found[:k]]
+
+
 def _fetch_all(db: sqlite3.Connection, sql: str, params: Sequence[object]) -> list[Any]:
     return db.execute(sql, params).fetchall()
 
@@ -298,6 +313,7 @@ class SqliteReader(_Queries):
         self._generation = generation
         self._store = store
         self._starting: asyncio.Future[int] | None = None
+        self._allowed: tuple[SearchFilters, set[int] | None] | None = None
 
     @property
     def generation(self) -> int:
@@ -368,6 +384,11 @@ class SqliteReader(_Queries):
         )
         if not terms:
             return []
+        if filters.scoped:  # a small scope: rank its own chunks, not every match of the vault
+            allowed = await self._filtered_ids(filters)
+            if allowed is not None and len(allowed) <= FEW_TO_RANK:
+                ids = sorted(allowed)
+                return await self._on_thread(_ranked_among, fts_any(terms), k, ids)
         where, params = filter_sql(filters, SQLITE)
         remembered = self._store.common_counts
         known = {t: n for t in terms if (n := remembered.get(t, remembered.span)) is not None}
@@ -381,11 +402,17 @@ class SqliteReader(_Queries):
         return rows
 
     async def _filtered_ids(self, filters: SearchFilters) -> set[int] | None:
-        if not filters.active:
-            return None
-        where, params = filter_sql(filters, SQLITE)
-        rows = await self._all(f"SELECT c.id FROM memory_chunks c WHERE 1=1{where}", params)
-        return {r[0] for r in rows}
+        """The chunks a filter allows (None: every chunk); asked once a search (the vector
+        and the keyword halves of a search share its filters)."""
+        if self._allowed is not None and self._allowed[0] is filters:
+            return self._allowed[1]
+        allowed = None
+        if filters.active:
+            where, params = filter_sql(filters, SQLITE)
+            rows = await self._all(f"SELECT c.id FROM memory_chunks c WHERE 1=1{where}", params)
+            allowed = {r[0] for r in rows}
+        self._allowed = (filters, allowed)
+        return allowed
 
     async def search_vectors(
         self, vector: Vector, model_id: str, k: int, filters: SearchFilters
