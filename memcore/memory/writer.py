@@ -72,6 +72,7 @@ WRITE_ATTEMPTS = 20
 UNPAGED = ("daily", TURNS_CATEGORY)  # a file per day; transcripts page themselves
 MANY_FILES = 8  # an add touching more files than this writes them all, then indexes once
 WRITERS = 4  # files such an add writes at a time (their fsyncs overlap)
+READ_IDS = 10_000  # memories read back by id in one query (PostgreSQL takes 65,535 parameters)
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
@@ -510,8 +511,11 @@ class MemoryWriter:
     async def _records(
         self, ids: Sequence[str], missing_ok: bool = False, writing: bool = False
     ) -> list[MemoryRecord]:
+        rows: list[MemoryRecord] = []
         async with self.store.snapshot(writing) as reader:
-            rows = await reader.memories(MemoryQuery(ids=tuple(ids), limit=max(len(ids), 1)))
+            for at in range(0, max(len(ids), 1), READ_IDS):  # a query's parameters are bounded
+                part = tuple(ids[at : at + READ_IDS])
+                rows += await reader.memories(MemoryQuery(ids=part, limit=max(len(part), 1)))
         by_id = {r.id: r for r in rows}
         if not missing_ok and len(by_id) < len(set(ids)):
             lost = next(i for i in ids if i not in by_id)

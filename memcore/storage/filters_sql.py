@@ -33,6 +33,8 @@ class Dialect:
     arg_mark: str  # the placeholder of a comparison value
     distinct: str  # "not equal, NULL counting as a value"
     file_range: str  # c.source_file in [low, high), byte order: two parameters
+    any_of: str  # "is one of a list": one parameter, the list (see as_list)
+    as_list: Callable[[list[str]], object]  # that parameter
 
     def marks(self, n: int) -> str:
         return ",".join([self.mark] * n)
@@ -51,6 +53,8 @@ SQLITE = Dialect(
     arg_mark="?",
     distinct="IS NOT",
     file_range="c.source_file >= ? AND c.source_file < ?",
+    any_of="IN (SELECT value FROM json_each(?))",
+    as_list=lambda values: json.dumps(values, ensure_ascii=False),
 )
 # JSON null reads as SQL NULL, as SQLite's json_extract does, so both answer alike.
 POSTGRES = Dialect(
@@ -67,6 +71,8 @@ POSTGRES = Dialect(
     arg_mark="%s::jsonb",
     distinct="IS DISTINCT FROM",
     file_range='c.source_file COLLATE "C" >= %s AND c.source_file COLLATE "C" < %s',
+    any_of="= ANY(%s)",
+    as_list=list,
 )
 
 
@@ -380,9 +386,9 @@ def memory_query_sql(q: MemoryQuery, d: Dialect) -> tuple[str, list[object]]:
         if value is not None:
             clauses.append(f"m.{name} = {d.mark}")
             params.append(value)
-    if q.ids is not None:
-        clauses.append(f"m.memory_id IN ({d.marks(len(q.ids))})" if q.ids else d.never)
-        params += list(q.ids)
+    if q.ids is not None:  # one parameter, however many ids (a batch reads back 100,000)
+        clauses.append(f"m.memory_id {d.any_of}" if q.ids else d.never)
+        params += [d.as_list(list(q.ids))] if q.ids else []
     if q.tag:
         clauses.append(d.tag)
         params.append(q.tag.lstrip("#").lower())
