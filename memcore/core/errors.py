@@ -69,6 +69,16 @@ class WriteConflict(MemcoreError):
     """A memory file kept changing under a write (a person editing it); nothing was written."""
 
 
+class ImmutableMemory(WriteConflict):
+    """An update of a memory added as immutable: refused (409), never applied."""
+
+    def __init__(self, memory_id: str) -> None:
+        super().__init__(
+            f"memory {memory_id} is immutable: it cannot be updated (delete it and add a new "
+            "one, or edit its file by hand)"
+        )
+
+
 class LLMError(MemcoreError):
     """The chat model behind infer=True failed or answered something unusable."""
 

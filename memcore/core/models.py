@@ -176,6 +176,7 @@ class SearchFilters:
     category: str | None = None  # only memories of this category
     metadata: Mapping[str, object] | None = None  # Mem0-style: {"k": v, "k2": {"in": [..]}},
     # {"AND": [...]}, {"OR": [...]}; only memories whose metadata match
+    memories_only: bool = False  # no notes (Mem0's routes: a memory API answers memories)
 
     @property
     def scoped(self) -> bool:
@@ -183,7 +184,7 @@ class SearchFilters:
 
     @property
     def about_memories(self) -> bool:
-        return self.scoped or self.category is not None or bool(self.metadata)
+        return self.scoped or self.category is not None or bool(self.metadata) or self.memories_only
 
     @property
     def active(self) -> bool:
@@ -213,6 +214,8 @@ class MemoryRecord:
     score: float | None = None
     event: str | None = None  # what add(..., infer=True) did: ADD, UPDATE or DELETE
     strength: Strength | None = None  # FSRS-6 state now (see strength.py), when asked for
+    expiration_date: str | None = None  # an ISO date: reads leave it out after that day
+    immutable: bool = False  # updates through the API are refused
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -233,6 +236,8 @@ class MemoryRecord:
             "end_line": self.end_line,
             **({"score": self.score} if self.score is not None else {}),
             **({"strength": self.strength.to_dict()} if self.strength is not None else {}),
+            **({"expiration_date": self.expiration_date} if self.expiration_date else {}),
+            **({"immutable": True} if self.immutable else {}),
         }
 
 
@@ -288,6 +293,10 @@ class MemoryQuery:
     tag: str | None = None
     path: str | None = None  # only memories written in this file
     include_turns: bool = True  # False: leave out conversation turns unless category asks
+    # with ``today`` (an ISO date): False leaves out memories that expired before it, True
+    # keeps only those; None ignores expiry
+    expired: bool | None = None
+    today: str = ""
     limit: int = 100
     offset: int = 0
 

@@ -307,13 +307,24 @@ class Daemon:
                 self._after_batch(report)
 
     async def _forget_loop(self) -> None:
-        """Archive decaying memories whose retrievability fell below strength.forget_below,
-        every strength.forget_interval_s (off while forget_below is 0)."""
+        """Every strength.forget_interval_s (the first time at start): archive memories past
+        their expiration date, and decaying memories whose retrievability fell below
+        strength.forget_below (unless it is 0)."""
         s = self.settings.strength
-        if s.forget_below <= 0:
-            return
         while True:
+            try:
+                expired = await self.service.memories.archive_expired()
+            except Exception as exc:
+                log.warning("archiving expired memories failed (%s); will try again", exc)
+                expired = []
+            if expired:
+                log.info("archived %d expired memories: %s", len(expired),
+                         ", ".join(r.id for r in expired))  # fmt: skip
+                self.forgotten += len(expired)
+                self.publish()
             await asyncio.sleep(s.forget_interval_s)
+            if s.forget_below <= 0:
+                continue
             try:
                 gone = await self.service.memories.forget_below(s.forget_below)
             except Exception as exc:

@@ -135,11 +135,15 @@ class ScopedMemory(Memory):
         key: str | None = None,
         infer: bool = False,
         idempotency_key: str | None = None,
+        created: str | float | None = None,
+        expiration_date: str | None = None,
+        immutable: bool = False,
     ) -> list[MemoryRecord]:
         scope = self._scope(user_id=user_id, agent_id=agent_id, run_id=run_id, app_id=app_id)
         return await self.inner.add(
             content, **scope, metadata=metadata, category=category, key=key, infer=infer,
-            idempotency_key=request_key(self.caller, idempotency_key),
+            idempotency_key=request_key(self.caller, idempotency_key), created=created,
+            expiration_date=expiration_date, immutable=immutable,
         )  # fmt: skip
 
     async def add_batch(self, memories: Sequence[NewMemory]) -> list[MemoryRecord]:
@@ -169,11 +173,12 @@ class ScopedMemory(Memory):
         filters: Mapping[str, object] | None = None,
         limit: int = 100,
         offset: int = 0,
+        show_expired: bool = False,
     ) -> list[MemoryRecord]:
         scope = self._scope(user_id=user_id, agent_id=agent_id, run_id=run_id, app_id=app_id)
         return await self.inner.get_all(
             **scope, category=category, key=key, tag=tag, filters=filters, limit=limit,
-            offset=offset,
+            offset=offset, show_expired=show_expired,
         )  # fmt: skip
 
     async def count(
@@ -185,9 +190,12 @@ class ScopedMemory(Memory):
         app_id: str | None = None,
         category: str | None = None,
         filters: Mapping[str, object] | None = None,
+        show_expired: bool = False,
     ) -> int:
         scope = self._scope(user_id=user_id, agent_id=agent_id, run_id=run_id, app_id=app_id)
-        return await self.inner.count(**scope, category=category, filters=filters)
+        return await self.inner.count(
+            **scope, category=category, filters=filters, show_expired=show_expired
+        )
 
     async def search(
         self,
@@ -209,12 +217,15 @@ class ScopedMemory(Memory):
         threshold: float | None = None,
         query_vector: Vector | None = None,
         reinforce: bool = False,
+        show_expired: bool = False,
+        include_notes: bool = True,
     ) -> list[MemoryRecord]:
         scope = self._scope(user_id=user_id, agent_id=agent_id, run_id=run_id, app_id=app_id)
         return await self.inner.search(
             query, **scope, include_shared=include_shared, include_turns=include_turns,
             category=category, filters=filters, tag=tag, path=path, since=since, until=until,
             limit=limit, threshold=threshold, query_vector=query_vector, reinforce=reinforce,
+            show_expired=show_expired, include_notes=include_notes,
         )  # fmt: skip
 
     async def update(
@@ -222,10 +233,15 @@ class ScopedMemory(Memory):
         memory_id: str,
         content: str | None = None,
         metadata: Mapping[str, object] | None = None,
+        *,
+        created: str | float | None = None,
+        expiration_date: str | None = None,
     ) -> MemoryRecord:
         if self.caller.binding:
             await self._own(memory_id)
-        return await self.inner.update(memory_id, content, metadata)
+        return await self.inner.update(
+            memory_id, content, metadata, created=created, expiration_date=expiration_date
+        )
 
     async def delete(self, memory_id: str) -> None:
         if self.caller.binding:
@@ -268,15 +284,15 @@ class ScopedMemory(Memory):
         binding = self.caller.bound
         return [e for e in found if not binding or binding.get(f"{e.kind}_id") == e.name]
 
-    async def delete_entity(self, kind: str, name: str) -> int:
+    async def delete_entity(self, kind: str, name: str, *, missing_ok: bool = False) -> int:
         """A scoped caller deletes only its own share of the entity: a user's token deleting
         agent ``bot`` removes that user's memories with ``bot``, never another user's."""
         if not self.caller.binding:
-            return await self.inner.delete_entity(kind, name)
+            return await self.inner.delete_entity(kind, name, missing_ok=missing_ok)
         if kind not in ("user", "agent", "run", "app"):
             raise InputError(f"an entity is a user, agent, run or app, not {kind!r}")
         gone = await self.inner.delete_all(**self._scope(**{f"{kind}_id": name}))
-        if not gone:
+        if not gone and not missing_ok:
             raise NotFound(f"no memories of {kind} {name!r}")
         return gone
 
@@ -310,6 +326,11 @@ class ScopedMemory(Memory):
         return await self.inner.forget_below(
             threshold, **scope, category=category, dry_run=dry_run, now=now
         )
+
+    async def archive_expired(self) -> list[MemoryRecord]:
+        if self.caller.binding:
+            raise Forbidden(f"a token bound to {self.caller.describe()} cannot archive for all")
+        return await self.inner.archive_expired()
 
     async def archived(self, memory_id: str) -> MemoryRecord:
         record = await self.inner.archived(memory_id)

@@ -127,13 +127,17 @@ def _parse(path: Path, rel: str) -> MemoryFile | None:
 
 
 def _item_of(r: MemoryRecord) -> MemoryItem:
-    return MemoryItem(r.id, r.text, r.key, r.created, r.updated, r.metadata)
+    return MemoryItem(r.id, r.text, r.key, r.created, r.updated, r.metadata,
+                      expires=r.expiration_date, immutable=r.immutable)  # fmt: skip
 
 
 def _appender(items: Sequence[MemoryItem], rel: str, restoring: bool = False) -> Change:
     def change(f: MemoryFile) -> FileEdit:
         edit = FileEdit()
+        today = now()[:10]
         for item in items:
+            if restoring and item.expires is not None and item.expires < today:
+                item = dataclasses.replace(item, expires=None)  # asked back: it expires no more
             if f.find(item.id) is None:  # already there after an interrupted move
                 edit.append.append(render_item(item))
                 if restoring:

@@ -22,10 +22,10 @@ from memcore.memory.port import Memory
 from memcore.memory.writer import MemoryWriter, NewMemory
 from memcore.search.filters import read_filters
 from memcore.search.recall import Recall, note_key
-from memcore.search.searcher import Searcher
+from memcore.search.searcher import MAX_LIMIT, Searcher
 from memcore.search.strength import AGAIN, EASY, HARD
 from memcore.storage.base import Store, Vector
-from memcore.vault.memory_format import Scope, check_name
+from memcore.vault.memory_format import Scope, check_expiry, check_moment, check_name, new_id
 
 Message = Mapping[str, object]
 MAX_LIST = 10_000
@@ -63,13 +63,21 @@ class MemoryApi(Memory):
         key: str | None = None,
         infer: bool = False,
         idempotency_key: str | None = None,
+        created: str | float | None = None,
+        expiration_date: str | None = None,
+        immutable: bool = False,
     ) -> list[MemoryRecord]:
         """Remember ``content`` (a text, or chat messages: one memory per message with text).
         With ``key``, replaces that key's memory in the same scope and category. With
         ``infer``, an LLM extracts facts and adds, updates or deletes memories of the scope;
         the records say which (``event``). With ``idempotency_key``, a retried call (same
-        key) returns what the first one added and writes nothing."""
+        key) returns what the first one added and writes nothing.
+        ``created`` (Unix seconds or an ISO time) is when they were made, for memories
+        imported from elsewhere; after ``expiration_date`` (an ISO date) reads leave them out
+        and the forget loop archives them; ``immutable`` ones refuse updates."""
         scope = Scope(user_id, agent_id, run_id, app_id)
+        made = NewMemory("", created=check_moment(created), expires=check_expiry(expiration_date),
+                         immutable=immutable)  # fmt: skip
         if infer:
             if self.llm is None:
                 raise ConfigError("infer=True needs an LLM: set llm.provider to ollama or openai")
@@ -77,11 +85,15 @@ class MemoryApi(Memory):
                 [{"role": "user", "content": content}] if isinstance(content, str) else content
             )
             _message_texts(messages)  # validates them
-            return await self._infer(messages, scope, category, metadata)
+            return await self._infer(messages, scope, category, metadata, made)
         texts = [content] if isinstance(content, str) else _message_texts(content)
         if key is not None and len(texts) != 1:
             raise InputError("a key names one memory; give one text")
-        items = [NewMemory(t, scope, category, key, metadata) for t in texts]
+        items = [
+            dataclasses.replace(made, content=t, scope=scope, category=category, key=key,
+                                metadata=metadata, id=new_id())
+            for t in texts
+        ]  # fmt: skip
         return await self.writer.add_batch(items, idempotency_key)
 
     async def _infer(
@@ -90,6 +102,7 @@ class MemoryApi(Memory):
         scope: Scope,
         category: str,
         metadata: Mapping[str, object] | None,
+        made: NewMemory,
     ) -> list[MemoryRecord]:
         assert self.llm is not None
         answer = await self.llm.json_chat(infer.EXTRACT, infer.conversation_text(messages))
@@ -106,11 +119,15 @@ class MemoryApi(Memory):
         existing = list(similar.values())
         answer = await self.llm.json_chat(infer.RECONCILE, infer.reconcile_prompt(existing, facts))
         decisions = infer.parse_decisions(answer, existing)
-        adds = [NewMemory(d.text, scope, category, None, metadata) for d in decisions
-                if d.event == "ADD"]  # fmt: skip
+        adds = [
+            dataclasses.replace(made, content=d.text, scope=scope, category=category,
+                                metadata=metadata, id=new_id())
+            for d in decisions if d.event == "ADD"
+        ]  # fmt: skip
         out = [dataclasses.replace(r, event="ADD") for r in await self.writer.add_batch(adds)]
         for d in decisions:
-            if d.target is None or d.event == "NONE":
+            # an immutable memory stays as it is, whatever the model decides
+            if d.target is None or d.event == "NONE" or d.target.immutable:
                 continue
             if d.event == "UPDATE":
                 updated = await self.writer.update(d.target.id, d.text)
@@ -176,13 +193,13 @@ class MemoryApi(Memory):
         async with self._store.snapshot() as reader:
             return await reader.entities()
 
-    async def delete_entity(self, kind: str, name: str) -> int:
+    async def delete_entity(self, kind: str, name: str, *, missing_ok: bool = False) -> int:
         """Delete every memory of one user, agent or run (Mem0's delete_users); how many.
         Raises NotFound when it holds none."""
         if kind not in ("user", "agent", "run", "app"):
             raise InputError(f"an entity is a user, agent, run or app, not {kind!r}")
         gone = await self.delete_all(**scope_ids({f"{kind}_id": check_id(name, f"{kind}_id")}))
-        if not gone:
+        if not gone and not missing_ok:
             raise NotFound(f"no memories of {kind} {name!r}")
         return gone
 
@@ -228,6 +245,18 @@ class MemoryApi(Memory):
             weak = [r for r in weak if r.id in moved]
         return weak
 
+    async def archive_expired(self) -> list[MemoryRecord]:
+        """Archive every memory whose expiration date has passed (Mem0's expiration_date;
+        ``restore`` brings one back, its expiry cleared). Returns them."""
+        query = MemoryQuery(expired=True, today=_today(), limit=MAX_LIST)
+        gone: list[MemoryRecord] = []
+        while page := await self.writer.get_all(query):  # archived ones leave the query
+            moved = set(await self.archive.archive(page))
+            gone += [r for r in page if r.id in moved]
+            if not moved:
+                break
+        return gone
+
     async def forget_by_threshold(
         self, threshold: float, **scope: str | None
     ) -> list[MemoryRecord]:
@@ -260,12 +289,14 @@ class MemoryApi(Memory):
         filters: Mapping[str, object] | None = None,
         limit: int = 100,
         offset: int = 0,
+        show_expired: bool = False,
     ) -> list[MemoryRecord]:
         """Memories in a scope (oldest first), optionally of a category, key, #tag or with
         metadata matching ``filters`` (``{"k": v}``, ``{"k": {"in": [...]}}``, AND/OR)."""
         if not 1 <= limit <= MAX_LIST or offset < 0:
             raise InputError(f"limit must be 1-{MAX_LIST} and offset >= 0")
         query = self._query(Scope(user_id, agent_id, run_id, app_id), category, key, tag, filters)
+        query = _unexpired(query) if not show_expired else query
         return await self.with_strength(await self.writer.get_all(_paged(query, limit, offset)))
 
     async def get_memories_by_tag(self, tag: str, limit: int = 100) -> list[MemoryRecord]:
@@ -282,11 +313,12 @@ class MemoryApi(Memory):
         app_id: str | None = None,
         category: str | None = None,
         filters: Mapping[str, object] | None = None,
+        show_expired: bool = False,
     ) -> int:
-        """How many memories (conversation turns only when ``category`` asks for them)."""
-        return await self.writer.count(
-            self._query(Scope(user_id, agent_id, run_id, app_id), category, filters=filters)
-        )
+        """How many memories (conversation turns only when ``category`` asks for them;
+        expired ones only with ``show_expired``)."""
+        query = self._query(Scope(user_id, agent_id, run_id, app_id), category, filters=filters)
+        return await self.writer.count(_unexpired(query) if not show_expired else query)
 
     async def categories(self, **scope: str | None) -> dict[str, int]:
         rows = await self.get_all(**scope, limit=MAX_LIST)  # type: ignore[arg-type]
@@ -300,8 +332,18 @@ class MemoryApi(Memory):
         memory_id: str,
         content: str | None = None,
         metadata: Mapping[str, object] | None = None,
+        *,
+        created: str | float | None = None,
+        expiration_date: str | None = None,
     ) -> MemoryRecord:
-        return await self.writer.update(memory_id, content, metadata)
+        """Change a memory's text, metadata (replaced whole), ``created`` time (Unix seconds
+        or an ISO time) or ``expiration_date`` (an ISO date; "" takes it away). An immutable
+        memory refuses (ImmutableMemory, a WriteConflict)."""
+        expires = None if expiration_date in (None, "") else check_expiry(expiration_date)
+        return await self.writer.update(
+            memory_id, content, metadata, check_moment(created),
+            "" if expiration_date == "" else expires,
+        )  # fmt: skip
 
     async def delete(self, memory_id: str) -> None:
         await self.writer.delete(memory_id)
@@ -350,8 +392,12 @@ class MemoryApi(Memory):
         return await self.delete_all(all=True)
 
     async def history(self, memory_id: str) -> list[dict[str, object]]:
-        """ADD / UPDATE / DELETE events of a memory, oldest first, with who made them."""
-        return await self.writer.history_of(memory_id)
+        """ADD / UPDATE / DELETE events of a memory, oldest first, with who made them. An id
+        that never was a memory: NotFound (a memory written by hand may have none)."""
+        events = await self.writer.history_of(memory_id)
+        if not events:
+            await self.writer.get(memory_id)
+        return events
 
     async def search(
         self,
@@ -373,6 +419,8 @@ class MemoryApi(Memory):
         threshold: float | None = None,
         query_vector: Vector | None = None,
         reinforce: bool = False,
+        show_expired: bool = False,
+        include_notes: bool = True,
     ) -> list[MemoryRecord]:
         """Hybrid search as records, each with its score (0-1) and strength. Notes come back
         too (id ``note:path#Lstart-end``, category ``note``) unless a category or metadata
@@ -384,12 +432,19 @@ class MemoryApi(Memory):
             user_id=user_id, agent_id=agent_id, run_id=run_id, app_id=app_id,
             include_shared=include_shared,
             include_turns=include_turns, category=category, metadata=filters, tag=tag,
-            path=path, since=since, until=until,
+            path=path, since=since, until=until, include_notes=include_notes,
         )  # fmt: skip
-        result = await self.searcher.search(
-            query, limit, search_filters, min_score=threshold, query_vector=query_vector
-        )
-        out = await self.records_of(result.hits)
+        want, today = limit, _today()
+        while True:  # expired memories are left out after ranking: ask again for more
+            result = await self.searcher.search(
+                query, want, search_filters, min_score=threshold, query_vector=query_vector
+            )
+            found = await self.records_of(result.hits)
+            out = found if show_expired else [r for r in found if not _expired(r, today)]
+            if len(out) >= limit or len(found) < want or want >= MAX_LIMIT:
+                break
+            want = min(MAX_LIMIT, want + 2 * (len(found) - len(out)))
+        out = out[:limit]
         if reinforce:
             await self.recall.review([r.id for r in out])
         return await self.with_strength(out)
@@ -424,6 +479,19 @@ class MemoryApi(Memory):
             **scope.to_dict(), category=category, key=key, tag=tag, metadata=filters,
             limit=MAX_LIST, include_turns=False,
         )  # fmt: skip
+
+
+def _today() -> str:
+    return dt.datetime.now(dt.UTC).date().isoformat()
+
+
+def _unexpired(query: MemoryQuery) -> MemoryQuery:
+    """The query without memories whose expiration date has passed."""
+    return dataclasses.replace(query, expired=False, today=_today())
+
+
+def _expired(record: MemoryRecord, today: str) -> bool:
+    return record.expiration_date is not None and record.expiration_date < today
 
 
 def _paged(query: MemoryQuery, limit: int, offset: int) -> MemoryQuery:

@@ -47,6 +47,9 @@ class Memory:
         key: str | None = None,
         infer: bool = False,
         idempotency_key: str | None = None,
+        created: str | float | None = None,
+        expiration_date: str | None = None,
+        immutable: bool = False,
     ) -> list[MemoryRecord]:
         raise self._refuse("add memories")
 
@@ -69,6 +72,7 @@ class Memory:
         filters: Mapping[str, object] | None = None,
         limit: int = 100,
         offset: int = 0,
+        show_expired: bool = False,
     ) -> list[MemoryRecord]:
         raise self._refuse("list memories")
 
@@ -81,6 +85,7 @@ class Memory:
         app_id: str | None = None,
         category: str | None = None,
         filters: Mapping[str, object] | None = None,
+        show_expired: bool = False,
     ) -> int:
         raise self._refuse("count memories")
 
@@ -104,6 +109,8 @@ class Memory:
         threshold: float | None = None,
         query_vector: Vector | None = None,
         reinforce: bool = False,
+        show_expired: bool = False,
+        include_notes: bool = True,
     ) -> list[MemoryRecord]:
         raise self._refuse("search memories")
 
@@ -112,6 +119,9 @@ class Memory:
         memory_id: str,
         content: str | None = None,
         metadata: Mapping[str, object] | None = None,
+        *,
+        created: str | float | None = None,
+        expiration_date: str | None = None,
     ) -> MemoryRecord:
         raise self._refuse("update a memory")
 
@@ -147,7 +157,7 @@ class Memory:
     async def entities(self) -> list[Entity]:
         raise self._refuse("list users, agents and runs")
 
-    async def delete_entity(self, kind: str, name: str) -> int:
+    async def delete_entity(self, kind: str, name: str, *, missing_ok: bool = False) -> int:
         raise self._refuse("delete a user, agent or run")
 
     async def feedback(self, memory_id: str, feedback: str | None) -> MemoryRecord:
@@ -173,6 +183,11 @@ class Memory:
         now: dt.datetime | None = None,
     ) -> list[MemoryRecord]:
         raise self._refuse("archive weak memories (FSRS strength lives in a markdown vault)")
+
+    async def archive_expired(self) -> list[MemoryRecord]:
+        """Archive the memories whose expiration date has passed: none where there is no
+        archive (a Mem0 server expires its own)."""
+        return []
 
     async def archived(self, memory_id: str) -> MemoryRecord:
         raise self._refuse("keep an archive")

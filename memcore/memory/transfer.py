@@ -11,6 +11,7 @@ twice adds nothing); a row that is not a memory is reported by its line and skip
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import re
@@ -24,7 +25,7 @@ from memcore.core.lines import split_lines
 from memcore.core.models import SCOPE_KEYS, MemoryQuery, MemoryRecord
 from memcore.memory.port import Memory
 from memcore.memory.writer import MemoryWriter, NewMemory
-from memcore.vault.memory_format import Scope, check_content, check_name
+from memcore.vault.memory_format import Scope, check_content, check_expiry, check_name
 
 PAGE = 1000  # memories read, or written, at a time
 MAX_ID = 128
@@ -147,11 +148,12 @@ def new_memory(row: Any) -> NewMemory:
     if key is not None and not isinstance(key, str):
         raise InputError("key must be text")
     created, updated = _stamp(row, "created_at"), _stamp(row, "updated_at")
-    return NewMemory(
+    made = NewMemory(
         content=text, scope=scope, category=check_name(str(category or "core"), "category"),
         key=key, metadata=dict(metadata), created=created, updated=updated or created,
-        **({"id": memory_id} if memory_id else {}),
+        expires=check_expiry(row.get("expiration_date")), immutable=row.get("immutable") is True,
     )  # fmt: skip
+    return dataclasses.replace(made, id=memory_id) if memory_id else made
 
 
 def _name(row: Mapping[str, Any], key: str) -> str | None:

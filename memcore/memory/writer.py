@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from memcore.core.errors import (
+    ImmutableMemory,
     InputError,
     MemcoreError,
     NotFound,
@@ -96,6 +97,8 @@ class NewMemory:
     created: str | None = None
     updated: str | None = None
     file: str | None = None  # the memory file it goes to (default: ``file_for`` its scope)
+    expires: str | None = None  # an ISO date (Mem0's expiration_date)
+    immutable: bool = False
 
 
 @dataclass(slots=True)
@@ -529,21 +532,31 @@ class MemoryWriter:
         memory_id: str,
         content: str | None = None,
         metadata: Mapping[str, object] | None = None,
+        created: str | None = None,
+        expires: str | None = None,
     ) -> MemoryRecord:
-        """Change a memory's text and/or metadata (metadata replaces the old one)."""
+        """Change a memory's text, metadata (replacing the old one), created time and/or
+        expiry date ("" takes it away). An immutable memory refuses (ImmutableMemory, a
+        WriteConflict)."""
         text = check_content(content) if content is not None else None
         meta = check_metadata(metadata) if metadata is not None else None
-        if text is None and meta is None:
-            raise InputError("update needs new content or metadata")
+        if text is None and meta is None and created is None and expires is None:
+            raise InputError("update needs new content, metadata, timestamp or expiration_date")
         record = await self.get(memory_id)
+        if record.immutable:
+            raise ImmutableMemory(memory_id)
 
         def change(f: MemoryFile) -> FileEdit:
             item = _must_find(f, memory_id)
+            if item.immutable:
+                raise ImmutableMemory(memory_id)
             new = dataclasses.replace(
                 item,
                 text=text if text is not None else item.text,
                 metadata=meta if meta is not None else item.metadata,
                 updated=now(),
+                created=created or item.created,
+                expires=item.expires if expires is None else (expires or None),
             )
             edit = FileEdit(replace={item.id: render_item(new)}, ids=[item.id])
             if new.text != item.text:
@@ -872,6 +885,8 @@ def _adder(group: Sequence[NewMemory], rel: str, requests: Mapping[str, str]) ->
         for m in group:
             old = f.find_key(m.key) if m.key is not None else None
             if old is not None:
+                if old.immutable and old.text != m.content:
+                    raise ImmutableMemory(old.id)
                 new = dataclasses.replace(
                     old, text=m.content, metadata=m.metadata or old.metadata, updated=stamp
                 )
@@ -887,7 +902,8 @@ def _adder(group: Sequence[NewMemory], rel: str, requests: Mapping[str, str]) ->
                 continue
             if m.key is not None and m.key in pending:  # the same key twice in one write
                 at, first = pending[m.key]
-                item = MemoryItem(first, m.content, m.key, stamp, stamp, m.metadata or {})
+                item = MemoryItem(first, m.content, m.key, stamp, stamp, m.metadata or {},
+                                  expires=m.expires, immutable=m.immutable)  # fmt: skip
                 edit.append[at] = render_item(item)
                 edit.events.append(
                     api_event(first, "UPDATE", None, item.text, rel, requests.get(m.id))
@@ -896,7 +912,14 @@ def _adder(group: Sequence[NewMemory], rel: str, requests: Mapping[str, str]) ->
                 continue
             created = m.created or stamp
             item = MemoryItem(
-                m.id, m.content, m.key, created, m.updated or created, m.metadata or {}
+                m.id,
+                m.content,
+                m.key,
+                created,
+                m.updated or created,
+                m.metadata or {},
+                expires=m.expires,
+                immutable=m.immutable,
             )
             if m.key is not None:
                 pending[m.key] = (len(edit.append), m.id)

@@ -34,7 +34,9 @@ class Dialect:
     distinct: str  # "not equal, NULL counting as a value"
     file_range: str  # c.source_file in [low, high), byte order: two parameters
     any_of: str  # "is one of a list": one parameter, the list (see as_list)
+    none_of: str  # "is none of a list": the same
     as_list: Callable[[list[str]], object]  # that parameter
+    json_any_of: str  # a JSON value "is one of" a JSON array given as one parameter
 
     def marks(self, n: int) -> str:
         return ",".join([self.mark] * n)
@@ -54,7 +56,9 @@ SQLITE = Dialect(
     distinct="IS NOT",
     file_range="c.source_file >= ? AND c.source_file < ?",
     any_of="IN (SELECT value FROM json_each(?))",
+    none_of="NOT IN (SELECT value FROM json_each(?))",
     as_list=lambda values: json.dumps(values, ensure_ascii=False),
+    json_any_of="IN (SELECT value FROM json_each(?))",
 )
 # JSON null reads as SQL NULL, as SQLite's json_extract does, so both answer alike.
 POSTGRES = Dialect(
@@ -72,7 +76,9 @@ POSTGRES = Dialect(
     distinct="IS DISTINCT FROM",
     file_range='c.source_file COLLATE "C" >= %s AND c.source_file COLLATE "C" < %s',
     any_of="= ANY(%s)",
+    none_of="<> ALL(%s)",
     as_list=list,
+    json_any_of="IN (SELECT jsonb_array_elements(%s::jsonb))",
 )
 
 
@@ -182,7 +188,7 @@ def scope_sql(f: SearchFilters, d: Dialect) -> tuple[str, list[object]]:
                                      *(c for c, _ in extra)])  # fmt: skip
         parts.append(f"c.id IN (SELECT m.chunk_id FROM memories m WHERE {shared_conds})")
         out += extra_params
-    if not extra:  # notes: the scope's own, and shared ones when asked
+    if not extra and not f.memories_only:  # notes: the scope's own, and shared ones if asked
         # each folder a range of the file index, then the pattern: a scope's notes are read
         # from its folders, not found by testing every chunk of the vault
         for pattern in folder_patterns(f):
@@ -217,7 +223,7 @@ def scope_selects(f: SearchFilters, d: Dialect) -> list[tuple[str, list[object]]
         conds.append(sql)
         params += more
     out = [(f"SELECT m.chunk_id FROM memories m WHERE {' AND '.join(conds)}", params)]
-    if f.category is None and not f.metadata:
+    if f.category is None and not f.metadata and not f.memories_only:
         for pattern in folder_patterns(f):
             low, high = _prefix_range(pattern)
             out.append((
@@ -230,15 +236,19 @@ def scope_selects(f: SearchFilters, d: Dialect) -> list[tuple[str, list[object]]
 def unscoped(f: SearchFilters) -> SearchFilters:
     """The filters without their scope, category and metadata (see ``scope_selects``)."""
     return dataclasses.replace(
-        f, user_id=None, agent_id=None, run_id=None, app_id=None, category=None, metadata=None
-    )
+        f, user_id=None, agent_id=None, run_id=None, app_id=None, category=None, metadata=None,
+        memories_only=False,
+    )  # fmt: skip
 
 
 _OPS = {"eq": "=", "gt": ">", "gte": ">=", "lt": "<", "lte": "<="}
 # Mem0 filter keys that are the memory's own fields, not its metadata (m = the memories table)
 COLUMNS = {"user_id": "user_id", "agent_id": "agent_id", "run_id": "run_id", "app_id": "app_id",
-           "created_at": "created", "updated_at": "updated", "categories": "category",
-           "category": "category"}  # fmt: skip
+           "created_at": "created", "updated_at": "updated", "timestamp": "created",
+           "categories": "category", "category": "category", "memory_ids": "memory_id",
+           "id": "memory_id"}  # fmt: skip
+TIMES = ("created_at", "updated_at", "timestamp")
+MAX_PARAMS = 30_000  # under SQLite's 32,766 and PostgreSQL's 65,535 parameters a query
 
 
 def metadata_sql(
@@ -246,38 +256,58 @@ def metadata_sql(
 ) -> tuple[str, list[object]]:
     """A Mem0-style filter as SQL: ``AND`` / ``OR`` / ``NOT`` over conditions, each on a
     metadata key (``{"topic": "travel"}``, ``{"score": {"gte": 3}}``) or, with ``fields``, on
-    the memory's own fields (``user_id``, ``agent_id``, ``run_id``, ``created_at``,
-    ``updated_at``, ``categories``); ``{"metadata": {...}}`` holds metadata keys only.
-    Operators: eq, ne, gt, gte, lt, lte, in, nin, contains, icontains, and ``"*"`` for any
-    value. An operator it does not know is an InputError naming it, never ignored."""
+    the memory's own fields (``user_id``, ``agent_id``, ``run_id``, ``app_id``,
+    ``created_at``, ``updated_at``, ``timestamp``, ``categories``, ``memory_ids``) or its text
+    (``keywords``); ``{"metadata": {...}}`` holds metadata keys only. Operators: eq, ne, gt,
+    gte, lt, lte, in, nin, contains, icontains, and ``"*"`` for any non-empty value. An
+    operator it does not know is an InputError naming it, never ignored. Any width: an OR of
+    plain values of one key is one list, and long ANDs and ORs nest as balanced trees."""
+    sql, params = _spec_sql(spec, d, column, fields)
+    if len(params) > MAX_PARAMS:
+        raise InputError(
+            f"the filter holds {len(params):,} values, over {MAX_PARAMS:,}: put the values of "
+            "one key in one 'in' list"
+        )
+    return sql, params
+
+
+def _spec_sql(spec: object, d: Dialect, column: str, fields: bool) -> tuple[str, list[object]]:
     if not isinstance(spec, Mapping) or not spec:
         raise InputError("a metadata filter must be a non-empty JSON object")
-    parts: list[str] = []
-    params: list[object] = []
+    parts: list[tuple[str, list[object]]] = []
     for key, value in spec.items():
         if key in ("AND", "OR", "NOT"):
             subs = _logic(str(key), value, d, column, fields)
-            joined = " OR " if key == "OR" else " AND "
-            sql = "(" + joined.join(q for q, _ in subs) + ")"
+            sql = _balanced([q for q, _ in subs], " OR " if key == "OR" else " AND ")
             # a condition on a missing value is unknown (NULL), and NOT of it unknown too:
             # NOT {"agent_id": "coach"} must keep the memories without an agent
-            parts.append(f"NOT COALESCE({sql}, {d.never})" if key == "NOT" else sql)
-            params += [p for _, ps in subs for p in ps]
+            parts.append((
+                f"NOT COALESCE({sql}, {d.never})" if key == "NOT" else sql,
+                [p for _, ps in subs for p in ps],
+            ))  # fmt: skip
         elif key == "metadata" and isinstance(value, Mapping):
-            sql, more = metadata_sql(value, d, column, fields=False)
-            parts.append(sql)
-            params += more
+            parts.append(_spec_sql(value, d, column, fields=False))
+        elif fields and key == "keywords":
+            table = column.split(".")[0]
+            text = f"(SELECT kc.content FROM memory_chunks kc WHERE kc.id = {table}.chunk_id)"
+            parts.append(_field_sql(text, "keywords", value, d))
         elif fields and key in COLUMNS:
-            sql, more = _field_sql(
-                f"{column.split('.')[0]}.{COLUMNS[str(key)]}", str(key), value, d
+            parts.append(
+                _field_sql(f"{column.split('.')[0]}.{COLUMNS[str(key)]}", str(key), value, d)
             )
-            parts.append(sql)
-            params += more
         else:
-            sql, more = _json_sql(column, str(key), value, d)
-            parts.append(sql)
-            params += more
-    return "(" + " AND ".join(parts) + ")", params
+            parts.append(_json_sql(column, str(key), value, d))
+    sql = _balanced([q for q, _ in parts], " AND ")
+    return sql, [p for _, ps in parts for p in ps]
+
+
+def _balanced(parts: list[str], joint: str) -> str:
+    """``parts`` joined by AND or OR as a balanced tree of parentheses: SQLite refuses an
+    expression deeper than 1,000, and a flat chain of 1,000 ORs is that deep."""
+    if len(parts) <= 8:
+        return "(" + joint.join(parts) + ")"
+    half = len(parts) // 2
+    return "(" + _balanced(parts[:half], joint) + joint + _balanced(parts[half:], joint) + ")"
 
 
 def _logic(
@@ -286,7 +316,34 @@ def _logic(
     items = [value] if key == "NOT" and isinstance(value, Mapping) else value
     if not isinstance(items, list) or not items:
         raise InputError(f"filter {key} needs a non-empty list of filters")
-    return [metadata_sql(v, d, column, fields) for v in items]
+    if key == "OR":
+        items = _lists(items)
+    return [_spec_sql(v, d, column, fields) for v in items]
+
+
+def _lists(items: list[object]) -> list[object]:
+    """An OR's plain conditions on one key (``{"user_id": "a"}, {"user_id": "b"}``) as one
+    ``in`` list, in the place of the first; the rest as they are."""
+    by_key: dict[str, list[object]] = {}
+    for item in items:
+        if isinstance(item, Mapping) and len(item) == 1:
+            ((key, value),) = item.items()
+            if (
+                key not in ("AND", "OR", "NOT", "metadata", "keywords")
+                and _scalar(value)
+                and (value is not None and value != "*")
+            ):
+                by_key.setdefault(str(key), []).append(value)
+    out: list[object] = []
+    done: set[str] = set()
+    for item in items:
+        key = next(iter(item)) if isinstance(item, Mapping) and len(item) == 1 else None
+        if key is None or key not in by_key or len(by_key[key]) < 2:
+            out.append(item)
+        elif key not in done:
+            done.add(key)
+            out.append({key: {"in": by_key[key]}})
+    return out
 
 
 def _conditions(key: str, value: object) -> list[tuple[str, object]]:
@@ -296,6 +353,8 @@ def _conditions(key: str, value: object) -> list[tuple[str, object]]:
         if not value:
             raise InputError(f"filter {key} has no operator")
         return [(str(op), arg) for op, arg in value.items()]
+    if isinstance(value, list) and key in ("memory_ids", "id"):
+        return [("in", value)]  # Mem0's {"memory_ids": ["m-1", "m-2"]}
     return [("eq", value)]
 
 
@@ -305,15 +364,14 @@ def _json_sql(column: str, key: str, value: object, d: Dialect) -> tuple[str, li
     params: list[object] = []
     target = d.json_value(column)
     for op, arg in _conditions(key, value):
-        if op == "*":
-            parts.append(f"{target} IS NOT NULL")
-            params.append(d.json_key(key))
+        if op == "*":  # a value, and not an empty text
+            parts.append(f"({target} IS NOT NULL AND {d.json_text(column)} <> '')")
+            params += [d.json_key(key), d.json_key(key)]
         elif op in ("in", "nin"):
             if not isinstance(arg, list) or not arg or not all(map(_scalar, arg)):
                 raise InputError(f"metadata filter {key}.{op} needs a list of plain values")
-            marks = ",".join([d.arg_mark] * len(arg))
-            parts.append(f"{target} {'NOT IN' if op == 'nin' else 'IN'} ({marks})")
-            params += [d.json_key(key), *map(d.json_arg, arg)]
+            parts.append(f"{target} {'NOT ' if op == 'nin' else ''}{d.json_any_of}")
+            params += [d.json_key(key), json.dumps(arg, ensure_ascii=False)]
         elif op in ("contains", "icontains") and isinstance(arg, str):
             sql, arg = _holds(d, d.json_text(column), op, arg)
             parts.append(sql)
@@ -328,17 +386,27 @@ def _json_sql(column: str, key: str, value: object, d: Dialect) -> tuple[str, li
 
 
 def _field_sql(field: str, key: str, value: object, d: Dialect) -> tuple[str, list[object]]:
-    """Conditions on one of the memory's own text fields (scope names, category, dates)."""
+    """Conditions on one of the memory's own text fields (scope names, category, dates,
+    id), or on its text (``keywords``: contains / icontains)."""
     parts: list[str] = []
     params: list[object] = []
     for op, arg in _conditions(key, value):
+        if key in TIMES and op == "eq" and isinstance(arg, str) and len(arg) == 10:
+            _, high = _time_bound(key, "lte", arg)  # a day: from its start to the next's
+            parts.append(f"({field} >= {d.mark} AND {field} < {d.mark})")
+            params += [arg, high]
+            continue
+        if key in TIMES and op not in ("*", "in", "nin"):
+            op, arg = _time_bound(key, op, arg)
         if op == "*":
-            parts.append(f"{field} IS NOT NULL")
+            parts.append(f"({field} IS NOT NULL AND {field} <> '')")
+        elif key == "keywords" and op not in ("contains", "icontains"):
+            raise InputError(f"filter keywords: use contains or icontains, not {op!r}")
         elif op in ("in", "nin") and isinstance(arg, list) and arg:
             if not all(isinstance(a, str) for a in arg):
                 raise InputError(f"filter {key}.{op} needs a list of names")
-            parts.append(f"{field} {'NOT IN' if op == 'nin' else 'IN'} ({d.marks(len(arg))})")
-            params += arg
+            parts.append(f"{field} {d.none_of if op == 'nin' else d.any_of}")
+            params.append(d.as_list(list(arg)))
         elif op in ("contains", "icontains") and isinstance(arg, str) and key == "categories":
             parts.append(f"{field} = {d.mark}")  # a memory has one category
             params.append(arg)
@@ -347,8 +415,6 @@ def _field_sql(field: str, key: str, value: object, d: Dialect) -> tuple[str, li
             parts.append(sql)
             params.append(arg)
         elif (op in _OPS or op == "ne") and isinstance(arg, str):
-            if key in ("created_at", "updated_at") and op != "ne":
-                op, arg = _day_bound(op, arg)
             parts.append(f"{field} {d.distinct if op == 'ne' else _OPS[op]} {d.mark}")
             params.append(arg)
         else:
@@ -364,17 +430,32 @@ def _holds(d: Dialect, text: str, op: str, arg: str) -> tuple[str, str]:
     return d.holds.format(text), arg
 
 
-def _day_bound(op: str, value: str) -> tuple[str, str]:
-    """A comparison of a stored timestamp with a bare date: "lte 2024-05-31" takes the whole
-    day (lt the next day), "gt 2024-05-31" starts the day after."""
-    if len(value) != 10:
+def _time_bound(key: str, op: str, value: object) -> tuple[str, object]:
+    """A comparison with a stored time (ISO 8601 in UTC, to the second), its value checked and
+    written the same way: Unix seconds or an ISO time; a bare date takes whole days ("lte
+    2024-05-31" is lt the next day, "gt 2024-05-31" starts the day after). Anything else is
+    an InputError naming the value (never a comparison of text with text)."""
+    if op not in _OPS and op != "ne":
         return op, value
+    bad = InputError(f"filter {key}.{op}: {value!r} is not a date like 2024-05-31, an ISO time "
+                     "or Unix seconds")  # fmt: skip
+    if isinstance(value, bool):
+        raise bad
     try:
-        day = dt.date.fromisoformat(value)
-    except ValueError:
-        raise InputError(f"{value!r} is not a date like 2024-05-31") from None
-    following = (day + dt.timedelta(days=1)).isoformat()
-    return {"lte": ("lt", following), "gt": ("gte", following)}.get(op, (op, value))
+        if isinstance(value, int | float):
+            return op, dt.datetime.fromtimestamp(value, dt.UTC).isoformat(timespec="seconds")
+        if not isinstance(value, str):
+            raise bad
+        if len(value) == 10:
+            day = dt.date.fromisoformat(value)
+            following = (day + dt.timedelta(days=1)).isoformat()
+            return {"lte": ("lt", following), "gt": ("gte", following)}.get(op, (op, value))
+        moment = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except (ValueError, OverflowError, OSError):
+        raise bad from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=dt.UTC)
+    return op, moment.astimezone(dt.UTC).isoformat(timespec="seconds")
 
 
 def memory_query_sql(q: MemoryQuery, d: Dialect) -> tuple[str, list[object]]:
@@ -399,6 +480,10 @@ def memory_query_sql(q: MemoryQuery, d: Dialect) -> tuple[str, list[object]]:
         sql, more = metadata_sql(q.metadata, d)
         clauses.append(sql)
         params += more
+    if q.expired is not None:  # an expiry date is the last day a memory is read
+        clauses.append(f"m.expires < {d.mark}" if q.expired else
+                       f"(m.expires IS NULL OR m.expires >= {d.mark})")  # fmt: skip
+        params.append(q.today)
     return (" AND " + " AND ".join(clauses) if clauses else ""), params
 
 

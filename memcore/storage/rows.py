@@ -27,7 +27,8 @@ CHUNK_ROW_COLUMNS = (
 )
 MEMORY_SELECT = (
     "SELECT m.memory_id, c.content, m.path, c.start_line, c.end_line, m.category, m.user_id, "
-    "m.agent_id, m.run_id, m.key, m.created, m.updated, m.metadata, m.app_id, m.chunk_id "
+    "m.agent_id, m.run_id, m.key, m.created, m.updated, m.metadata, m.app_id, m.expires, "
+    "m.immutable, m.chunk_id "
     "FROM memories m JOIN memory_chunks c ON c.id = m.chunk_id"
 )
 
@@ -92,7 +93,8 @@ def memory_record(r: Sequence[Any]) -> MemoryRecord:
     return MemoryRecord(
         id=r[0], text=r[1], path=r[2], start_line=r[3], end_line=r[4], category=r[5],
         user_id=r[6], agent_id=r[7], run_id=r[8], key=r[9], created=r[10], updated=r[11],
-        metadata=json.loads(r[12] or "{}"), app_id=r[13],
+        metadata=json.loads(r[12] or "{}"), app_id=r[13], expiration_date=r[14],
+        immutable=bool(r[15]),
     )  # fmt: skip
 
 
@@ -153,12 +155,14 @@ def _chunk_fields(c: Chunk) -> tuple[Any, ...]:
 
 def memory_row(m: Mapping[str, Any], chunk_id: int, path: str, stamp: str) -> tuple[Any, ...]:
     """(memory_id, chunk_id, path, user_id, agent_id, run_id, category, key, created, updated,
-    metadata JSON, app_id) of one memory record, as a chunk's metadata carries it."""
+    metadata JSON, app_id, expires, immutable) of one memory record, as a chunk's metadata
+    carries it."""
     return (
         m["id"], chunk_id, path, m.get("user_id"), m.get("agent_id"), m.get("run_id"),
         m.get("category") or "core", m.get("key"), m.get("created") or stamp,
         m.get("updated") or m.get("created") or stamp,
         json.dumps(m.get("metadata") or {}, ensure_ascii=False), m.get("app_id"),
+        m.get("expires"), m.get("immutable") is True,
     )  # fmt: skip
 
 

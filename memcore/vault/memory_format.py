@@ -24,6 +24,7 @@ as they are and never rewritten.
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import functools
 import hashlib
 import json
@@ -151,6 +152,8 @@ class MemoryItem:
     start_line: int = 0
     end_line: int = 0
     recorded: bool = True  # False: no comment in the file yet (a hand-added item)
+    expires: str | None = None  # an ISO date: reads leave it out after that day (UTC)
+    immutable: bool = False  # the API refuses to change it (a person still may)
 
     def fields(self) -> dict[str, object]:
         out: dict[str, object] = {"id": self.id}
@@ -159,6 +162,10 @@ class MemoryItem:
         out |= {"created": self.created, "updated": self.updated}
         if self.metadata:
             out["metadata"] = dict(self.metadata)
+        if self.expires is not None:
+            out["expires"] = self.expires
+        if self.immutable:
+            out["immutable"] = True
         if visible_text(self.text) != self.text:
             out["text"] = self.text  # what the item's lines cannot say exactly (see render_item)
         return out
@@ -187,6 +194,7 @@ class MemoryFile:
             agent_id=self.scope.agent_id, run_id=self.scope.run_id, app_id=self.scope.app_id,
             key=item.key,
             created=item.created, updated=item.updated, metadata=item.metadata,
+            expiration_date=item.expires, immutable=item.immutable,
         )  # fmt: skip
 
 
@@ -274,6 +282,7 @@ def _item_of_block(path: str, block: str) -> MemoryItem:
         text = exact  # unless a person has edited the lines since memcore wrote them
     meta = fields.get("metadata")
     key = fields.get("key")
+    expires = fields.get("expires")
     return MemoryItem(
         id=str(fields.get("id") or derived_id(path, text)),
         text=text,
@@ -282,7 +291,51 @@ def _item_of_block(path: str, block: str) -> MemoryItem:
         updated=str(fields.get("updated") or ""),
         metadata=meta if isinstance(meta, dict) else {},
         recorded=bool(fields.get("id")),
+        # a date edited into something else is no expiry (the memory stays visible)
+        expires=expires if isinstance(expires, str) and _is_day(expires) else None,
+        immutable=fields.get("immutable") is True,
     )
+
+
+def _is_day(text: str) -> bool:
+    try:
+        return len(text) == 10 and bool(dt.date.fromisoformat(text))
+    except ValueError:
+        return False
+
+
+def check_expiry(value: object) -> str | None:
+    """An expiration date as memcore keeps it: an ISO date (Mem0's ``YYYY-MM-DD``); the
+    memory is visible through that day (UTC) and hidden from the next."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not _is_day(value):
+        raise InputError(f"expiration_date must be a date like 2025-12-31, got {value!r}")
+    return value
+
+
+def check_moment(value: object) -> str | None:
+    """A ``timestamp`` (Mem0's: Unix seconds; or an ISO date / date and time) as memcore's
+    created time: ISO 8601 in UTC, to the second."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise InputError(f"timestamp must be Unix seconds or an ISO time, got {value!r}")
+    try:
+        if isinstance(value, int | float):
+            moment = dt.datetime.fromtimestamp(value, dt.UTC)
+        elif isinstance(value, str):
+            moment = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+            if moment.tzinfo is None:
+                moment = moment.replace(tzinfo=dt.UTC)
+        else:
+            raise TypeError
+    except (TypeError, ValueError, OverflowError, OSError):
+        raise InputError(
+            f"timestamp must be Unix seconds or an ISO time like 2024-05-31T09:00:00Z, "
+            f"got {value!r}"
+        ) from None
+    return moment.astimezone(dt.UTC).isoformat(timespec="seconds")
 
 
 def _dedent(line: str) -> str:

@@ -75,8 +75,8 @@ Conn = psycopg.AsyncConnection[tuple[Any, ...]]
 TS = "memcore"  # the text search configuration of migration 0001
 _INSERT_MEMORY = (
     "INSERT INTO memories (ns, memory_id, chunk_id, path, user_id, agent_id, run_id, category, "
-    "key, created, updated, metadata, app_id) "
-    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+    "key, created, updated, metadata, app_id, expires, immutable) "
+    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
 )
 
 

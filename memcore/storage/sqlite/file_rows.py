@@ -34,7 +34,8 @@ from memcore.storage.rows import (
 BATCH = 500  # ids per IN (...) query, well under SQLite's variable limit
 INSERT_MEMORY = (
     "INSERT INTO memories (memory_id, chunk_id, path, user_id, agent_id, run_id, category, "
-    "key, created, updated, metadata, app_id) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)"
+    "key, created, updated, metadata, app_id, expires, immutable) "
+    "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
 )
 P = ParamSpec("P")
 T = TypeVar("T")
