@@ -103,7 +103,8 @@ async def test_every_route_keeps_a_scoped_token_inside_its_scope(
     app = build_app(service, "admin", scoped=TOKENS, pages=True)
     walked = routes_of(app)
     assert len(walked) > 40  # the whole table: native, Mem0 and the web pages
-    params = {"memory_id": bob.id, "kind": "user", "name": "bob", "session_id": "bob-run"}
+    params = {"memory_id": bob.id, "kind": "user", "name": "bob", "session_id": "bob-run",
+              "rest": "webhooks/projects/default/"}  # fmt: skip
     through: dict[tuple[str, str], set[int]] = {}
     async with server(service, token="admin", scoped=TOKENS) as url:
         async with httpx.AsyncClient(base_url=url) as http:
@@ -125,9 +126,15 @@ async def test_every_route_keeps_a_scoped_token_inside_its_scope(
                         kw: dict[str, Any] = {"params": query}
                         if method in ("POST", "PUT", "PATCH", "DELETE"):
                             kw["json"] = body
+                        if method in ("POST", "PUT", "PATCH"):  # the body says it, once
+                            kw["params"] = {}
                         resp = await http.request(method, target, **kw)
                         seen = (token, method, path)
-                        assert resp.status_code < 500, (seen, body, resp.text)
+                        # a Mem0 platform feature memcore lacks is 501, saying so
+                        platform = (
+                            resp.status_code == 501 and "not supported by memcore" in resp.text
+                        )
+                        assert resp.status_code < 500 or platform, (seen, body, resp.text)
                         assert SECRET not in resp.text, (seen, body, resp.text[:300])
                         changed = {k for k, v in vault_files(vault).items() if before.get(k) != v}
                         # an allowed write lands in the caller's own scope, never elsewhere
@@ -167,7 +174,9 @@ async def test_a_scoped_token_deleting_another_entity_deletes_only_its_own_share
             gone = await http.delete("/v2/entities/user/bob/", headers=helper)
             assert gone.status_code == 200 and gone.json()["deleted"] == 1
             none_left = await http.delete("/v2/entities/user/bob/", headers=helper)
-            assert none_left.status_code == 404
+            # nothing of the caller's share is left: deleted already (Mem0's clients clean up
+            # users this way), the same answer whether bob has other memories or not
+            assert none_left.status_code == 200 and none_left.json()["deleted"] == 0
     left = sorted(r.text for r in await service.memories.get_all(limit=10))
     assert left == ["bob alone", "bob with bot"]
 

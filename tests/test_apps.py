@@ -103,7 +103,7 @@ async def test_native_http_and_mem0_client_keep_two_apps_apart(service: MemorySe
             out["other"] = client.get_all(
                 filters={"AND": [{"user_id": "alice"}, {"app_id": "other"}]}
             )
-            out["crm_search"] = client.search("printer", filters={"app_id": "crm"})
+            out["crm_search"] = client.search("renewals due", filters={"app_id": "crm"})
             out["users"] = client.users()
             client.delete_users(app_id="support")
             out["left"] = client.get_all(filters={"user_id": "alice"})

@@ -21,16 +21,25 @@ NODE = shutil.which("node")
 NPM = shutil.which("npm")
 
 
-@pytest.fixture(scope="module")
-def ts_client() -> Path:
-    """tests/ts with its node_modules, installed from the lock file on first use."""
+TS_V2 = TS.parent / "ts-v2"  # the 2.x client: its peer dependencies conflict with 3.x's
+
+
+def npm_ci(folder: Path) -> Path:
+    """``folder`` with its node_modules, installed from its lock file on first use."""
     if NODE is None or NPM is None:
         pytest.skip("node and npm are not installed: the TypeScript client cannot run")
-    if not (TS / "node_modules" / "mem0ai").is_dir():
+    if not (folder / "node_modules" / "mem0ai").is_dir():
         subprocess.run(
-            [NPM, "ci", "--no-audit", "--no-fund", "--silent"], cwd=TS, check=True, timeout=300
-        )
-    return TS / "mem0_client.mjs"
+            [NPM, "ci", "--no-audit", "--no-fund", "--silent"], cwd=folder, check=True,
+            timeout=300,
+        )  # fmt: skip
+    return folder
+
+
+@pytest.fixture(scope="module")
+def ts_client() -> Path:
+    """tests/ts (npm mem0ai 3.x) installed, and its script."""
+    return npm_ci(TS) / "mem0_client.mjs"
 
 
 async def test_the_official_typescript_client_works_against_memcore(

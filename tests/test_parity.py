@@ -118,9 +118,9 @@ def native_body(query: str, filters: dict[str, Any], limit: int) -> dict[str, An
 def mem0_kwargs(filters: dict[str, Any], limit: int) -> dict[str, Any]:
     f = {k: v for k, v in filters.items() if k not in ("metadata", "threshold")}
     f.update(filters.get("metadata", {}))
-    out: dict[str, Any] = {"top_k": limit, "filters": f or None}
-    if "threshold" in filters:
-        out["threshold"] = filters["threshold"]
+    # notes too, and no floor unless the case sets one: what the other fronts answer
+    out: dict[str, Any] = {"top_k": limit, "filters": f or None, "include_notes": True}
+    out["threshold"] = filters.get("threshold", 0.0)
     return out
 
 

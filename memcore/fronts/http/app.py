@@ -10,6 +10,7 @@ with a 4xx/5xx status; bodies are capped; requests need the bearer token when on
 from __future__ import annotations
 
 import hmac
+import logging
 import re
 import urllib.parse
 from collections.abc import Collection, Mapping, Sequence
@@ -40,6 +41,7 @@ from memcore.fronts.http.schemas import ErrorOut, HealthOut, ReadyOut
 from memcore.service import MemoryService
 
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]", "::1")
+log = logging.getLogger("memcore.http")
 OPEN_PATHS = ("/health", "/ready", "/login")  # answered without the token
 WRITES = ("POST", "PUT", "PATCH", "DELETE")
 
@@ -208,6 +210,7 @@ def build_app(
         return error(413 if isinstance(exc, TooLarge) else 400, str(exc))
 
     async def crash(request: Request, exc: Exception) -> Response:
+        log.error("%s %s failed: %s", request.method, request.url.path, exc, exc_info=exc)
         return error(500, f"internal error: {type(exc).__name__}")
 
     return Starlette(

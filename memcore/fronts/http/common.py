@@ -77,15 +77,30 @@ def memories_of(service: MemoryService, request: Request) -> Memory:
 CODES = {
     400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
     405: "method_not_allowed", 409: "conflict", 413: "too_large", 415: "unsupported_media_type",
-    421: "misdirected_request", 500: "internal", 502: "upstream_failed", 503: "busy",
+    421: "misdirected_request", 500: "internal", 501: "not_implemented", 502: "upstream_failed",
+    503: "busy",
     507: "insufficient_storage",
 }  # fmt: skip
 
 
-def entities_page(entities: Sequence[Entity]) -> dict[str, Any]:
-    """Mem0's users() answer (the entities the caller may see: ScopedMemory.entities)."""
-    rows = [{"id": e.name, **e.to_dict()} for e in entities]
-    return {"count": len(rows), "next": None, "previous": None, "results": rows}
+def entities_page(
+    entities: Sequence[Entity], page: int = 1, size: int | None = None
+) -> dict[str, Any]:
+    """Mem0's users() answer (the entities the caller may see: ScopedMemory.entities), one
+    page of ``size`` (all of them without one); ``count`` is the total."""
+    size = size or max(len(entities), 1)
+    part = entities[(page - 1) * size : page * size]
+    rows = [{"id": e.name, **e.to_dict(), "owner": None, "organization": None, "metadata": {}}
+            for e in part]  # fmt: skip
+    return {"count": len(entities), "results": rows, **links(page, size, len(entities))}
+
+
+def links(page: int, size: int, total: int, name: str = "page_size") -> dict[str, str | None]:
+    """A page's ``next`` and ``previous`` (relative URLs; None past either end)."""
+    return {
+        "next": f"?page={page + 1}&{name}={size}" if page * size < total else None,
+        "previous": f"?page={page - 1}&{name}={size}" if page > 1 else None,
+    }
 
 
 def error(status: int, message: str) -> JSONResponse:
@@ -364,12 +379,14 @@ def _adapter(kind: Any) -> TypeAdapter[Any]:
     return TypeAdapter(kind)
 
 
-def reply(kind: Any, data: Any, status: int = 200) -> Response:
+def reply(
+    kind: Any, data: Any, status: int = 200, headers: Mapping[str, str] | None = None
+) -> Response:
     """``data`` serialized through its response type ``kind`` (a model, or ``list[Model]``):
     fields the data leaves out stay out."""
     adapter = _adapter(kind)
     body = adapter.dump_json(adapter.validate_python(data), exclude_unset=True)
-    return Response(body, status_code=status, media_type="application/json")
+    return Response(body, status_code=status, media_type="application/json", headers=headers)
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,6 +9,7 @@ other front; any other key is a metadata filter.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -21,7 +22,9 @@ from memcore.fronts.http.common import (
     BadRequest,
     contract,
     entities_page,
+    error,
     handle,
+    links,
     memories_of,
     parsed,
     query_of,
@@ -30,10 +33,12 @@ from memcore.fronts.http.common import (
 )
 from memcore.fronts.http.schemas import (
     MEM0_IGNORED,
+    MEM0_IGNORED_PARAMS,
     DeletedCountOut,
     EntitiesOut,
     Mem0AddBody,
     Mem0BatchBody,
+    Mem0DeleteOneQuery,
     Mem0DeleteQuery,
     Mem0Feedback,
     Mem0FeedbackOut,
@@ -44,6 +49,7 @@ from memcore.fronts.http.schemas import (
     Mem0MemoryOut,
     Mem0PageOut,
     Mem0PageQuery,
+    Mem0Params,
     Mem0SearchBody,
     Mem0UpdateBody,
     MessageOut,
@@ -52,13 +58,27 @@ from memcore.fronts.http.schemas import (
 )
 from memcore.service import MemoryService
 
-IGNORED = set(MEM0_IGNORED)
+IGNORED = set(MEM0_IGNORED) | set(MEM0_IGNORED_PARAMS)
+DEFAULT_THRESHOLD = 0.3  # Mem0's search default, on memcore's 0-1 score (docs/mem0.md)
 
 
 def record(r: MemoryRecord) -> dict[str, Any]:
+    """A memory as Mem0 answers it: memcore's fields plus Mem0's own."""
     out = r.to_dict()
     out["categories"] = [r.category]
+    out["hash"] = hashlib.md5(r.text.encode(), usedforsecurity=False).hexdigest()
+    out["expiration_date"] = r.expiration_date
+    out["immutable"] = r.immutable
     return out
+
+
+def ignored(*given: Any) -> dict[str, str]:
+    """The ``Memcore-Ignored`` header: the Mem0 fields and parameters a request set that
+    change nothing here (none: no header)."""
+    names = sorted({n for g in given for n in g.model_fields_set if n in IGNORED} | {
+        n for g in given for n in (g.model_extra or {}) if n in IGNORED
+    })  # fmt: skip
+    return {"Memcore-Ignored": ", ".join(names)} if names else {}
 
 
 READ_KEYS = {"category": str, "tag": str, "path": str, "since": str, "until": str,
@@ -95,7 +115,8 @@ def split_filters(filters: Any) -> tuple[dict[str, Any], dict[str, Any] | None]:
     """Mem0 filters -> (scope, the rest as a filter memcore evaluates in SQL).
 
     A scope key with a plain name, at the top or in a top-level AND, is the scope (a scoped
-    read: the scope's memories, and its notes); ``"*"`` means any. Everything else: OR, NOT,
+    read: the scope's memories); ``"*"`` (any non-empty value) is a condition. Everything
+    else: OR, NOT,
     operators (``{"user_id": {"in": [...]}}``), ``created_at`` / ``updated_at`` ranges,
     ``categories`` and metadata keys becomes one filter over the memories
     (storage/filters_sql.py), whose unknown operators are refused by name."""
@@ -112,10 +133,10 @@ def split_filters(filters: Any) -> tuple[dict[str, Any], dict[str, Any] | None]:
         if not isinstance(part, Mapping):
             raise BadRequest("each AND filter must be an object")
         for key, value in part.items():
-            if key in SCOPE_KEYS and isinstance(value, str):
+            if key in SCOPE_KEYS and isinstance(value, str) and value != "*":
                 if scope.get(key, value) != value:
                     raise BadRequest(f"filters name two values of {key}")
-                scope[key] = None if value == "*" else value
+                scope[key] = value
             elif key in IGNORED and key != "categories":
                 continue
             else:
@@ -138,6 +159,7 @@ def mem0_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a route 
     async def add(request: Request) -> Response:
         """Add messages (or a text) as memories of a scope."""
         data = await parsed(request, Mem0AddBody)
+        params = query_of(request, Mem0Params)
         messages: str | list[dict[str, Any]] = (
             [{"role": "user", "content": data.messages}]
             if isinstance(data.messages, str)
@@ -147,75 +169,115 @@ def mem0_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a route 
         infer = service.llm is not None if data.infer is None else data.infer
         records = await memories_of(service, request).add(
             messages, metadata=data.metadata, infer=infer, **scope_fields(data),
-            idempotency_key=request.headers.get("idempotency-key"),
+            idempotency_key=request.headers.get("idempotency-key"), created=data.timestamp,
+            expiration_date=data.expiration_date, immutable=bool(data.immutable),
         )  # fmt: skip
         out = [{**record(r), "event": r.event or "ADD"} for r in records]
-        return reply(Mem0MemoriesOut, {"results": out})
+        return reply(Mem0MemoriesOut, {"results": out}, headers=ignored(data, params))
+
+    async def page_of(
+        request: Request, filters: Any, page: int, size: int, show_expired: bool, *given: Any
+    ) -> Response:
+        """One page of the memories Mem0 filters match; ``count`` is all of them."""
+        scope, meta = split_filters(filters)
+        m = memories_of(service, request)
+        total = await m.count(**scope, filters=meta, show_expired=show_expired)
+        rows = await m.get_all(
+            **scope, filters=meta, limit=size, offset=(page - 1) * size,
+            show_expired=show_expired,
+        )  # fmt: skip
+        out: dict[str, Any] = {"count": total, **links(page, size, total),
+                               "results": [record(r) for r in rows]}  # fmt: skip
+        if warned := scope_warnings(scope, meta, rows):
+            out["warnings"] = warned
+        return reply(Mem0PageOut, out, headers=ignored(*given))
 
     @contract(Mem0PageOut, body=Mem0ListBody, query=Mem0PageQuery)
     @handle
     async def get_all(request: Request) -> Response:
-        """A page of a scope's memories."""
+        """A page of the memories the filters match (v2 and v3 listings)."""
         data = await parsed(request, Mem0ListBody)
         q = query_of(request, Mem0PageQuery)
-        scope, meta = split_filters(data.filters)
-        m = memories_of(service, request)
+        filters = with_scope(data.filters, scope_fields(data))
         page, size = q.page or data.page or 1, q.page_size or data.page_size or 100
-        total = await m.count(**scope)
-        rows = await m.get_all(**scope, filters=meta, limit=size, offset=(page - 1) * size)
-        more = page * size < total
-        return reply(Mem0PageOut, {
-            "count": total if meta is None else len(rows),
-            "next": f"?page={page + 1}&page_size={size}" if more else None,
-            "previous": f"?page={page - 1}&page_size={size}" if page > 1 else None,
-            "results": [record(r) for r in rows],
-        })  # fmt: skip
+        return await page_of(request, filters, page, size, bool(data.show_expired), data, q)
+
+    @contract(Mem0PageOut, query=Mem0ListQuery)
+    @handle
+    async def list_v1(request: Request) -> Response:
+        """Mem0's v1 listing: GET /v1/memories?user_id=... (``limit`` or ``page_size``)."""
+        q = query_of(request, Mem0ListQuery)
+        if q.limit is not None and q.page_size is not None and q.limit != q.page_size:
+            raise BadRequest("give limit or page_size, not two different sizes")
+        size = q.page_size or q.limit or 100
+        filters = with_scope(None, scope_fields(q))
+        return await page_of(request, filters, q.page, size, bool(q.show_expired), q)
 
     @contract(Mem0MemoriesOut, body=Mem0SearchBody)
     @handle
     async def search(request: Request) -> Response:
-        """Search a scope's memories; each result has a score from 0 to 1."""
+        """Search memories; each result has a score from 0 to 1 (Mem0's default threshold,
+        0.3, unless the request gives one)."""
         data = await parsed(request, Mem0SearchBody)
+        params = query_of(request, Mem0Params)
         read, rest = split_read_filters(data.filters)
         given, meta = split_filters(rest)
         for key, value in scope_fields(data).items():
             if value is not None and given.get(key, value) != value:
                 raise BadRequest(f"{key} differs between the body and its filters")
             given.setdefault(key, value)
+        threshold = DEFAULT_THRESHOLD if data.threshold is None else data.threshold
         rows = await memories_of(service, request).search(
             data.query, **given, **read, filters=meta, limit=data.top_k or data.limit or 10,
-            threshold=data.threshold,
+            threshold=threshold, show_expired=bool(data.show_expired),
+            include_notes=bool(data.include_notes),
         )  # fmt: skip
         out: dict[str, Any] = {"results": [record(r) for r in rows]}
+        warned = scope_warnings(given, meta, rows)
         if (pending := service.readiness.warning()) is not None:
-            out["warnings"] = [pending]
-        return reply(Mem0MemoriesOut, out)
+            warned.append(pending)
+        if warned:
+            out["warnings"] = warned
+        return reply(Mem0MemoriesOut, out, headers=ignored(data, params))
 
-    @contract(Mem0MemoryOut)
+    @contract(Mem0MemoryOut, query=Mem0Params)
     @handle
     async def get_one(request: Request) -> Response:
-        """One memory."""
-        found = await memories_of(service, request).get(request.path_params["memory_id"])
-        return reply(Mem0MemoryOut, record(found))
+        """One memory (a read: nothing about it changes, its strength included)."""
+        params = query_of(request, Mem0Params)
+        m = memories_of(service, request)
+        found = await m.get(request.path_params["memory_id"], review=False)
+        return reply(Mem0MemoryOut, record(found), headers=ignored(params))
 
-    @contract(Mem0MemoryOut, body=Mem0UpdateBody)
+    @contract(Mem0MemoryOut, body=Mem0UpdateBody, query=Mem0Params)
     @handle
     async def update(request: Request) -> Response:
-        """Change a memory's text or metadata."""
+        """Change a memory's text, metadata or created_at (an immutable memory: 409)."""
         memory_id = request.path_params["memory_id"]
         data = await parsed(request, Mem0UpdateBody)
+        params = query_of(request, Mem0Params)
         if data.text is not None and data.content is not None and data.text != data.content:
             raise BadRequest("give text or content, not two different texts")
         text = data.text if data.text is not None else data.content
-        changed = await memories_of(service, request).update(memory_id, text, data.metadata)
-        return reply(Mem0MemoryOut, record(changed))
+        # expiration_date: null takes the date away (Mem0's client sends it so)
+        expiry = data.expiration_date if data.expiration_date is not None else (
+            "" if "expiration_date" in data.model_fields_set else None
+        )  # fmt: skip
+        changed = await memories_of(service, request).update(
+            memory_id, text, data.metadata, created=data.timestamp, expiration_date=expiry
+        )
+        return reply(Mem0MemoryOut, record(changed), headers=ignored(data, params))
 
-    @contract(MessageOut)
+    @contract(MessageOut, query=Mem0DeleteOneQuery)
     @handle
     async def delete(request: Request) -> Response:
-        """Delete a memory."""
+        """Delete a memory (``delete_linked`` changes nothing: memcore keeps no superseded
+        memories to link)."""
+        params = query_of(request, Mem0DeleteOneQuery)
         await memories_of(service, request).delete(request.path_params["memory_id"])
-        return reply(MessageOut, {"message": "Memory deleted successfully!"})
+        return reply(
+            MessageOut, {"message": "Memory deleted successfully!"}, headers=ignored(params)
+        )
 
     @contract(DeletedCountOut, query=Mem0DeleteQuery)
     @handle
@@ -227,38 +289,33 @@ def mem0_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a route 
             raise BadRequest(f"unknown parameter(s): {', '.join(sorted(unknown))}")
         gone = await memories_of(service, request).delete_all(**scope_fields(q))
         return reply(
-            DeletedCountOut, {"message": "Memories deleted successfully!", "deleted": gone}
-        )
+            DeletedCountOut, {"message": "Memories deleted successfully!", "deleted": gone},
+            headers=ignored(q),
+        )  # fmt: skip
 
-    @contract(Mem0PageOut, query=Mem0ListQuery)
-    @handle
-    async def list_v1(request: Request) -> Response:
-        """Mem0's v1 listing: GET /v1/memories?user_id=..."""
-        q = query_of(request, Mem0ListQuery)
-        scope, m = scope_fields(q), memories_of(service, request)
-        total = await m.count(**scope)
-        rows = await m.get_all(**scope, limit=q.limit, offset=(q.page - 1) * q.limit)
-        more = q.page * q.limit < total
-        return reply(Mem0PageOut, {
-            "count": total,
-            "next": f"?page={q.page + 1}&limit={q.limit}" if more else None,
-            "previous": f"?page={q.page - 1}&limit={q.limit}" if q.page > 1 else None,
-            "results": [record(r) for r in rows],
-        })  # fmt: skip
-
-    @contract(EntitiesOut)
+    @contract(EntitiesOut, query=Mem0PageQuery)
     @handle
     async def entities(request: Request) -> Response:
-        """Every user, agent and run that holds memories (Mem0's users())."""
-        return reply(EntitiesOut, entities_page(await memories_of(service, request).entities()))
+        """Every user, agent, run and app holding memories (Mem0's users()), paged when
+        ``page_size`` is given."""
+        q = query_of(request, Mem0PageQuery)
+        found = await memories_of(service, request).entities()
+        return reply(
+            EntitiesOut, entities_page(found, q.page or 1, q.page_size), headers=ignored(q)
+        )
 
-    @contract(DeletedCountOut)
+    @contract(DeletedCountOut, query=Mem0Params)
     @handle
     async def delete_entity(request: Request) -> Response:
-        """Delete every memory of one user, agent or run (Mem0's delete_users())."""
+        """Delete every memory of one user, agent, run or app (Mem0's delete_users()); one
+        with none is deleted already (``deleted: 0``)."""
+        params = query_of(request, Mem0Params)
         kind, name = request.path_params["kind"], request.path_params["name"]
-        gone = await memories_of(service, request).delete_entity(kind, name)
-        return reply(DeletedCountOut, {"message": "Entity deleted successfully!", "deleted": gone})
+        gone = await memories_of(service, request).delete_entity(kind, name, missing_ok=True)
+        return reply(
+            DeletedCountOut, {"message": "Entity deleted successfully!", "deleted": gone},
+            headers=ignored(params),
+        )  # fmt: skip
 
     @contract(Mem0FeedbackOut, body=Mem0Feedback)
     @handle
@@ -271,14 +328,19 @@ def mem0_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a route 
                                        "feedback_reason": data.feedback_reason,
                                        "strength": strength})  # fmt: skip
 
-    @contract(list[Mem0HistoryEvent])
+    @contract(list[Mem0HistoryEvent], query=Mem0Params)
     @handle
     async def history(request: Request) -> Response:
-        """What happened to a memory."""
+        """What happened to a memory, oldest first (an unknown id: 404)."""
+        params = query_of(request, Mem0Params)
         memory_id = request.path_params["memory_id"]
-        events = await memories_of(service, request).history(memory_id)
-        rows = [{"id": f"{memory_id}:{n}", **e} for n, e in enumerate(events)]
-        return reply(list[Mem0HistoryEvent], rows)
+        m = memories_of(service, request)
+        events = await m.history(memory_id)
+        now = await m.get(memory_id, review=False) if any_left(events) else None
+        kept = events[-1].get("memory") if events else None
+        was = now.to_dict() if now is not None else dict(kept if isinstance(kept, Mapping) else {})
+        rows = [mem0_event(memory_id, n, e, was) for n, e in enumerate(events)]
+        return reply(list[Mem0HistoryEvent], rows, headers=ignored(params))
 
     @contract(MessageOut, body=Mem0BatchBody)
     @handle
@@ -304,16 +366,33 @@ def mem0_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a route 
             await m.delete(item.memory_id)
         return reply(MessageOut, {"message": f"Successfully deleted {len(data.memories)} memories"})
 
+    def platform(what: str) -> Any:
+        async def not_here(request: Request) -> Response:
+            return error(501, f"not supported by memcore: {what} ({request.method} "
+                              f"{request.url.path}) are a feature of Mem0's platform")  # fmt: skip
+
+        return not_here
+
     one = [("GET", get_one), ("PUT", update), ("DELETE", delete)]
+    both = ["GET", "POST", "PUT", "PATCH", "DELETE"]
     return [
         Route("/v1/ping/", ping, methods=["GET"]),
         Route("/v3/memories/add/", add, methods=["POST"]),
         Route("/v3/memories/", get_all, methods=["POST"]),
+        Route("/v2/memories/", get_all, methods=["POST"], name="get_all_v2"),
         Route("/v3/memories/search/", search, methods=["POST"]),
+        Route("/v2/memories/search/", search, methods=["POST"], name="search_v2"),
         Route("/v1/memories/{memory_id}/history/", history, methods=["GET"]),
         Route("/v1/batch/", batch_update, methods=["PUT"]),
         Route("/v1/batch/", batch_delete, methods=["DELETE"]),
         Route("/v1/entities/", entities, methods=["GET"]),
+        # Mem0's platform only: 501, so that a client says what is missing, not "not found"
+        Route("/v2/entities/{kind}/{name:path}/profile/", platform("profiles"), methods=both),
+        Route("/v2/profiles/{rest:path}", platform("profiles"), methods=both),
+        Route("/v1/exports/", platform("memory exports"), methods=both),
+        Route("/v1/exports/get/", platform("memory exports"), methods=both),
+        Route("/v1/summary/", platform("summaries"), methods=both),
+        Route("/api/v1/{rest:path}", platform("projects and webhooks"), methods=both),
         Route("/v2/entities/{kind}/{name:path}/", delete_entity, methods=["DELETE"]),
         Route("/v1/entities/{kind}/{name:path}/", delete_entity, methods=["DELETE"]),  # deleteUser
         Route("/v1/feedback/", feedback, methods=["POST"]),
@@ -330,3 +409,45 @@ def mem0_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a route 
             ]
         ),
     ]
+
+
+def with_scope(filters: Any, scope: Mapping[str, Any]) -> Any:
+    """Mem0 filters with a scope named beside them (v1 parameters, a 0.1.x client's v2
+    body) joined in."""
+    named = [{k: v} for k, v in scope.items() if v is not None]
+    if not named:
+        return filters
+    return {"AND": [*named, filters]} if filters else {"AND": named}
+
+
+def scope_warnings(scope: Mapping[str, Any], meta: Any, rows: list[MemoryRecord]) -> list[str]:
+    """Where memcore's answer differs from Mem0's on purpose: a scope names only the levels
+    given, so a bare user_id also finds that user's memories with an agent or a run."""
+    if meta is not None or not scope.get("user_id") or scope.get("agent_id"):
+        return []
+    if not any(r.agent_id or r.run_id for r in rows):
+        return []
+    return [
+        "user_id alone also matches that user's memories with an agent_id or run_id "
+        '(memcore\'s scope); add {"NOT": {"agent_id": "*"}} to leave them out'
+    ]
+
+
+def any_left(events: list[dict[str, object]]) -> bool:
+    """Whether the memory still exists after its events (an unknown id has none: the get
+    that follows answers 404)."""
+    return not events or events[-1].get("event") != "DELETE"
+
+
+def mem0_event(
+    memory_id: str, n: int, e: Mapping[str, Any], was: Mapping[str, Any]
+) -> dict[str, Any]:
+    """One history event in Mem0's shape: memcore's fields, plus the memory's scope,
+    categories and metadata (``was``: as they are now, or as they were when deleted)."""
+    return {
+        "id": f"{memory_id}:{n}", **e, "input": [],
+        **{k: was.get(k) for k in SCOPE_KEYS},
+        "categories": [str(was["category"])] if was.get("category") else [],
+        "metadata": dict(was.get("metadata") or {}),
+        "updated_at": e.get("created_at"),
+    }  # fmt: skip

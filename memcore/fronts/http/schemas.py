@@ -225,6 +225,8 @@ class MemoryOut(Out):
     end_line: int | None
     score: float | None = None
     strength: StrengthOut | None = None
+    expiration_date: str | None = None
+    immutable: bool | None = None
 
 
 class HitOut(Out):
@@ -313,7 +315,8 @@ class StatusOut(Out):
 
 
 class Mem0Body(Body):
-    """A Mem0 request: Mem0's own fields memcore has no use for are accepted and ignored."""
+    """A Mem0 request. Mem0's own fields memcore has no use for are accepted, and the answer
+    names them in its ``Memcore-Ignored`` header (docs/mem0.md has the table)."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
@@ -322,23 +325,24 @@ class Mem0Body(Body):
     output_format: Any = None
     org_id: Any = None
     project_id: Any = None
+    org_name: Any = None
+    project_name: Any = None
     includes: Any = None
     excludes: Any = None
     custom_categories: Any = None
-    immutable: Any = None
-    timestamp: Any = None
-    expiration_date: Any = None
     enable_graph: Any = None
     rerank: Any = None
     keyword_search: Any = None
     fields: Any = None
     filter_memories: Any = None
-    latest_only: Any = None
     categories: Any = None
 
 
 # Mem0 fields memcore accepts and has no use for (they change nothing here)
 MEM0_IGNORED = tuple(Mem0Body.model_fields)
+# when a memory was made: Unix seconds (Mem0's) or an ISO date / date and time
+Moment = Annotated[int | float | str, Field(description="Unix seconds, or an ISO 8601 time")]
+Expiry = Annotated[str, Field(max_length=40, description="an ISO date (or date and time)")]
 
 
 class Mem0AddBody(Mem0Body):
@@ -349,15 +353,36 @@ class Mem0AddBody(Mem0Body):
     agent_id: ScopeId | None = None
     run_id: ScopeId | None = None
     app_id: ScopeId | None = None
+    timestamp: Moment | None = Field(None, description="the memories' created_at")
+    expiration_date: Expiry | None = Field(None, description="hidden from reads after this")
+    immutable: bool | None = Field(None, description="true: updates are refused (409)")
 
 
 class Mem0ListBody(Mem0Body):
     filters: JSONObject | None = None
     page: Annotated[int, Field(ge=1, le=1_000_000), WHOLE] | None = None
     page_size: Annotated[int, Field(ge=1, le=10_000), WHOLE] | None = None
+    show_expired: bool | None = None
+    user_id: ScopeId | None = None  # the v2 listing of 0.1.x clients names the scope here
+    agent_id: ScopeId | None = None
+    run_id: ScopeId | None = None
+    app_id: ScopeId | None = None
 
 
-class Mem0PageQuery(Query):
+class Mem0Params(Query):
+    """Query parameters every Mem0 route takes: the org and project a Mem0 client sends on
+    every call once its ping named them (ignored: one vault is one project)."""
+
+    org_id: Annotated[str, Field(max_length=256)] | None = None
+    project_id: Annotated[str, Field(max_length=256)] | None = None
+    org_name: Annotated[str, Field(max_length=256)] | None = None
+    project_name: Annotated[str, Field(max_length=256)] | None = None
+
+
+MEM0_IGNORED_PARAMS = tuple(Mem0Params.model_fields)
+
+
+class Mem0PageQuery(Mem0Params):
     page: Annotated[int, Field(ge=1, le=1_000_000)] | None = None
     page_size: Annotated[int, Field(ge=1, le=10_000)] | None = None
 
@@ -371,16 +396,21 @@ class Mem0SearchBody(Mem0Body):
     app_id: ScopeId | None = None
     top_k: Limit | None = None
     limit: Limit | None = None
-    threshold: Score | None = None
+    threshold: Score | None = Field(None, description="Mem0's default: 0.3")
+    show_expired: bool | None = None
+    include_notes: bool | None = Field(None, description="vault notes too (not memories)")
+    latest_only: bool | None = Field(None, description="always true here (nothing superseded)")
 
 
 class Mem0UpdateBody(Mem0Body):
     text: Content | None = None
     content: Content | None = Field(None, description="the same as text (seed 000's adapter)")
     metadata: JSONObject | None = None
+    timestamp: Moment | None = Field(None, description="a new created_at")
+    expiration_date: Expiry | None = Field(None, description="a new date; null takes it away")
 
 
-class Mem0DeleteQuery(Query):
+class Mem0DeleteQuery(Mem0Params):
     model_config = ConfigDict(extra="allow")  # Mem0's ignored fields come as parameters too
 
     user_id: ScopeId | None = None
@@ -389,15 +419,21 @@ class Mem0DeleteQuery(Query):
     app_id: ScopeId | None = None
 
 
-class Mem0ListQuery(Query):
-    """GET /v1/memories?user_id=...: Mem0's v1 listing."""
+class Mem0DeleteOneQuery(Mem0Params):
+    delete_linked: bool | None = Field(None, description="nothing is linked here: no-op")
+
+
+class Mem0ListQuery(Mem0Params):
+    """GET /v1/memories?user_id=...: Mem0's v1 listing (``limit`` or ``page_size``)."""
 
     user_id: ScopeId | None = None
     agent_id: ScopeId | None = None
     run_id: ScopeId | None = None
     app_id: ScopeId | None = None
-    limit: Annotated[int, Field(ge=1, le=10_000)] = 100
+    limit: Annotated[int, Field(ge=1, le=10_000)] | None = None
+    page_size: Annotated[int, Field(ge=1, le=10_000)] | None = None
     page: Annotated[int, Field(ge=1, le=1_000_000)] = 1
+    show_expired: bool | None = None
 
 
 class Mem0Feedback(Body):
@@ -420,6 +456,9 @@ class EntityOut(Out):
     total_memories: int
     created_at: str | None
     updated_at: str | None
+    owner: str | None = None
+    organization: str | None = None
+    metadata: JSONObject | None = None
 
 
 class EntitiesOut(Out):
@@ -443,6 +482,7 @@ class Mem0BatchBody(Body):
 
 class Mem0MemoryOut(MemoryOut):
     categories: list[str]
+    hash: str = Field(description="MD5 of the memory's text, as Mem0's")
 
 
 class Mem0MemoriesOut(Out):
@@ -451,14 +491,23 @@ class Mem0MemoriesOut(Out):
 
 
 class Mem0PageOut(Out):
-    count: int
+    count: int = Field(description="every memory the filters match, over all pages")
     next: str | None
     previous: str | None
     results: list[Mem0MemoryOut]
+    warnings: list[str] | None = None
 
 
 class Mem0HistoryEvent(HistoryEvent):
     id: str
+    input: list[JSONObject] = Field(description="memcore does not keep the messages: []")
+    user_id: str | None
+    agent_id: str | None
+    run_id: str | None
+    app_id: str | None
+    categories: list[str]
+    metadata: JSONObject | None
+    updated_at: str | None
 
 
 class MessageOut(Out):
