@@ -305,23 +305,9 @@ def load_settings(
     root = resolve_vault(vault, env)
     vault_file = root / VAULT_CONFIG
     if vault_file.is_file():
-        found.merge_file(_read_toml(vault_file), str(vault_file), forbidden=VAULT_FORBIDDEN)
-        provider = found.values["embedder"].get("provider")
-        if provider in PROVIDERS and provider not in VAULT_PROVIDERS:
-            raise ConfigError(
-                f"{vault_file}: embedder.provider = {provider!r} sends memory off this machine; "
-                "set it in your user config, MEMCORE_EMBEDDER or --embedder instead"
-            )
-        if found.values["memory"].get("adapter") == "mem0":
-            raise ConfigError(
-                f"{vault_file}: memory.adapter = 'mem0' sends memory off this machine; "
-                "set it in your user config, MEMCORE_MEMORY_ADAPTER or --memory instead"
-            )
-        if found.values["llm"].get("provider") == "openai":
-            raise ConfigError(
-                f"{vault_file}: llm.provider = 'openai' sends memory off this machine; "
-                "set it in your user config or MEMCORE_LLM_PROVIDER instead"
-            )
+        data = _read_toml(vault_file)
+        found.merge_file(data, str(vault_file), forbidden=VAULT_FORBIDDEN)
+        _refuse_leaving(data, vault_file)
     for dotted, (name, raw) in _env_values(env).items():
         found.set(dotted, raw, name)
     for dotted, value in (overrides or {}).items():
@@ -338,6 +324,33 @@ def load_settings(
         origin = found.origins.get(key)
         raise ConfigError(f"{origin}: {message}" if origin else message)
     return settings
+
+
+def _refuse_leaving(data: Mapping[str, Any], vault_file: Path) -> None:
+    """A vault's memcore.toml may not send memory off this machine (a cloned vault would
+    choose where its reader's memories go). Only that file's own values count: the same
+    choices in the user config or the environment are the person's own."""
+
+    def given(section: str, key: str) -> object:
+        table = data.get(section)
+        return table.get(key) if isinstance(table, dict) else None
+
+    provider = given("embedder", "provider")
+    if provider in PROVIDERS and provider not in VAULT_PROVIDERS:
+        raise ConfigError(
+            f"{vault_file}: embedder.provider = {provider!r} sends memory off this machine; "
+            "set it in your user config, MEMCORE_EMBEDDER or --embedder instead"
+        )
+    if given("memory", "adapter") == "mem0":
+        raise ConfigError(
+            f"{vault_file}: memory.adapter = 'mem0' sends memory off this machine; "
+            "set it in your user config, MEMCORE_MEMORY_ADAPTER or --memory instead"
+        )
+    if given("llm", "provider") == "openai":
+        raise ConfigError(
+            f"{vault_file}: llm.provider = 'openai' sends memory off this machine; "
+            "set it in your user config or MEMCORE_LLM_PROVIDER instead"
+        )
 
 
 def _read_toml(path: Path) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -47,6 +48,10 @@ class Mem0Memory(Memory):
             raise self._translated(exc) from exc
 
     def _connect(self) -> Any:
+        # mem0ai reports every call to PostHog unless MEM0_TELEMETRY says no, read once when
+        # it is imported: memcore's memory goes to the server it names and nowhere else (a
+        # person who wants the telemetry sets MEM0_TELEMETRY=true themselves)
+        os.environ.setdefault("MEM0_TELEMETRY", "false")
         try:
             from mem0 import MemoryClient
         except ImportError:
@@ -92,6 +97,9 @@ class Mem0Memory(Memory):
         key: str | None = None,
         infer: bool = False,
         idempotency_key: str | None = None,
+        created: str | float | None = None,
+        expiration_date: str | None = None,
+        immutable: bool = False,
     ) -> list[MemoryRecord]:
         if key is not None:
             raise self._refuse("keep memories under a key")
@@ -101,8 +109,10 @@ class Mem0Memory(Memory):
             raise self._refuse("take an idempotency key")
         messages = content if isinstance(content, str) else [dict(m) for m in content]
         scope = _scope(user_id, agent_id, run_id, app_id)
+        extra = {k: v for k, v in (("timestamp", created), ("expiration_date", expiration_date),
+                                   ("immutable", immutable or None)) if v is not None}  # fmt: skip
         answer = await self._call(
-            lambda c: c.add(messages, **scope, metadata=dict(metadata or {}), infer=infer)
+            lambda c: c.add(messages, **scope, metadata=dict(metadata or {}), infer=infer, **extra)
         )
         return [
             _record({**scope, "metadata": dict(metadata or {}), **row})
@@ -136,9 +146,12 @@ class Mem0Memory(Memory):
         filters: Mapping[str, object] | None = None,
         limit: int = 100,
         offset: int = 0,
+        show_expired: bool = False,
     ) -> list[MemoryRecord]:
         if key is not None or tag is not None:
             raise self._refuse("list memories by key or tag")
+        if show_expired:
+            raise self._refuse("list expired memories")
         if offset % limit:
             raise self._refuse("list from an offset that is not a multiple of the limit")
         flt = _filters(_scope(user_id, agent_id, run_id, app_id), category, filters)
@@ -156,6 +169,7 @@ class Mem0Memory(Memory):
         app_id: str | None = None,
         category: str | None = None,
         filters: Mapping[str, object] | None = None,
+        show_expired: bool = False,
     ) -> int:
         flt = _filters(_scope(user_id, agent_id, run_id, app_id), category, filters)
         answer = await self._call(lambda c: c.get_all(filters=flt, page=1, page_size=1))
@@ -181,9 +195,13 @@ class Mem0Memory(Memory):
         threshold: float | None = None,
         query_vector: Vector | None = None,
         reinforce: bool = False,
+        show_expired: bool = False,
+        include_notes: bool = True,
     ) -> list[MemoryRecord]:
         if tag or path or since or until or query_vector is not None:
             raise self._refuse("search by tag, path, date or query vector")
+        if show_expired:
+            raise self._refuse("search expired memories")
         flt = _filters(_scope(user_id, agent_id, run_id, app_id), category, filters)
         answer = await self._call(
             lambda c: c.search(query, filters=flt, top_k=limit, threshold=threshold)
@@ -195,14 +213,21 @@ class Mem0Memory(Memory):
         memory_id: str,
         content: str | None = None,
         metadata: Mapping[str, object] | None = None,
+        *,
+        created: str | float | None = None,
+        expiration_date: str | None = None,
     ) -> MemoryRecord:
         change: dict[str, Any] = {}
         if content is not None:
             change["text"] = content
         if metadata is not None:
             change["metadata"] = dict(metadata)
+        if created is not None:
+            change["timestamp"] = created
+        if expiration_date is not None:
+            change["expiration_date"] = expiration_date or None
         if not change:
-            raise InputError("update needs new content or metadata")
+            raise InputError("update needs new content, metadata, timestamp or expiration_date")
         await self._call(lambda c: c.update(memory_id, **change))
         return await self.get(memory_id)
 
@@ -239,11 +264,13 @@ class Mem0Memory(Memory):
         ]  # fmt: skip
         return sorted(found, key=lambda e: (e.kind, e.name))
 
-    async def delete_entity(self, kind: str, name: str) -> int:
+    async def delete_entity(self, kind: str, name: str, *, missing_ok: bool = False) -> int:
         if kind not in ("user", "agent", "run", "app"):
             raise InputError(f"an entity is a user, agent, run or app, not {kind!r}")
         gone = await self.count(**scope_ids({f"{kind}_id": name}))
         if not gone:
+            if missing_ok:
+                return 0
             raise NotFound(f"no memories of {kind} {name!r}")
         await self._call(lambda c: c.delete_users(**{f"{kind}_id": name}))
         return gone
@@ -271,7 +298,7 @@ def _filters(
     if filters:
         parts.append(dict(filters))
     if not parts:
-        return {"OR": [{"user_id": "*"}, {"agent_id": "*"}, {"run_id": "*"}]}
+        return {"OR": [{"user_id": "*"}, {"agent_id": "*"}, {"run_id": "*"}, {"app_id": "*"}]}
     return parts[0] if len(parts) == 1 else {"AND": parts}
 
 
@@ -291,7 +318,8 @@ def _record(row: Mapping[str, Any]) -> MemoryRecord:
         app_id=row.get("app_id"),
         created=str(row.get("created_at") or ""), updated=str(row.get("updated_at") or ""),
         metadata=dict(row.get("metadata") or {}), score=row.get("score"),
-        event=row.get("event"),
+        event=row.get("event"), immutable=row.get("immutable") is True,
+        expiration_date=str(row["expiration_date"]) if row.get("expiration_date") else None,
     )  # fmt: skip
 
 
