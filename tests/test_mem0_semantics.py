@@ -6,6 +6,7 @@ memory fields, 501 for platform routes, no notes, no side effects, ignored field
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import hashlib
 import json
@@ -269,3 +270,86 @@ async def test_an_update_sets_and_takes_away_an_expiry(served: httpx.AsyncClient
     assert await listed() == 1
     stamped = await http.put(f"/v1/memories/{mid}/", json={"timestamp": "2020-01-02"})
     assert stamped.json()["created_at"] == "2020-01-02T00:00:00+00:00"
+
+
+@pytest.mark.parametrize("settings", ["sqlite"], indirect=True)  # the CLI opens the vault's index
+async def test_every_front_takes_expiry_immutable_and_timestamp(
+    service: MemoryService, vault: Path
+) -> None:
+    """Native HTTP, the CLI, MCP and the Python API: one contract (the CLI in this process,
+    on the same vault)."""
+    import httpx2
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+
+    from tests.test_cli import cli
+    from tests.test_mcp import payload
+
+    async with server(service, token="t") as url:
+        headers = {"Authorization": "Bearer t"}
+        async with httpx.AsyncClient(base_url=url, headers=headers) as http:
+            made = await http.post("/api/memories", json={
+                "content": "Parking pass 12", "user_id": "lee", "expiration_date": day(-1),
+                "timestamp": "2022-02-02T02:02:02Z"})  # fmt: skip
+            assert made.status_code == 200, made.text
+            row = made.json()["results"][0]
+            assert row["expiration_date"] == day(-1)
+            assert row["created_at"] == "2022-02-02T02:02:02+00:00"
+            fixed = await http.post("/api/memories", json={
+                "content": "Blood type O", "user_id": "lee", "immutable": True})  # fmt: skip
+            refused = await http.put(f"/api/memories/{fixed.json()['results'][0]['id']}",
+                                     json={"content": "Blood type A"})  # fmt: skip
+            assert refused.status_code == 409 and "immutable" in error_message(refused)
+            listed = await http.get("/api/memories", params={"user_id": "lee"})
+            assert [r["memory"] for r in listed.json()["results"]] == ["Blood type O"]
+            shown = await http.get("/api/memories", params={"user_id": "lee",
+                                                            "show_expired": "true"})  # fmt: skip
+            assert len(shown.json()["results"]) == 2
+            found = await http.post("/api/memory/search", json={"query": "Parking pass 12",
+                                                                 "user_id": "lee"})  # fmt: skip
+            assert [r["text"] for r in found.json()["results"]] == ["Blood type O"]
+        auth = httpx2.AsyncClient(headers=headers, timeout=30)
+        async with auth, Client(streamable_http_client(url + "/mcp", http_client=auth)) as mcp:
+            added = payload(
+                await mcp.call_tool(
+                    "add",
+                    {"content": "Gate code 4411", "user_id": "lee", "expiration_date": day(-3)},
+                )
+            )
+            assert added[0]["expiration_date"] == day(-3)
+            rows = payload(await mcp.call_tool("list", {"user_id": "lee"}))
+            assert "Gate code 4411" not in json.dumps(rows)
+            rows = payload(await mcp.call_tool("list", {"user_id": "lee", "show_expired": True}))
+            assert "Gate code 4411" in json.dumps(rows)
+    code, out, err = await asyncio.to_thread(
+        cli, "--vault", str(vault), "add", "Locker 9", "--user", "lee", "--expires", day(-1),
+        "--timestamp", "1600000000", "--immutable", "--json",
+    )  # fmt: skip
+    assert code == 0, err
+    (row,) = json.loads(out)
+    assert row["immutable"] and row["created_at"] == "2020-09-13T12:26:40+00:00"
+    code, out, _ = await asyncio.to_thread(cli, "--vault", str(vault), "count", "--user", "lee")
+    assert out.split()[0] == "1"
+    code, out, _ = await asyncio.to_thread(
+        cli, "--vault", str(vault), "count", "--user", "lee", "--show-expired"
+    )
+    assert out.split()[0] == "4"
+    code, _, err = await asyncio.to_thread(
+        cli, "--vault", str(vault), "add", "x", "--user", "lee", "--expires", "soon"
+    )
+    assert code != 0 and "expiration_date must be a date" in err
+
+
+async def test_a_search_past_expired_memories_still_fills_its_limit(
+    service: MemoryService,
+) -> None:
+    m = service.memories
+    for n in range(4):
+        await m.add(f"apple pie recipe {n}", user_id="cook", expiration_date=day(-1))
+    kept = {(await m.add(f"apple pie note {n}", user_id="cook"))[0].id for n in range(3)}
+    found = await m.search("apple pie recipe", user_id="cook", limit=3, threshold=0)
+    assert {r.id for r in found} == kept
+    hits = await service.search("apple pie recipe", limit=3)  # the native/CLI path
+    assert {h.id for h in hits.hits} == kept
+    every = await m.search("apple pie recipe", user_id="cook", limit=7, show_expired=True)
+    assert len(every) == 7

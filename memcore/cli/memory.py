@@ -66,6 +66,11 @@ def show_records(records: list[MemoryRecord], as_json: bool) -> None:
         typer.echo(record_line(r.id, r.category, scope, r.key, held, r.text))
 
 
+ShowExpiredOpt = Annotated[
+    bool, typer.Option("--show-expired", help="Memories past their expiration date too")
+]
+
+
 @app.command()
 def add(
     ctx: typer.Context,
@@ -102,6 +107,17 @@ def add(
         int,
         typer.Option("--from-line", min=1, help="With --file: start at this line (to resume)"),
     ] = 1,
+    timestamp: Annotated[
+        str | None,
+        typer.Option("--timestamp", help="When it was made: Unix seconds or an ISO time"),
+    ] = None,
+    expires: Annotated[
+        str | None,
+        typer.Option("--expires", help="Hide it after this day (YYYY-MM-DD, UTC)"),
+    ] = None,
+    immutable: Annotated[
+        bool, typer.Option("--immutable", help="Refuse updates to it (delete still works)")
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Remember something: written to the vault's Markdown, searchable at once."""
@@ -112,9 +128,11 @@ def add(
         return
     text = typer.get_text_stream("stdin").read() if content == "-" else str(content)
     metadata = metadata_of(meta)
+    made: str | int | None = int(timestamp) if timestamp and timestamp.isdigit() else timestamp
     body = {
         "content": text, "user_id": user, "agent_id": agent, "run_id": run_id, "app_id": app,
         "metadata": metadata, "category": category or "core", "key": key, "infer": infer,
+        "timestamp": made, "expiration_date": expires, "immutable": immutable,
     }  # fmt: skip
 
     async def through_daemon(settings: Settings) -> list[MemoryRecord] | None:
@@ -139,7 +157,8 @@ def add(
         lambda s: s.memories.add(
             text, user_id=user, agent_id=agent, run_id=run_id, app_id=app, metadata=metadata,
             category=category or "core", key=key, infer=infer,
-            idempotency_key=idempotency_key,
+            idempotency_key=idempotency_key, created=made, expiration_date=expires,
+            immutable=immutable,
         ),
         first=through_daemon,
     )  # fmt: skip
@@ -278,6 +297,7 @@ def list_memories(
     meta: MetaOpt = None,
     limit: Annotated[int, typer.Option("--limit", "-n", min=1, max=10_000)] = 100,
     offset: Annotated[int, typer.Option("--offset", min=0)] = 0,
+    show_expired: ShowExpiredOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
     """List memories, oldest first (conversation turns only with --category conversation)."""
@@ -285,7 +305,7 @@ def list_memories(
         ctx,
         lambda s: s.memories.get_all(
             user_id=user, agent_id=agent, run_id=run_id, app_id=app, category=category, tag=tag,
-            filters=metadata_of(meta), limit=limit, offset=offset,
+            filters=metadata_of(meta), limit=limit, offset=offset, show_expired=show_expired,
         ),
         writes=False,
     )  # fmt: skip
@@ -408,15 +428,16 @@ def count(
     app: AppOpt = None,
     category: CategoryOpt = None,
     meta: MetaOpt = None,
+    show_expired: ShowExpiredOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
     """How many memories a scope holds (conversation turns count only with --category
-    conversation)."""
+    conversation; expired ones only with --show-expired)."""
     n = with_service(
         ctx,
         lambda s: s.memories.count(
             user_id=user, agent_id=agent, run_id=run_id, app_id=app, category=category,
-            filters=metadata_of(meta),
+            filters=metadata_of(meta), show_expired=show_expired,
         ),
         writes=False,
     )  # fmt: skip

@@ -177,6 +177,7 @@ class SearchFilters:
     metadata: Mapping[str, object] | None = None  # Mem0-style: {"k": v, "k2": {"in": [..]}},
     # {"AND": [...]}, {"OR": [...]}; only memories whose metadata match
     memories_only: bool = False  # no notes (Mem0's routes: a memory API answers memories)
+    show_expired: bool = False  # memories past their expiration date too
 
     @property
     def scoped(self) -> bool:

@@ -166,13 +166,19 @@ def build_mcp(service: MemoryService) -> MCPServer:  # noqa: C901 - a tool table
         key: str | None = None,
         metadata: dict[str, Any] | None = None,
         idempotency_key: str | None = None,
+        timestamp: int | float | str | None = None,
+        expiration_date: str | None = None,
+        immutable: bool = False,
     ) -> list[dict[str, Any]]:
         """Remember something (written to the workspace's Markdown, searchable at once). A key
         replaces the memory under that key in the same scope and category. An
-        idempotency_key makes a retried call return the first call's memories."""
+        idempotency_key makes a retried call return the first call's memories. timestamp
+        (Unix seconds or ISO) is when it was made; after expiration_date (YYYY-MM-DD) reads
+        leave it out; an immutable memory refuses updates."""
         added = await m().add(content, user_id=user_id, agent_id=agent_id, run_id=run_id,
                               app_id=app_id, category=category, key=key, metadata=metadata,
-                              idempotency_key=idempotency_key)  # fmt: skip
+                              idempotency_key=idempotency_key, created=timestamp,
+                              expiration_date=expiration_date, immutable=immutable)  # fmt: skip
         return [r.to_dict() for r in added]
 
     @mcp.tool()
@@ -191,10 +197,13 @@ def build_mcp(service: MemoryService) -> MCPServer:  # noqa: C901 - a tool table
         category: str | None = None,
         limit: Limit = 50,
         offset: Offset = 0,
+        show_expired: bool = False,
     ) -> list[dict[str, Any]]:
-        """Memories of a scope, oldest first."""
+        """Memories of a scope, oldest first (past their expiration date only with
+        show_expired)."""
         rows = await m().get_all(user_id=user_id, agent_id=agent_id, run_id=run_id, app_id=app_id,
-                               category=category, limit=limit, offset=offset)  # fmt: skip
+                               category=category, limit=limit, offset=offset,
+                               show_expired=show_expired)  # fmt: skip
         return [r.to_dict() for r in rows]
 
     @mcp.tool()

@@ -22,7 +22,7 @@ from memcore.memory.port import Memory
 from memcore.memory.writer import MemoryWriter, NewMemory
 from memcore.search.filters import read_filters
 from memcore.search.recall import Recall, note_key
-from memcore.search.searcher import MAX_LIMIT, Searcher
+from memcore.search.searcher import Searcher
 from memcore.search.strength import AGAIN, EASY, HARD
 from memcore.storage.base import Store, Vector
 from memcore.vault.memory_format import Scope, check_expiry, check_moment, check_name, new_id
@@ -433,18 +433,12 @@ class MemoryApi(Memory):
             include_shared=include_shared,
             include_turns=include_turns, category=category, metadata=filters, tag=tag,
             path=path, since=since, until=until, include_notes=include_notes,
+            show_expired=show_expired,
         )  # fmt: skip
-        want, today = limit, _today()
-        while True:  # expired memories are left out after ranking: ask again for more
-            result = await self.searcher.search(
-                query, want, search_filters, min_score=threshold, query_vector=query_vector
-            )
-            found = await self.records_of(result.hits)
-            out = found if show_expired else [r for r in found if not _expired(r, today)]
-            if len(out) >= limit or len(found) < want or want >= MAX_LIMIT:
-                break
-            want = min(MAX_LIMIT, want + 2 * (len(found) - len(out)))
-        out = out[:limit]
+        result = await self.searcher.search(
+            query, limit, search_filters, min_score=threshold, query_vector=query_vector
+        )
+        out = await self.records_of(result.hits)
         if reinforce:
             await self.recall.review([r.id for r in out])
         return await self.with_strength(out)
@@ -488,10 +482,6 @@ def _today() -> str:
 def _unexpired(query: MemoryQuery) -> MemoryQuery:
     """The query without memories whose expiration date has passed."""
     return dataclasses.replace(query, expired=False, today=_today())
-
-
-def _expired(record: MemoryRecord, today: str) -> bool:
-    return record.expiration_date is not None and record.expiration_date < today
 
 
 def _paged(query: MemoryQuery, limit: int, offset: int) -> MemoryQuery:

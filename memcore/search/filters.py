@@ -26,6 +26,7 @@ def read_filters(
     since: str | None = None,
     until: str | None = None,
     include_notes: bool = True,
+    show_expired: bool = False,
 ) -> SearchFilters:
     """SearchFilters from a request's values, checked: scope and category names, ISO dates
     (``since`` <= ``until``), a non-empty tag. Raises InputError naming the bad value."""
@@ -45,7 +46,7 @@ def read_filters(
         path_prefix=path or None, tag=tag, date_from=date_from, date_to=date_to,
         user_id=user_id, agent_id=agent_id, run_id=run_id, app_id=app_id,
         include_shared=include_shared, include_turns=include_turns, category=category,
-        metadata=metadata or None, memories_only=not include_notes,
+        metadata=metadata or None, memories_only=not include_notes, show_expired=show_expired,
     )  # fmt: skip
 
 

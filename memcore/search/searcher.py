@@ -151,7 +151,8 @@ class Searcher:
         """What a cached answer depends on besides the query: the index generation, the
         day (recency and strength age with it) and the review log when strength ranks."""
         reviews = self.recall.log.size() if self.settings.strength.weight > 0 else 0
-        return (generation, dt.date.today(), reviews, self.embedder.model_id)
+        utc_day = dt.datetime.now(dt.UTC).date().isoformat()  # expiry dates are UTC days
+        return (generation, dt.date.today(), reviews, self.embedder.model_id, utc_day)
 
     async def _search_in(
         self,
@@ -189,22 +190,34 @@ class Searcher:
                 f"query_vector has {len(query_vector or ())} dimensions; the index holds "
                 f"vectors of {self.embedder.model_id} of another dimension"
             ) from exc
-        top = [(cid, sc) for cid, sc in ranking if sc >= min_score][:limit]
-        hits = await self.hits(reader, found.candidates, top)
+        passing = [(cid, sc) for cid, sc in ranking if sc >= min_score]
+        hits: list[Hit] = []
+        at = 0
+        while len(hits) < limit and at < len(passing):  # past expired memories, the next ones
+            top = passing[at : at + limit - len(hits)]
+            at += len(top)
+            hits += await self.hits(reader, found.candidates, top, filters)
         mode: SearchMode = (
             "keyword"
             if not found.vectors_available
             else ("vector" if method == "vector" else "hybrid")
         )
-        return SearchResult(query, hits, mode, (*warnings, *found.warnings))
+        return SearchResult(query, tuple(hits), mode, (*warnings, *found.warnings))
 
     async def listing(self, filters: SearchFilters, limit: int) -> SearchResult:
         """What carries the filters' tag (with no query): newest first, each scored 1 (every
         threshold, at most 1, lets it through)."""
         async with self.store.snapshot() as reader:
-            ids = await reader.newest_matching(filters, limit)
-            hits = await self.hits(reader, [], [(cid, 1.0) for cid in ids])
-        return SearchResult("", hits, "keyword")
+            hits: list[Hit] = []
+            offset = 0
+            while len(hits) < limit:  # more only when expired memories were left out
+                want = limit - len(hits)
+                ids = await reader.newest_matching(filters, want, offset)
+                hits += await self.hits(reader, [], [(cid, 1.0) for cid in ids], filters)
+                offset += len(ids)
+                if len(ids) < want:
+                    break
+        return SearchResult("", tuple(hits), "keyword")
 
     async def rank(
         self,
@@ -338,13 +351,20 @@ class Searcher:
         reader: IndexReader,
         cands: Sequence[fusion.Candidate],
         top: Sequence[tuple[int, float]],
-    ) -> tuple[Hit, ...]:
-        """Hit values for fused (chunk id, score) pairs, in that order."""
+        filters: SearchFilters | None = None,
+    ) -> list[Hit]:
+        """Hit values for fused (chunk id, score) pairs, in that order; memories past their
+        expiration date (a UTC day) left out unless the filters show them."""
         ids = [cid for cid, _ in top]
         rows, memories = await reader.hit_rows(ids)
+        if filters is None or not filters.show_expired:
+            today = dt.datetime.now(dt.UTC).date().isoformat()
+            for cid, m in memories.items():
+                if m.expiration_date is not None and m.expiration_date < today:
+                    rows.pop(cid, None)
         by_id = {c.chunk_id: c for c in cands}
         none = fusion.Candidate(0, None, None, None, None)
-        return tuple(
+        return [
             Hit(
                 chunk_id=cid,
                 path=rows[cid].path,
@@ -365,7 +385,7 @@ class Searcher:
             )
             for cid, sc in top
             if cid in rows
-        )
+        ]
 
     async def warm(self) -> None:
         """Load the Chinese segmenter and the embedding model now, off the event loop, so the

@@ -63,7 +63,7 @@ def native_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a rout
             include_shared=data.include_shared and not data.scope_only,  # now the default
             include_turns=include_turns if data.include_turns is None else data.include_turns,
             category=data.category, metadata=data.filters, tag=data.tag, path=data.path,
-            since=data.since, until=data.until,
+            since=data.since, until=data.until, show_expired=data.show_expired,
         )  # fmt: skip
 
     @contract(SearchOut, body=SearchBody)
@@ -114,7 +114,8 @@ def native_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a rout
         records = await memories_of(service, request).add(
             content, metadata=data.metadata, key=data.key, category=data.category,
             infer=data.infer, **scope_fields(data),
-            idempotency_key=request.headers.get("idempotency-key"),
+            idempotency_key=request.headers.get("idempotency-key"), created=data.timestamp,
+            expiration_date=data.expiration_date, immutable=data.immutable,
         )  # fmt: skip
         return reply(MemoriesOut, {"results": [r.to_dict() for r in records]})
 
@@ -125,7 +126,7 @@ def native_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a rout
         q = query_of(request, ListQuery)
         records = await memories_of(service, request).get_all(
             **scope_fields(q), category=q.category,
-            tag=q.tag, limit=q.limit, offset=q.offset,
+            tag=q.tag, limit=q.limit, offset=q.offset, show_expired=q.show_expired,
         )  # fmt: skip
         return reply(MemoriesOut, {"results": [r.to_dict() for r in records]})
 
@@ -142,7 +143,12 @@ def native_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a rout
         """Change a memory's text or metadata; its id stays."""
         memory_id = request.path_params["memory_id"]
         data = await parsed(request, UpdateBody)
-        record = await memories_of(service, request).update(memory_id, data.content, data.metadata)
+        expiry = data.expiration_date if data.expiration_date is not None else (
+            "" if "expiration_date" in data.model_fields_set else None
+        )  # fmt: skip
+        record = await memories_of(service, request).update(
+            memory_id, data.content, data.metadata, created=data.timestamp, expiration_date=expiry
+        )
         return reply(MemoryOut, record.to_dict())
 
     @contract(DeletedOut)

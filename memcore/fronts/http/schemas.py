@@ -48,6 +48,9 @@ Content = Annotated[str, Field(max_length=1_000_000), _shape(r"\S", "not blank")
 Day = Annotated[str, Field(max_length=32), _shape(r"^\d{4}-\d{2}-\d{2}$", "an ISO date")]
 Tag = Annotated[str, Field(max_length=200), _shape(r"^#?[^\s#]+$", "one word, '#' optional")]
 JSONObject = dict[str, Any]
+# when a memory was made: Unix seconds (Mem0's) or an ISO date / date and time
+Moment = Annotated[int | float | str, Field(description="Unix seconds, or an ISO 8601 time")]
+Expiry = Annotated[str, Field(max_length=40, description="an ISO date: hidden after that day")]
 
 
 class Body(BaseModel):
@@ -123,6 +126,7 @@ class ReadFields(ScopeFields):
     path: Annotated[str, Field(max_length=1000)] | None = None
     since: Day | None = None
     until: Day | None = None
+    show_expired: bool = Field(False, description="memories past their expiration_date too")
 
 
 class SearchBody(ReadFields):
@@ -162,11 +166,16 @@ class AddBody(ScopeFields):
     category: Name = "core"
     key: Word | None = None
     infer: bool = False
+    timestamp: Moment | None = Field(None, description="when it was made (created_at)")
+    expiration_date: Expiry | None = None
+    immutable: bool = Field(False, description="true: updates are refused (409)")
 
 
 class UpdateBody(Body):
     content: Content | None = None
     metadata: JSONObject | None = None
+    timestamp: Moment | None = Field(None, description="a new created_at")
+    expiration_date: Expiry | None = Field(None, description="a new date; null takes it away")
 
 
 class ListQuery(Query):
@@ -178,6 +187,7 @@ class ListQuery(Query):
     tag: Tag | None = None
     limit: Annotated[int, Field(ge=1, le=10_000)] = 100
     offset: Offset = 0
+    show_expired: bool = False
 
 
 class ConversationQuery(Query):
@@ -340,9 +350,6 @@ class Mem0Body(Body):
 
 # Mem0 fields memcore accepts and has no use for (they change nothing here)
 MEM0_IGNORED = tuple(Mem0Body.model_fields)
-# when a memory was made: Unix seconds (Mem0's) or an ISO date / date and time
-Moment = Annotated[int | float | str, Field(description="Unix seconds, or an ISO 8601 time")]
-Expiry = Annotated[str, Field(max_length=40, description="an ISO date (or date and time)")]
 
 
 class Mem0AddBody(Mem0Body):
