@@ -140,5 +140,7 @@ def _main(args: list[str] | None) -> None:
             leave_now(code)
         sys.exit(code)
     from memcore.cli import app
+    from memcore.core.channel import VIA
 
+    VIA.set("cli")  # what this command changes, the history attributes to the CLI
     app.main(argv)

@@ -13,6 +13,7 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field, ValidationError
 
+from memcore.core.channel import VIA
 from memcore.core.errors import InputError, MemcoreError, validation_message
 from memcore.core.models import LOCAL, Caller
 from memcore.core.version import __version__
@@ -39,6 +40,7 @@ def one_line_errors(fn: F) -> F:
 
     @functools.wraps(fn)
     async def wrapped(*args: Any, **kwargs: Any) -> Any:
+        VIA.set("agent")  # the tool call's own context: the history attributes it to an agent
         try:
             return await fn(*args, **kwargs)
         except MemcoreError as exc:

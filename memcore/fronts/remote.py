@@ -114,7 +114,9 @@ async def add(
 ) -> list[MemoryRecord]:
     """Add through the running daemon (native ``POST /api/memories``): the daemon writes the
     Markdown and indexes it with the model it has loaded already."""
-    headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
+    headers = {"Memcore-Via": "cli"}  # the daemon's own socket takes it (the history says so)
+    if idempotency_key:
+        headers["Idempotency-Key"] = idempotency_key
     data = await _post("http://memcore", None, "/api/memories", body, uds, headers)
     return [record_of(r) for r in data["results"]]
 

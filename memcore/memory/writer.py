@@ -23,8 +23,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import TypeVar
+from typing import TypeVar, cast
 
+from memcore.core.channel import via
 from memcore.core.errors import (
     ImmutableMemory,
     InputError,
@@ -44,6 +45,7 @@ from memcore.vault.files import append_text, check_writable, is_memory_path
 from memcore.vault.history import (
     Appended,
     ByRequest,
+    Event,
     HistoryEvent,
     HistoryLog,
     fields_of,
@@ -198,7 +200,9 @@ class MemoryWriter:
         for n, m in enumerate(checked):
             rel = m.file or self.file_for(m.scope, m.category)
             events.append(
-                HistoryEvent(m.id, "PENDING", None, None, "api", at, rel, request, first=not n)
+                HistoryEvent(
+                    m.id, "PENDING", None, None, "api", at, rel, request, first=not n, via=via()
+                )
             )
         return await self.history.append(events)
 
@@ -226,7 +230,9 @@ class MemoryWriter:
 
         await self.history.append(
             [
-                HistoryEvent(mid, "ADD", None, text, "api", now(), where(mid), request=request)
+                HistoryEvent(
+                    mid, "ADD", None, text, "api", now(), where(mid), request=request, via=via()
+                )
                 for mid, text in texts.items()
             ]
         )
@@ -962,7 +968,8 @@ def api_event(
 ) -> HistoryEvent:
     """A history event made through the API now, or ``at`` (ADD, UPDATE, DELETE, ARCHIVE,
     RESTORE)."""
-    return HistoryEvent(mid, kind, old, new, "api", at or now(), path, request)  # type: ignore[arg-type]
+    event = cast(Event, kind)  # one of them, as the callers name it
+    return HistoryEvent(mid, event, old, new, "api", at or now(), path, request, via=via())
 
 
 def _must_find(f: MemoryFile, memory_id: str) -> MemoryItem:

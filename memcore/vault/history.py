@@ -45,6 +45,7 @@ class HistoryEvent:
     undo: bool = False  # taking back an earlier event of a write that failed
     record: Mapping[str, object] | None = None  # a deleted memory's fields, for `restore`
     first: bool = False  # the first PENDING event of an attempt
+    via: str | None = None  # the front an API change came through (core/channel.py)
 
     def to_dict(self) -> dict[str, object]:
         out: dict[str, object] = {
@@ -64,6 +65,8 @@ class HistoryEvent:
             out["memory"] = dict(self.record)
         if self.first:
             out["first"] = True
+        if self.via is not None:
+            out["via"] = self.via
         return out
 
 

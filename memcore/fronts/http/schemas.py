@@ -284,6 +284,7 @@ class HistoryEvent(Out):
     request: str | None = None
     undo: bool | None = None
     memory: JSONObject | None = None
+    via: str | None = Field(None, description="web, cli, api or agent (actor api)")
 
 
 class HistoryOut(Out):
