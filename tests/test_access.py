@@ -100,11 +100,14 @@ async def test_every_route_keeps_a_scoped_token_inside_its_scope(
     await service.memories.add("alice's own plan", user_id="alice")
     await service.conversations.save("bob-run", [{"role": "user", "content": f"{SECRET} chat"}])
     await service.conversations.save("alice-run", [{"role": "user", "content": "hello"}])
+    write(vault, "memory/users/bob/notes.md", f"# Plans\n\n{SECRET}: bob's own note\n")
+    await service.index()
     app = build_app(service, "admin", scoped=TOKENS, pages=True)
     walked = routes_of(app)
     assert len(walked) > 40  # the whole table: native, Mem0 and the web pages
     params = {"memory_id": bob.id, "kind": "user", "name": "bob", "session_id": "bob-run",
-              "rest": "webhooks/projects/default/"}  # fmt: skip
+              "rest": "webhooks/projects/default/",
+              "path": "memory/users/bob/notes.md"}  # fmt: skip
     through: dict[tuple[str, str], set[int]] = {}
     async with server(service, token="admin", scoped=TOKENS) as url:
         async with httpx.AsyncClient(base_url=url) as http:

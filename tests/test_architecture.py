@@ -40,7 +40,7 @@ CONFINED = {
     "uvicorn": {"fronts/serve.py"},
     "mcp": {"fronts/mcp.py"},
     "rich": {"cli/"},
-    "markdown_it": {"vault/chunker.py"},
+    "markdown_it": {"vault/chunker.py", "vault/render.py"},
     # storage/ann.py only imports it before usearch, which otherwise makes its import segfault
     "onnxruntime": {"embedders/local.py", "storage/ann.py"},
     "tokenizers": {"embedders/local.py"},
@@ -58,6 +58,7 @@ CONFINED = {
 PURE = {
     "vault/chunker.py",
     "vault/memory_format.py",
+    "vault/render.py",
     "index/planner.py",
     "index/debounce.py",
     "search/context.py",

@@ -24,6 +24,7 @@ from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from memcore.core.channel import VIA, VIAS
 from memcore.core.models import Caller
 from memcore.core.version import __version__
 from memcore.fronts.http.common import (
@@ -38,12 +39,16 @@ from memcore.fronts.http.common import (
 from memcore.fronts.http.mem0 import mem0_routes
 from memcore.fronts.http.native import native_routes
 from memcore.fronts.http.schemas import ErrorOut, HealthOut, ReadyOut
+from memcore.fronts.http.session import Sessions, session_of
 from memcore.service import MemoryService
 
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]", "::1")
 log = logging.getLogger("memcore.http")
-OPEN_PATHS = ("/health", "/ready", "/login")  # answered without the token
+OPEN_PATHS = ("/health", "/ready", "/login", "/favicon.ico")  # answered without the token
 WRITES = ("POST", "PUT", "PATCH", "DELETE")
+# the web page's forms post form encoding (no JavaScript needed); every other write is JSON
+FORM = "application/x-www-form-urlencoded"
+FORM_PATHS = re.compile(r"/(login|logout|list/act|memories/[^/]+/(edit|forget|restore))")
 
 
 def host_name(host_header: str) -> str:
@@ -71,14 +76,18 @@ class Guard:
         token: str | None,
         scoped: Mapping[str, Mapping[str, str]],
         hosts: Collection[str] | None = None,
+        sessions: Sessions | None = None,
     ) -> None:
         self.app = app
         self.tokens = {t: Caller.of_token(t, binding) for t, binding in scoped.items()}
         if token is not None:
             self.tokens[token] = Caller.of_token(token)
         self.hosts = None if hosts is None else {h.lower() for h in hosts}
+        self.sessions = sessions or Sessions(self.tokens)
 
-    def _refusal(self, method: str, headers: Mapping[str, str]) -> JSONResponse | None:
+    def _refusal(
+        self, method: str, headers: Mapping[str, str], path: str = ""
+    ) -> JSONResponse | None:
         if self.hosts is None:
             return None
         host = headers.get("host", "").lower()
@@ -93,6 +102,8 @@ class Guard:
             return error(403, f"cross-site request from {origin} refused")
         kind = headers.get("content-type", "").split(";")[0].strip().lower()
         has_body = headers.get("content-length", "0") != "0" or "transfer-encoding" in headers
+        if kind == FORM and FORM_PATHS.fullmatch(path) and method == "POST":
+            return None  # the web page's own forms, each checked for its CSRF token
         if has_body and kind != "application/json":
             return error(415, "a request body must be JSON (Content-Type: application/json)")
         return None
@@ -102,14 +113,15 @@ class Guard:
             await self.app(scope, receive, send)
             return
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
-        refused = self._refusal(scope["method"], headers)
+        refused = self._refusal(scope["method"], headers, scope["path"])
         if refused is not None:
             await refused(scope, receive, send)
             return
         if self.tokens and scope["path"] not in OPEN_PATHS and not _static(scope["path"]):
             scheme, _, value = headers.get("authorization", "").partition(" ")
-            if not scheme and (cookie := _token_cookie(headers.get("cookie", ""))):
-                scheme, value = "bearer", cookie  # the web page's (see /login)
+            port = (scope.get("server") or (None, None))[1]
+            if not scheme and (held := self.sessions.token_of(session_of(headers, port))):
+                scheme, value = "bearer", held  # the web page's session (see session.py)
             caller = next(
                 (
                     c for t, c in self.tokens.items()
@@ -121,6 +133,9 @@ class Guard:
                 if scope["method"] == "GET" and "text/html" in headers.get("accept", ""):
                     await _to_login(scope, receive, send)  # a person at the web page
                     return
+                if scope["method"] == "POST" and FORM_PATHS.fullmatch(scope["path"]):
+                    await _to_login(scope, receive, send)  # a form whose session ended
+                    return
                 await error(401, "missing or wrong token")(scope, receive, send)
                 return
             scope.setdefault("state", {})["caller"] = caller
@@ -129,6 +144,9 @@ class Guard:
         if length is not None and (not length.isdigit() or int(length) > limit):
             await error(413, f"request body over {limit:,} bytes")(scope, receive, send)
             return
+        said = headers.get("memcore-via")  # the CLI, through the daemon's private socket
+        if self.hosts is None and said in VIAS:
+            VIA.set(said)
         await self.app(scope, _capped(receive, limit), send)
 
 
@@ -136,16 +154,13 @@ def _static(path: str) -> bool:
     return path.startswith("/static/")
 
 
-def _token_cookie(header: str) -> str | None:
-    for part in header.split(";"):
-        name, _, value = part.strip().partition("=")
-        if name == "memcore_token" and value:
-            return urllib.parse.unquote(value)
-    return None
-
-
 async def _to_login(scope: Scope, receive: Receive, send: Send) -> None:
-    await RedirectResponse("/login", status_code=303)(scope, receive, send)
+    """To the login form, which sends the person back to the page they asked for."""
+    asked = scope["path"] + (f"?{scope['query_string'].decode()}" if scope["query_string"] else "")
+    if scope["method"] != "GET":
+        asked = "/"
+    target = "/login" if asked == "/" else f"/login?next={urllib.parse.quote(asked, safe='')}"
+    await RedirectResponse(target, status_code=303)(scope, receive, send)
 
 
 def _capped(receive: Receive, limit: int) -> Receive:
@@ -189,10 +204,12 @@ def build_app(
         Route("/health", health, methods=["GET"]), Route("/ready", ready, methods=["GET"]),
         *native_routes(service), *mem0_routes(service), *extra,
     ]  # fmt: skip
+    tokens = [*(scoped or {}), *([token] if token is not None else [])]
+    sessions = Sessions(tokens)
     if pages:
         from memcore.fronts.http.web import web_routes  # Jinja2 loads only for the page
 
-        routes += web_routes(service)
+        routes += web_routes(service, sessions)
     schema = openapi(routes)
 
     async def openapi_json(request: Request) -> Response:
@@ -215,7 +232,9 @@ def build_app(
 
     return Starlette(
         routes=routes,
-        middleware=[Middleware(Guard, token=token, scoped=scoped or {}, hosts=hosts)],
+        middleware=[
+            Middleware(Guard, token=token, scoped=scoped or {}, hosts=hosts, sessions=sessions)
+        ],
         exception_handlers={404: not_found, 405: not_allowed, BadRequest: bad, Exception: crash},
     )
 
