@@ -64,7 +64,7 @@ SCOPE = ("user_id", "agent_id", "run_id")
 @pytest.fixture
 async def parity_vault(tmp_path: Path) -> AsyncIterator[tuple[Path, MemoryService]]:
     vault = tmp_path / "vault"
-    shutil.copytree(REPO / "sample_vault", vault)
+    shutil.copytree(REPO / "sample_vault", vault, ignore=shutil.ignore_patterns(".memcore"))
     (vault / "memcore.toml").write_text('[embedder]\nprovider = "static"\n')
     write(vault, "memory/users/alice/notes.md", "# Alice\n\nAlice's editor theme is nord.\n")
     write(vault, "memory/users/bob/notes.md", "# Bob\n\nBob's editor theme is gruvbox.\n")
