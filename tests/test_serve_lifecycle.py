@@ -192,3 +192,28 @@ async def test_a_status_file_that_cannot_be_written_is_not_a_deleted_index(
         monkeypatch.setattr(daemon_module, "write_status", full)
         daemon.publish()
         assert daemon.lost  # the folder is gone: a new index
+
+
+def test_serve_that_cannot_listen_says_why_in_one_line(tmp_path: Path) -> None:
+    """A busy port, an address this machine lacks, a missing vault: one line, exit code 2."""
+    import socket
+
+    vault = tmp_path / "vault"
+    (vault / "memory").mkdir(parents=True)
+    (vault / "memcore.toml").write_text('[embedder]\nprovider = "static"\n')
+    memcore = str(Path(sys.executable).parent / "memcore")
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        cases = [
+            (["--vault", str(vault), "serve", "--port", str(port)], "the port is in use"),
+            (["--vault", str(vault), "serve", "--host", "192.0.2.1", "--token", "t"],
+             "this machine has no address 192.0.2.1"),
+            (["--vault", str(tmp_path / "none"), "serve"], "none"),
+        ]  # fmt: skip
+        for argv, said in cases:
+            run = subprocess.run([memcore, *argv], capture_output=True, text=True, timeout=60,
+                                 env={**os.environ, "MEMCORE_VAULT": ""})  # fmt: skip
+            lines = [x for x in run.stderr.splitlines() if not x.startswith("memcore: warning")]
+            assert run.returncode == 2 and len(lines) == 1 and said in lines[0], run.stderr

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import ipaddress
 import logging
 import os
@@ -209,6 +210,27 @@ async def _until_stopped(
     server.should_exit = True
 
 
+def listening(host: str, port: int) -> socket.socket:
+    """The server's socket, bound here so that a port in use, a port it may not take or an
+    address this machine lacks is one line (uvicorn would exit from inside its task)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        where = f"{host}:{port}"
+        why = {
+            errno.EADDRINUSE: "the port is in use (another memcore serve? choose another with "
+            "--port)",
+            errno.EACCES: "permission denied (ports below 1024 need privileges; use --port 8765)",
+            errno.EADDRNOTAVAIL: f"this machine has no address {host} (--host)",
+        }.get(exc.errno or 0, exc.strerror or str(exc))
+        raise ConfigError(f"cannot serve on {where}: {why}") from None
+    return sock
+
+
 def _one_error(group: BaseExceptionGroup[BaseException]) -> BaseException:
     first: BaseException = group
     while isinstance(first, BaseExceptionGroup):
@@ -246,11 +268,12 @@ async def serve(
         **limits_of(service.settings),
     )  # fmt: skip
     server = _Server(config)
+    sock = listening(host, port)
     if daemon is None:
         service.readiness.phase = "starting"  # service.catch_up below ends it
     try:
         async with mcp.session_manager.run(), asyncio.TaskGroup() as tg:
-            tg.create_task(server.serve())
+            tg.create_task(server.serve(sockets=[sock]))
             tg.create_task(_until_stopped(server, stop, daemon, started, f"{host}:{port}"))
             if daemon is not None:
                 tg.create_task(daemon.run())
