@@ -50,6 +50,17 @@ def test_empty_sections_produce_no_chunk() -> None:
     assert [c.heading_path for c in chunks] == [("Empty", "Full")]
 
 
+def test_a_file_of_headings_alone_is_one_chunk_and_an_empty_one_none() -> None:
+    """A title waiting for text (or an outline) is found by its headings; a file with no
+    text at all, or only white space, holds nothing to find."""
+    (only,) = chunks_of("# Project Zephyr\n")
+    assert (only.text, only.heading_path, only.start_line, only.end_line) == (
+        "# Project Zephyr", ("Project Zephyr",), 1, 1)  # fmt: skip
+    (outline,) = chunks_of("# Plan\n\n## Goals\n\n## Risks\n")
+    assert outline.text == "# Plan\n\n## Goals\n\n## Risks" and outline.end_line == 5
+    assert chunks_of("") == [] and chunks_of("  \n\n\t\n") == []
+
+
 def test_five_thousand_word_section_is_windowed_with_overlap() -> None:
     words = [f"w{i}" for i in range(5000)]
     text = "# Long\n\n" + " ".join(words) + "\n"

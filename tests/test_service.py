@@ -500,3 +500,12 @@ async def test_a_file_moved_or_deleted_and_back_is_not_embedded_again(
     write(vault, "memory/notes/c.md", text)
     report = await service.index()
     assert report.chunks_embedded == 0 and report.chunks_reused == 2
+
+
+async def test_a_heading_only_file_is_found_by_its_heading(
+    vault: Path, service: MemoryService
+) -> None:
+    write(vault, "memory/projects/zephyr.md", "# Project Zephyr\n")
+    await service.index()
+    found = await service.search("Project Zephyr")
+    assert [h.path for h in found.hits][:1] == ["memory/projects/zephyr.md"]

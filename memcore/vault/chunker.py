@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import re
@@ -44,7 +45,7 @@ _LINE = re.compile(r"^.*$", re.M)
 DATE_LINE_SCAN = 6  # non-blank body lines searched for a "Date:" line
 
 # Bump when a change here alters the chunks of unchanged files: indexes re-chunk on next run.
-CHUNKER_VERSION = 3
+CHUNKER_VERSION = 4  # 4: a file of headings alone is one chunk
 _FRONT_MATTER_END = ("---", "...")
 
 
@@ -298,7 +299,14 @@ def _sections(body: str, line_offset: int, max_chars: int) -> list[_Section]:
                 _split_block(text, start + 1 + line_offset, max_chars, "\n\n", tags)
             )
         i = j
-    return [s for s in sections if s.has_body]
+    kept = [s for s in sections if s.has_body]
+    if kept or not any(s.units for s in sections):
+        return kept
+    # headings alone (a title waiting for text, an outline): one chunk of them all, so the
+    # file is found by its headings
+    whole = _Section(next(s.heading_path for s in sections if s.units), has_body=True)
+    whole.units = [dataclasses.replace(u, sep="\n\n") for s in sections for u in s.units]
+    return [whole]
 
 
 def _split_block(
