@@ -553,3 +553,25 @@ def test_the_command_table_names_each_commands_module() -> None:
         assert mine <= set(out), (module, mine - set(out))
         defined |= set(out)
     assert defined == set(COMMANDS)
+
+
+def test_help_groups_the_commands_in_one_order_and_reads_as_paragraphs() -> None:
+    import re
+
+    from memcore.cli import GROUPS
+    from memcore.cli.app import app
+
+    _, bare, _ = cli()
+    code, helped, _ = cli("--help")
+    assert code == 0
+    panels = re.findall(r"─ (Read|Write|Run|Admin) ─", helped)
+    assert panels == ["Read", "Write", "Run", "Admin"]
+    listed = re.findall(r"^│ ([a-z]+) {2,}", helped, re.M)
+    assert listed == re.findall(r"^│ ([a-z]+) {2,}", bare, re.M)  # `memcore` says the same
+    assert sorted(listed) == sorted(n for names in GROUPS.values() for n in names)
+    for command in app.registered_commands:  # a docstring's line breaks are gone
+        assert "\n" not in (command.help or "").replace("\n\n", ""), command.help
+    _, serve_help, _ = cli("serve", "--help")
+    assert all(word in " ".join(serve_help.split()) for word in ("web page", "Mem0", "MCP"))
+    _, restore_help, _ = cli("restore", "--help")
+    assert "forgotten" in restore_help

@@ -34,6 +34,14 @@ COMMANDS = {
     **dict.fromkeys(("export", "import"), "transfer"),
     "hook": "hook", "mcp": "mcp", "serve": "serve",
 }  # fmt: skip
+# How --help groups the commands, in this order everywhere (`memcore`, `memcore --help`)
+GROUPS = {
+    "Read": ("search", "context", "list", "get", "count", "history", "entities", "status"),
+    "Write": ("add", "update", "forget", "restore", "reinforce", "feedback", "conversation",
+              "import", "export"),
+    "Run": ("serve", "watch", "stop", "mcp", "service", "hook"),
+    "Admin": ("init", "index", "reindex", "migrate"),
+}  # fmt: skip
 
 
 def hoist_global_options(args: list[str], commands: Collection[str] = COMMANDS) -> list[str]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import inspect
 import sys
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
@@ -13,7 +14,7 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 
-from memcore.cli import COMMANDS, command_of, configure_logging
+from memcore.cli import COMMANDS, GROUPS, command_of, configure_logging
 from memcore.core.errors import ConfigError, InputError, MemcoreError, VaultNotFound
 from memcore.core.settings import Settings, load_settings
 
@@ -141,12 +142,41 @@ def run(ctx: typer.Context, job: Callable[[], Coroutine[Any, Any, T]]) -> T:
 
 def _import_commands(argv: list[str]) -> None:
     """Import the module of the command in ``argv``; all of them when there is none (help,
-    a typo: the whole list is shown)."""
+    a typo: the whole list is shown, grouped and in one order: GROUPS)."""
     import importlib
 
     name = command_of(argv)
-    for module in {COMMANDS[name]} if name in COMMANDS else set(COMMANDS.values()):
+    modules = [COMMANDS[name]] if name in COMMANDS else sorted(set(COMMANDS.values()))
+    for module in modules:
         importlib.import_module(f"memcore.cli.{module}")
+    _arrange()
+
+
+def _arrange() -> None:
+    """Each command in its --help panel (Read, Write, Run, Admin), in GROUPS' order, with its
+    help text as paragraphs (a docstring's line breaks are not the terminal's)."""
+    order = [n for names in GROUPS.values() for n in names]
+    panel = {n: group for group, names in GROUPS.items() for n in names}
+    for command in app.registered_commands:
+        command.rich_help_panel = panel.get(_name(command), "Other")
+        command.help = reflow(command.help or inspect.getdoc(command.callback) or "")
+    for group in app.registered_groups:
+        group.rich_help_panel = panel.get(str(group.name), "Other")
+        inner = group.typer_instance.info if group.typer_instance else None
+        text = group.help or (inner.help if inner is not None else None)
+        group.help = reflow(text) if isinstance(text, str) else text
+
+    def place(name: str) -> int:
+        return order.index(name) if name in order else len(order)
+
+    app.registered_commands.sort(key=lambda c: place(_name(c)))
+    app.registered_groups.sort(key=lambda g: place(str(g.name)))
+
+
+def reflow(text: str) -> str:
+    """Paragraphs as single lines (a blank line between them stays)."""
+    paragraphs = [" ".join(p.split()) for p in text.strip().split("\n\n")]
+    return "\n\n".join(p for p in paragraphs if p)
 
 
 def _command_for(name: str | None) -> Any:

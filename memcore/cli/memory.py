@@ -387,7 +387,9 @@ def restore(
     memory_id: Annotated[str, typer.Argument(help="An archived memory's id")],
     as_json: JsonOpt = False,
 ) -> None:
-    """Bring a memory that `forget --below` archived back to its file."""
+    """Bring a memory back to its file, with its id, fields and strength: one that `forget
+    --below` (or its expiry) archived, or one that was forgotten (`forget ID`, the API, a
+    person deleting its lines)."""
     show_records([with_service(ctx, lambda s: s.memories.restore(memory_id))], as_json)
 
 

@@ -62,7 +62,10 @@ def serve_command(
         ),
     ] = None,
 ) -> None:
-    """Serve the HTTP API on 127.0.0.1 (another address needs --token) and watch the vault."""
+    """Serve every front on one port, 127.0.0.1:8765 by default (another address needs
+    --token), and watch the vault: memcore's HTTP API (/api, /openapi.json), Mem0's REST API
+    (/v1, /v2, /v3: the official mem0ai clients work unchanged), MCP over HTTP (/mcp) and the
+    web page (/)."""
     from memcore.fronts.serve import check_binding, serve  # uvicorn, starlette, mcp: only here
 
     _configure_logging(ctx.obj.verbose, False)
