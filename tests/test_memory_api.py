@@ -892,3 +892,15 @@ async def test_an_editor_saving_stale_buffers_while_four_agents_add_loses_nothin
         for r in dropped[:20]:  # and a dropped one comes back whole
             back = await svc.memories.restore(r.id)
             assert (back.id, back.text) == (r.id, r.text)
+
+
+async def test_entities_count_memories_as_count_does_not_transcript_turns(
+    service: MemoryService,
+) -> None:
+    await service.memories.add("Sprint goal: ship the exporter", run_id="sprint-7")
+    await service.conversations.save("sprint-7", [
+        {"role": "user", "content": f"turn {n}"} for n in range(4)])  # fmt: skip
+    await service.conversations.save("chat-only", [{"role": "user", "content": "hello"}])
+    found = {(e.kind, e.name): e.memories for e in await service.memories.entities()}
+    assert found[("run", "sprint-7")] == await service.memories.count(run_id="sprint-7") == 1
+    assert found[("run", "chat-only")] == 0  # listed (its transcript), with no memories

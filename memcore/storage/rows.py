@@ -14,7 +14,7 @@ from functools import partial
 from typing import Any
 
 from memcore.core.lru import ByIdentity
-from memcore.core.models import Chunk, FileState, MemoryRecord
+from memcore.core.models import TURNS_CATEGORY, Chunk, FileState, MemoryRecord
 from memcore.storage.base import ChunkRow, StoredFile, Vector
 
 # Columns of the old rows of a file that replace_file compares (chunk_index first at 2).
@@ -33,6 +33,9 @@ MEMORY_SELECT = (
 )
 
 
+# An entity's memories, as `count` counts them: a session's transcript turns are not memories
+# (a run holding only a transcript is listed, with 0)
+COUNTED = f"count(*) FILTER (WHERE category <> '{TURNS_CATEGORY}')"
 # Mem0's entities: the kind of each scope column of the memories table
 ENTITY_COLUMNS = (
     ("agent", "agent_id"), ("app", "app_id"), ("run", "run_id"), ("user", "user_id")

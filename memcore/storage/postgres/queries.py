@@ -41,6 +41,7 @@ from memcore.storage.filters_sql import (
 )
 from memcore.storage.rows import (
     CHUNK_ROW_COLUMNS,
+    COUNTED,
     ENTITY_COLUMNS,
     MEMORY_SELECT,
     OLD_CHUNK_COLUMNS,
@@ -461,7 +462,7 @@ class PostgresReader(_Queries):
     async def entities(self) -> list[Entity]:
         rows = await self._all(
             " UNION ALL ".join(
-                f"SELECT '{kind}', {column}, count(*), min(created), max(updated) "
+                f"SELECT '{kind}', {column}, {COUNTED}, min(created), max(updated) "
                 f"FROM memories WHERE ns = %s AND {column} IS NOT NULL GROUP BY {column}"
                 for kind, column in ENTITY_COLUMNS
             )

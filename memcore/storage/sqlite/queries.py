@@ -43,6 +43,7 @@ from memcore.storage.base import ChunkRow, FileRows, PendingChunk, StoredFile, S
 from memcore.storage.filters_sql import SQLITE, filter_sql, memory_query_sql
 from memcore.storage.rows import (
     CHUNK_ROW_COLUMNS,
+    COUNTED,
     ENTITY_COLUMNS,
     MEMORY_SELECT,
     STORED_CHUNK_COLUMNS,
@@ -588,7 +589,7 @@ class SqliteReader(_Queries):
     async def entities(self) -> list[Entity]:
         rows = await self._all(
             " UNION ALL ".join(
-                f"SELECT '{kind}', {column}, count(*), min(created), max(updated) "
+                f"SELECT '{kind}', {column}, {COUNTED}, min(created), max(updated) "
                 f"FROM memories WHERE {column} IS NOT NULL GROUP BY {column}"
                 for kind, column in ENTITY_COLUMNS
             )
