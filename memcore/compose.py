@@ -215,7 +215,7 @@ async def open_service(
             yield service
         return
     new = not index_exists(settings)
-    if not create and new:
+    if not create and new and not settings.in_memory:  # an index in memory is always new
         raise VaultError(
             f"no index yet at {settings.index_location}; run `memcore index` or "
             "`memcore watch` first"

@@ -575,3 +575,12 @@ def test_help_groups_the_commands_in_one_order_and_reads_as_paragraphs() -> None
     assert all(word in " ".join(serve_help.split()) for word in ("web page", "Mem0", "MCP"))
     _, restore_help, _ = cli("restore", "--help")
     assert "forgotten" in restore_help
+
+
+def test_an_index_in_memory_catches_up_for_a_read(static_vault: Path) -> None:
+    """--db :memory: is a new index each time: a read catches it up, as the docs say,
+    instead of refusing with 'no index yet', and leaves nothing behind."""
+    (static_vault / "MEMORY.md").write_text("# Engine\n\nDiveAdstra renders with DX12.\n")
+    code, out, err = cli("--vault", str(static_vault), "--db", ":memory:", "search", "DX12")
+    assert code == 0 and "DiveAdstra" in out, err
+    assert not (static_vault / ".memcore").exists()
