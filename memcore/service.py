@@ -175,8 +175,13 @@ class MemoryService:
             log.warning("could not catch up with the vault (%s); serving the index as it is", exc)
             return None
         finally:
+            done, total = self.readiness.files_done, self.readiness.files_total
             self.readiness.phase = "ready"
-        log.info("caught up with the vault: %s", report.summary())
+        if stop is not None and stop.is_set() and done < total:
+            log.info("stopped while catching up: %s; %d of %d files left for the next start",
+                     report.summary(), total - done, total)  # fmt: skip
+        else:
+            log.info("caught up with the vault: %s", report.summary())
         return report
 
     async def prepare_search(self, started: Callable[[int], None] | None = None) -> None:

@@ -217,3 +217,28 @@ def test_serve_that_cannot_listen_says_why_in_one_line(tmp_path: Path) -> None:
                                  env={**os.environ, "MEMCORE_VAULT": ""})  # fmt: skip
             lines = [x for x in run.stderr.splitlines() if not x.startswith("memcore: warning")]
             assert run.returncode == 2 and len(lines) == 1 and said in lines[0], run.stderr
+
+
+async def test_a_catch_up_stopped_half_way_says_so(
+    vault: Path,
+    service: MemoryService,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from memcore.service import Readiness
+
+    many_notes(vault)
+    stop = asyncio.Event()
+    seen = Readiness.progress
+
+    def progress(self: Readiness, phase: str, done: int, total: int) -> None:
+        seen(self, phase, done, total)
+        if done >= 5:
+            stop.set()  # as SIGTERM would, part way
+
+    monkeypatch.setattr(Readiness, "progress", progress)
+    with caplog.at_level("INFO", logger="memcore"):
+        await service.catch_up(stop)
+    said = [r.getMessage() for r in caplog.records if "catching up" in r.getMessage()]
+    assert said and "files left for the next start" in said[-1], caplog.text
+    assert "caught up with the vault" not in caplog.text
