@@ -353,3 +353,20 @@ async def test_a_search_past_expired_memories_still_fills_its_limit(
     assert {h.id for h in hits.hits} == kept
     every = await m.search("apple pie recipe", user_id="cook", limit=7, show_expired=True)
     assert len(every) == 7
+
+
+@pytest.mark.parametrize("settings", ["sqlite"], indirect=True)
+async def test_the_seed_decisions_hold(service: MemoryService, served: httpx.AsyncClient) -> None:
+    """A default add is core and never forgotten; memcore's search gives 5 by default and
+    Mem0's 10."""
+    m = service.memories
+    kept = (await m.add("Alice is allergic to peanuts", user_id="amy"))[0]
+    assert kept.category == "core"
+    far = dt.datetime.now(dt.UTC) + dt.timedelta(days=3650)
+    assert await m.forget_below(0.99, user_id="amy", now=far) == []
+    for n in range(12):
+        await m.add(f"Amy note {n} about peanuts", user_id="amy")
+    assert len(await m.search("peanuts", user_id="amy", threshold=0)) == 5
+    mem0 = await served.post("/v3/memories/search/", json={
+        "query": "peanuts", "filters": {"user_id": "amy"}, "threshold": 0})  # fmt: skip
+    assert len(mem0.json()["results"]) == 10
