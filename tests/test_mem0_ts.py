@@ -33,8 +33,10 @@ def npm_ci(folder: Path, package: str = "mem0ai") -> Path:
         if (folder / "node_modules" / package).is_dir():
             break
         run = subprocess.run(
-            [NPM, "ci", "--no-audit", "--no-fund"], cwd=folder, capture_output=True, text=True,
-            timeout=300,
+            # no install scripts: the clients need none, and one (better-sqlite3, for Mem0's
+            # own local store) would build from sources it downloads, which a CI cannot reach
+            [NPM, "ci", "--no-audit", "--no-fund", "--ignore-scripts"], cwd=folder,
+            capture_output=True, text=True, timeout=300,
         )  # fmt: skip
         if run.returncode and attempt == 2:
             raise AssertionError(f"npm ci in {folder} failed:\n{run.stdout}\n{run.stderr}")
