@@ -370,3 +370,13 @@ async def test_the_seed_decisions_hold(service: MemoryService, served: httpx.Asy
     mem0 = await served.post("/v3/memories/search/", json={
         "query": "peanuts", "filters": {"user_id": "amy"}, "threshold": 0})  # fmt: skip
     assert len(mem0.json()["results"]) == 10
+
+
+async def test_the_history_of_an_archived_memory_is_still_answered(
+    service: MemoryService, served: httpx.AsyncClient
+) -> None:
+    gone = (await service.memories.add("Old badge", user_id="ned", expiration_date=day(-1)))[0]
+    assert [r.id for r in await service.memories.archive_expired()] == [gone.id]
+    history = await served.get(f"/v1/memories/{gone.id}/history/")
+    assert history.status_code == 200, history.text
+    assert [e["event"] for e in history.json()] == ["ADD", "ARCHIVE"]

@@ -434,9 +434,9 @@ def scope_warnings(scope: Mapping[str, Any], meta: Any, rows: list[MemoryRecord]
 
 
 def any_left(events: list[dict[str, object]]) -> bool:
-    """Whether the memory still exists after its events (an unknown id has none: the get
-    that follows answers 404)."""
-    return not events or events[-1].get("event") != "DELETE"
+    """Whether the memory is still in its file after its events (an unknown id has none: the
+    get that follows answers 404; a deleted or archived one is described by its events)."""
+    return not events or events[-1].get("event") not in ("DELETE", "ARCHIVE")
 
 
 def mem0_event(
