@@ -88,6 +88,16 @@ def settings(vault: Path) -> Settings:
     return load_settings(vault)
 
 
+def on_backend(request: pytest.FixtureRequest, vault: Path) -> Settings:
+    """Settings for a fixture parametrized "sqlite" / "postgres": the vault's own SQLite
+    index, or a namespace of its own in the test PostgreSQL."""
+    if request.param == "postgres":
+        url = request.getfixturevalue("postgres_url")
+        namespace = request.getfixturevalue("namespace")
+        return load_settings(vault, {"storage.url": url, "storage.namespace": namespace})
+    return load_settings(vault)
+
+
 @pytest.fixture
 def embedder() -> FakeEmbedder:
     return FakeEmbedder()

@@ -19,18 +19,14 @@ import pytest
 from memcore.core.errors import InputError, WriteConflict
 from memcore.core.settings import Settings, load_settings
 from memcore.service import MemoryService
-from tests.conftest import make_service
+from tests.conftest import make_service, on_backend
 from tests.support import FakeEmbedder, error_message, write
 from tests.test_http import server
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
 def settings(request: pytest.FixtureRequest, vault: Path) -> Settings:
-    if request.param == "postgres":
-        url = request.getfixturevalue("postgres_url")
-        namespace = request.getfixturevalue("namespace")
-        return load_settings(vault, {"storage.url": url, "storage.namespace": namespace})
-    return load_settings(vault)
+    return on_backend(request, vault)
 
 
 def day(delta: int) -> str:

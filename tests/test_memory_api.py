@@ -19,24 +19,20 @@ import pytest
 
 from memcore.core.errors import InputError, NotFound, VaultError, WriteConflict
 from memcore.core.models import IndexReport, MemoryRecord, SearchFilters
-from memcore.core.settings import Settings, load_settings
+from memcore.core.settings import Settings
 from memcore.memory import conversations
 from memcore.memory.conversations import as_messages
 from memcore.memory.writer import NewMemory
 from memcore.service import MemoryService
 from memcore.vault.memory_format import Scope
-from tests.conftest import REPO, backend_env, make_service
+from tests.conftest import REPO, backend_env, make_service, on_backend
 from tests.support import FakeEmbedder, write
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
 def settings(request: pytest.FixtureRequest, vault: Path) -> Settings:
     """The write-API contract runs on every backend: SQLite, and a real PostgreSQL."""
-    if request.param == "postgres":
-        url = request.getfixturevalue("postgres_url")
-        namespace = request.getfixturevalue("namespace")
-        return load_settings(vault, {"storage.url": url, "storage.namespace": namespace})
-    return load_settings(vault)
+    return on_backend(request, vault)
 
 
 def fields(r: MemoryRecord) -> tuple[object, ...]:

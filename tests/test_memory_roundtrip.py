@@ -13,9 +13,9 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from memcore.core.models import MemoryRecord
-from memcore.core.settings import Settings, load_settings
+from memcore.core.settings import Settings
 from memcore.vault.memory_format import MemoryItem, parse_memory_file, render_item
-from tests.conftest import make_service
+from tests.conftest import make_service, on_backend
 from tests.support import FakeEmbedder
 
 TEXT = st.text(
@@ -48,11 +48,7 @@ SPECIAL = [
 
 @pytest.fixture(params=["sqlite", "postgres"])
 def backend(request: pytest.FixtureRequest, vault: Path) -> Settings:
-    if request.param == "postgres":
-        url = request.getfixturevalue("postgres_url")
-        namespace = request.getfixturevalue("namespace")
-        return load_settings(vault, {"storage.url": url, "storage.namespace": namespace})
-    return load_settings(vault)
+    return on_backend(request, vault)
 
 
 def same(record: MemoryRecord, text: str, metadata: dict[str, object]) -> bool:
