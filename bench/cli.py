@@ -1,7 +1,8 @@
 """One-shot CLI latency: wall time of N cold `memcore search` and `memcore add` runs on the
 sample vault (and a Chinese search, which needs jieba's dictionary), with no daemon (the
 command opens the index and loads the model) and beside a running `memcore watch` (the
-command asks the daemon on its Unix socket), next to `python -c pass` in the same run.
+command asks the daemon on its Unix socket), next to `python -c pass` in the same run; and
+beside the daemon, the reads `list`, `count`, `get`, `history`, `entities` and `status`.
 
     python bench/cli.py [--runs 20] [--query "render engine"]
 
@@ -85,6 +86,16 @@ def main() -> None:
             rows.append(summary("search beside memcore watch", timed(search, args.runs)))
             rows.append(summary("Chinese search beside watch", timed(chinese, args.runs)))
             rows.append(summary("add beside memcore watch", timed(add, args.runs)))
+            listed = subprocess.run(memcore_cmd(vault, "list", "--user", "bench", "--json"),
+                                    check=True, capture_output=True, text=True).stdout  # fmt: skip
+            mid = json.loads(listed)[0]["id"]
+            for name, cmd in [
+                ("list", ["list", "--user", "bench"]), ("count", ["count"]),
+                ("get", ["get", mid]), ("history", ["history", mid]),
+                ("entities", ["entities"]), ("status", ["status"]),
+            ]:  # fmt: skip
+                rows.append(summary(f"{name} beside memcore watch",
+                                    timed(memcore_cmd(vault, *cmd), args.runs)))  # fmt: skip
         finally:
             subprocess.run(memcore_cmd(vault, "stop"), check=True, capture_output=True)
         rows.append(summary("memcore --version", timed(memcore_cmd(vault, "--version"), 10)))

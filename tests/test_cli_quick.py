@@ -96,6 +96,42 @@ def test_the_daemon_answers_a_plain_read_before_typer_loads_and_it_prints_the_sa
     assert (code, out, err) == run(TYPER, daemon, *args)[:3]
 
 
+VOLATILE = re.compile(
+    r'R=\S+|"(retrievability|stability_days|difficulty)": [\d.e-]+|"reviews": \d+|'
+    r'"last_review": "[^"]*"'
+)
+
+
+def steady(printed: str) -> str:
+    """What a command printed without the strength numbers (a get is a use: every read of a
+    memory moves them on, so two reads in a row differ there and only there)."""
+    return VOLATILE.sub("", printed)
+
+
+def test_the_reads_beside_a_daemon_print_what_typer_prints_without_loading_it(
+    daemon: Path,
+) -> None:
+    """list, count, get, history and entities through the daemon's socket: what the typer
+    command prints, byte for byte, without typer, asyncio or the settings."""
+    made = run(TYPER, daemon, "add", "Bob deploys on Fridays", "--user", "bob", "--json")[1]
+    run(TYPER, daemon, "add", "Ann reviews shaders", "--user", "ann", "--category", "daily")
+    mid = json.loads(made)[0]["id"]
+    run(TYPER, daemon, "update", mid, "Bob deploys on Thursdays")
+    for args in [
+        ("list",), ("list", "--json"), ("list", "--user", "bob"),
+        ("list", "-n", "1", "--offset", "1"), ("list", "--category", "daily", "--json"),
+        ("count",), ("count", "--user", "bob", "--json"), ("count", "--category", "daily"),
+        ("get", mid), ("get", mid, "--json"),
+        ("history", mid), ("history", mid, "--json"), ("entities",), ("entities", "--json"),
+    ]:  # fmt: skip
+        code, out, err, loaded = run(ENTRY, daemon, *args)
+        assert (code, loaded) == (0, ""), (args, err, loaded)
+        typed = run(TYPER, daemon, *args)[:3]
+        assert (code, steady(out), err) == (typed[0], steady(typed[1]), typed[2]), args
+    unknown = run(ENTRY, daemon, "history", "m-0000000000000000")
+    assert unknown[0] != 0 and "typer" in unknown[3]  # the typer command words the 404
+
+
 def test_a_plain_add_goes_through_the_daemon_once_and_prints_as_typer_does(daemon: Path) -> None:
     code, out, err, loaded = run(ENTRY, daemon, "add", "Bob deploys on Fridays", "--user", "bob")
     assert (code, err, loaded) == (0, "", "")
@@ -137,7 +173,13 @@ def test_what_the_daemon_refuses_or_does_not_find_is_worded_by_the_typer_command
         ["-v", "search", "x"],
         ["--embedder", "local", "search", "x"],
         ["--vault", "a", "--vault", "b", "search", "x"],
-        ["list"],
+        ["list", "--tag", "x"],
+        ["list", "x"],
+        ["list", "--limit", "10001"],
+        ["count", "--meta", "a=b"],
+        ["get"],
+        ["history", "a", "b"],
+        ["entities", "x"],
         ["search", "x", "--user", "-a"],
         ["search", "--", "x"],
         ["search", "x", "-n=5"],  # click reads the value "=5"

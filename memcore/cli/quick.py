@@ -1,4 +1,5 @@
-"""Plain `search`, `context` and `add` answered without typer: through the vault's running daemon
+"""Plain `search`, `context` and `add`, and the reads `list`, `count`, `get`, `history` and
+`entities`, answered without typer: through the vault's running daemon
 before asyncio, numpy, the settings or the models are imported (little more than starting
 Python), and a search or context with no daemon in this process, by the calls the typer
 command makes (cli/reads.py), with the model loading in a thread from the moment the settings
@@ -24,13 +25,14 @@ import json
 import os
 import sys
 from collections.abc import Callable
+from urllib.parse import quote
 
 from memcore.cli import configure_logging
 from memcore.cli.output import hit_text, out, print_context, record_line, warn
 from memcore.core.errors import MemcoreError
 from memcore.core.places import config_inputs, inputs_digest, resolve_vault, state_dir_of
 from memcore.fronts.daemon_state import status_in
-from memcore.fronts.unix_http import DaemonGone, error_message, post_unix
+from memcore.fronts.unix_http import DaemonGone, error_message, get_unix, post_unix
 
 SCOPES = {"--user": "user_id", "--agent": "agent_id", "--run": "run_id", "--app": "app_id"}
 # The options each command's plain form may carry: option -> the field it sets (--json, a flag)
@@ -38,8 +40,15 @@ FORMS: dict[str, dict[str, str]] = {
     "search": {**SCOPES, "--limit": "limit", "-n": "limit", "--json": "json"},
     "context": {**SCOPES, "--limit": "limit", "-n": "limit"},
     "add": dict(SCOPES),
-}
-MAX_LIMIT = {"search": 1000, "context": 50}
+    "list": {**SCOPES, "--category": "category", "--limit": "limit", "-n": "limit",
+             "--offset": "offset", "--json": "json"},
+    "count": {**SCOPES, "--category": "category", "--json": "json"},
+    "get": {"--json": "json"},
+    "history": {"--json": "json"},
+    "entities": {"--json": "json"},
+}  # fmt: skip
+TEXTS = {"list": 0, "count": 0, "entities": 0}  # how many text arguments (else one)
+MAX_LIMIT = {"search": 1000, "context": 50, "list": 10_000}
 FLAGS = frozenset({"--json"})
 
 Options = dict[str, object]
@@ -65,6 +74,8 @@ def answer(argv: list[str]) -> int | None:
         try:
             return ANSWERS[command](sock, text, options)
         except Unanswered:  # a read the daemon did not answer: from the index, as typer would
+            if command not in ("search", "context"):
+                return None  # the typer command reads it
             return answer_here(vault_flag, command, text, options, ask_daemon=False)
     if command in ("search", "context"):
         return answer_here(vault_flag, command, text, options)
@@ -94,9 +105,12 @@ def parse(argv: list[str]) -> Parsed | None:
         return None
     command = argv[i]
     read = _arguments(FORMS[command], argv[i + 1 :])
-    if read is None or len(read[0]) != 1 or not _fits(command, read[0][0], read[1]):
+    if read is None or len(read[0]) != TEXTS.get(command, 1):
         return None
-    return vault, command, read[0][0], read[1]
+    text = read[0][0] if read[0] else ""
+    if not _fits(command, text, read[1]):
+        return None
+    return vault, command, text, read[1]
 
 
 def _arguments(form: dict[str, str], rest: list[str]) -> tuple[list[str], dict[str, object]] | None:
@@ -130,16 +144,19 @@ def _split(word: str) -> tuple[str, str, str]:
 
 
 def _fits(command: str, text: str, options: dict[str, object]) -> bool:
-    """The text and --limit are ones the typer command takes as they are."""
-    if command != "add" and not any(ch.isalnum() for ch in text):
+    """The text, --limit and --offset are ones the typer command takes as they are."""
+    if command in ("search", "context") and not any(ch.isalnum() for ch in text):
         return False  # no word to search for: the typer command says so
-    limit = options.get("limit")
-    if limit is None:
-        return True
-    if not isinstance(limit, str) or not limit.isascii() or not limit.isdigit():
-        return False
-    options["limit"] = int(limit)
-    return 1 <= int(limit) <= MAX_LIMIT[command]
+    for name, high in (("limit", MAX_LIMIT.get(command, 0)), ("offset", 10_000_000)):
+        value = options.get(name)
+        if value is None:
+            continue
+        if not isinstance(value, str) or not value.isascii() or not value.isdigit():
+            return False
+        options[name] = int(value)
+        if not (0 if name == "offset" else 1) <= int(value) <= high:
+            return False
+    return True
 
 
 def daemon_socket(vault_flag: str | None) -> str | None:
@@ -314,8 +331,125 @@ async def _read_here(
         await embedder.aclose()  # joins the model's loading thread, whatever happened
 
 
+def _read(sock: str, endpoint: str, params: dict[str, object]) -> object | None:
+    """The daemon's JSON answer to a GET, or None when it is not a success (the typer
+    command asks again and words any error). Raises Unanswered when the exchange broke off."""
+    query = "&".join(f"{k}={quote(str(v), safe='')}" for k, v in params.items())
+    try:
+        status, _, raw = get_unix(sock, f"{endpoint}?{query}" if query else endpoint)
+    except MemcoreError as exc:  # DaemonGone too
+        raise Unanswered(str(exc)) from exc
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        return None
+    return data if status == 200 else None
+
+
+def _records(rows: object, as_json: bool) -> str | None:
+    """Memories as ``memcore list`` / ``get`` print them (cli/memory.py show_records)."""
+    if not isinstance(rows, list):
+        return None
+    if as_json:
+        return json.dumps(rows, ensure_ascii=False, indent=2) + "\n"
+    lines = []
+    for r in rows:
+        held = r.get("strength")
+        strength = (held["tier"], held["retrievability"]) if isinstance(held, dict) else None
+        scope = (r.get("user_id"), r.get("agent_id"), r.get("run_id"), r.get("app_id"))
+        lines.append(record_line(r["id"], r["category"], scope, r.get("key"), strength,
+                                 r["memory"]) + "\n")  # fmt: skip
+    return "".join(lines)
+
+
+def _list(sock: str, _: str, options: dict[str, object]) -> int | None:
+    params = _scope(options)
+    params.update((k, options[k]) for k in ("category", "limit", "offset") if k in options)
+    data = _read(sock, "/api/memories", params)
+    try:
+        text = _records(data.get("results") if isinstance(data, dict) else None,
+                        bool(options.get("json")))  # fmt: skip
+    except (KeyError, TypeError, AttributeError):
+        return None
+    if text is None:
+        return None
+    out(text)
+    return 0
+
+
+def _count(sock: str, _: str, options: dict[str, object]) -> int | None:
+    params = {**_scope(options), **({"category": options["category"]}
+                                    if "category" in options else {})}  # fmt: skip
+    data = _read(sock, "/api/memory/count", params)
+    if not isinstance(data, dict) or not isinstance(n := data.get("count"), int):
+        return None
+    if options.get("json"):  # as `count --json`: the count, then the scope given
+        out(json.dumps({"count": n, **params}) + "\n")
+    else:
+        out(f"{n}\n")
+    return 0
+
+
+def _get(sock: str, memory_id: str, options: dict[str, object]) -> int | None:
+    data = _read(sock, f"/api/memories/{quote(memory_id, safe='')}", {})
+    try:
+        text = _records([data] if isinstance(data, dict) else None, bool(options.get("json")))
+    except (KeyError, TypeError, AttributeError):
+        return None
+    if text is None:
+        return None
+    out(text)
+    return 0
+
+
+def _history(sock: str, memory_id: str, options: dict[str, object]) -> int | None:
+    data = _read(sock, f"/api/memories/{quote(memory_id, safe='')}/history", {})
+    events = data.get("results") if isinstance(data, dict) else None
+    if not isinstance(events, list) or (not events and not options.get("json")):
+        return None  # none to show: the typer command says so
+    if options.get("json"):
+        out(json.dumps(events, ensure_ascii=False, indent=2) + "\n")
+        return 0
+    try:
+        lines = []
+        for e in events:
+            change = e["new_memory"] if e["new_memory"] is not None else e["old_memory"]
+            lines.append(f"{e['created_at']}  {e['event']:<7} by {e['actor']:<6}  {change}\n")
+    except (KeyError, TypeError):
+        return None
+    out("".join(lines))
+    return 0
+
+
+ENTITY_FIELDS = ("type", "name", "total_memories", "created_at", "updated_at")
+
+
+def _entities(sock: str, _: str, options: dict[str, object]) -> int | None:
+    data = _read(sock, "/api/entities", {})
+    rows = data.get("results") if isinstance(data, dict) else None
+    if not isinstance(rows, list):
+        return None
+    try:
+        found = [{k: r[k] for k in ENTITY_FIELDS} for r in rows]  # as Entity.to_dict()
+    except (KeyError, TypeError):
+        return None
+    if options.get("json"):
+        out(json.dumps(found, ensure_ascii=False, indent=2) + "\n")
+    elif not found:
+        out("no memories yet\n")
+    else:
+        out("".join(f"{e['type']:<5} {e['name']}  {e['total_memories']} memories, last change "
+                    f"{e['updated_at']}\n" for e in found))  # fmt: skip
+    return 0
+
+
 ANSWERS: dict[str, Callable[[str, str, dict[str, object]], int | None]] = {
     "search": _search,
     "context": _context,
     "add": _add,
+    "list": _list,
+    "count": _count,
+    "get": _get,
+    "history": _history,
+    "entities": _entities,
 }

@@ -27,6 +27,16 @@ def post_unix(
         f"POST {endpoint} HTTP/1.1\r\nHost: memcore\r\nContent-Type: application/json\r\n"
         f"{extra}Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
     ).encode()
+    return _exchange(path, head + body)
+
+
+def get_unix(path: str, endpoint: str) -> tuple[int, str, bytes]:
+    """GET from the daemon's Unix socket (blocking), as ``post_unix`` posts."""
+    head = f"GET {endpoint} HTTP/1.1\r\nHost: memcore\r\nConnection: close\r\n\r\n"
+    return _exchange(path, head.encode())
+
+
+def _exchange(path: str, request: bytes) -> tuple[int, str, bytes]:
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
             sock.settimeout(60)
@@ -34,7 +44,7 @@ def post_unix(
                 sock.connect(path)
             except OSError as exc:  # nothing was sent: the caller may do it itself
                 raise DaemonGone(f"cannot reach the daemon at {path}: {exc}") from None
-            sock.sendall(head + body)
+            sock.sendall(request)
             chunks = []
             while chunk := sock.recv(65536):
                 chunks.append(chunk)

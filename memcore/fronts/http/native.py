@@ -32,7 +32,9 @@ from memcore.fronts.http.schemas import (
     ContextOut,
     ConversationBody,
     ConversationQuery,
+    CountedOut,
     CountOut,
+    CountQuery,
     DeletedOut,
     EntitiesOut,
     HistoryOut,
@@ -130,6 +132,16 @@ def native_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a rout
         )  # fmt: skip
         return reply(MemoriesOut, {"results": [r.to_dict() for r in records]})
 
+    @contract(CountedOut, query=CountQuery)
+    @handle
+    async def count(request: Request) -> Response:
+        """How many memories a scope holds (turns only when the category asks for them)."""
+        q = query_of(request, CountQuery)
+        n = await memories_of(service, request).count(
+            **scope_fields(q), category=q.category, show_expired=q.show_expired
+        )
+        return reply(CountedOut, {"count": n})
+
     @contract(MemoryOut)
     @handle
     async def get_one(request: Request) -> Response:
@@ -214,6 +226,7 @@ def native_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a rout
     return [
         Route("/api/memory/search", search, methods=["POST"]),
         Route("/api/memory/context", context, methods=["POST"]),
+        Route("/api/memory/count", count, methods=["GET"]),
         Route("/api/status", status, methods=["GET"]),
         Route("/api/memories", add, methods=["POST"]),
         Route("/api/memories", list_all, methods=["GET"]),

@@ -190,6 +190,19 @@ class ListQuery(Query):
     show_expired: bool = False
 
 
+class CountQuery(Query):
+    user_id: ScopeId | None = None
+    agent_id: ScopeId | None = None
+    run_id: ScopeId | None = None
+    app_id: ScopeId | None = None
+    category: Name | None = None
+    show_expired: bool = False
+
+
+class CountedOut(Out):
+    count: int
+
+
 class ConversationQuery(Query):
     limit: Annotated[int, Field(ge=1, le=1_000_000)] | None = None
 
