@@ -123,6 +123,7 @@ def test_the_reads_beside_a_daemon_print_what_typer_prints_without_loading_it(
         ("count",), ("count", "--user", "bob", "--json"), ("count", "--category", "daily"),
         ("get", mid), ("get", mid, "--json"),
         ("history", mid), ("history", mid, "--json"), ("entities",), ("entities", "--json"),
+        ("status",),
     ]:  # fmt: skip
         code, out, err, loaded = run(ENTRY, daemon, *args)
         assert (code, loaded) == (0, ""), (args, err, loaded)
@@ -180,6 +181,7 @@ def test_what_the_daemon_refuses_or_does_not_find_is_worded_by_the_typer_command
         ["get"],
         ["history", "a", "b"],
         ["entities", "x"],
+        ["status", "--json"],  # the document, keys in the typer command's order
         ["search", "x", "--user", "-a"],
         ["search", "--", "x"],
         ["search", "x", "-n=5"],  # click reads the value "=5"

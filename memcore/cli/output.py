@@ -6,6 +6,9 @@ from __future__ import annotations
 import sys
 import textwrap
 from collections.abc import Iterable
+from typing import Any
+
+from memcore.core.words import plural
 
 
 def out(text: str) -> None:
@@ -52,3 +55,67 @@ def record_line(
         held = " core" if strength[0] == "core" else f" R={strength[1]:.2f}"
     tags = " ".join(t for t in (category, names, f"key={key}" if key else "") if t)
     return f"{memory_id}  [{tags}]{held}  {text}"
+
+
+def print_status(info: dict[str, Any]) -> None:
+    """What `memcore status` prints: a table of the status document (status --json's)."""
+    from rich.console import Console  # rich loads only for output that needs it
+    from rich.table import Table
+
+    table = Table(show_header=False, box=None, pad_edge=False)
+    table.add_column(style="bold")
+    table.add_column()
+    table.add_row("vault", info["vault"])
+    if not info["indexed"]:
+        table.add_row("index", f"none yet at {info['db_path']} (run `memcore index`)")
+    else:
+        when = (info["last_indexed"] or "never").replace("T", " ")
+        table.add_row("index", f"{info['db_path']} ({_size(info['db_bytes'])}, last write {when})")
+        table.add_row("engine", info["engine"])
+        skipped = info["skipped"]
+        files = plural(info["files"], "file") + (f", {len(skipped)} skipped" if skipped else "")
+        table.add_row("files", files)
+        pending = info["vectors_pending"]
+        table.add_row(
+            "chunks",
+            f"{info['chunks']}" + (f" ({pending} waiting for vectors)" if pending else ""),
+        )
+        table.add_row("model", info["model_id"])
+        if copies := info.get("duplicate_memories"):
+            first = next(iter(copies))
+            table.add_row(
+                "copies",
+                f"{plural(len(copies), 'memory id')} in more than one file (e.g. {first} also in "
+                f"{', '.join(copies[first])}); each lives in the smallest path",
+            )
+        for model, count in info["other_models"].items():
+            table.add_row("", f"{plural(count, 'chunk')} still embedded with {model}")
+    table.add_row("watcher", _watcher_line(info["daemon"]))
+    ready = info["readiness"]
+    if ready["phase"] in ("starting", "catching_up"):
+        table.add_row("catch-up", f"{ready['files_done']} of {ready['files_total']} files indexed")
+    console = Console()
+    console.print(table)
+    if info.get("skipped"):
+        console.print("skipped files:", style="bold")
+        for path, reason in info["skipped"].items():
+            console.print(f"  {path}: {reason}", highlight=False)
+
+
+def _watcher_line(daemon: dict[str, Any] | None) -> str:
+    if not daemon:
+        return "not running (`memcore watch --detach` starts it)"
+    state = "watching" if daemon.get("watching") else "catching up"
+    mode = ", polling" if daemon.get("polling") else ""
+    retrying = daemon.get("retrying") or {}
+    extra = f", {len(retrying)} retrying" if retrying else ""
+    return f"running (pid {daemon.get('pid')}), {state}{mode}{extra}"
+
+
+def _size(n: int) -> str:
+    size = float(n)
+    for unit in ("B", "KB", "MB", "GB"):
+        if size < 1024 or unit == "GB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{n} B"

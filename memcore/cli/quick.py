@@ -1,5 +1,5 @@
-"""Plain `search`, `context` and `add`, and the reads `list`, `count`, `get`, `history` and
-`entities`, answered without typer: through the vault's running daemon
+"""Plain `search`, `context` and `add`, and the reads `list`, `count`, `get`, `history`,
+`entities` and `status`, answered without typer: through the vault's running daemon
 before asyncio, numpy, the settings or the models are imported (little more than starting
 Python), and a search or context with no daemon in this process, by the calls the typer
 command makes (cli/reads.py), with the model loading in a thread from the moment the settings
@@ -28,7 +28,7 @@ from collections.abc import Callable
 from urllib.parse import quote
 
 from memcore.cli import configure_logging
-from memcore.cli.output import hit_text, out, print_context, record_line, warn
+from memcore.cli.output import hit_text, out, print_context, print_status, record_line, warn
 from memcore.core.errors import MemcoreError
 from memcore.core.places import config_inputs, inputs_digest, resolve_vault, state_dir_of
 from memcore.fronts.daemon_state import status_in
@@ -46,8 +46,9 @@ FORMS: dict[str, dict[str, str]] = {
     "get": {"--json": "json"},
     "history": {"--json": "json"},
     "entities": {"--json": "json"},
+    "status": {},  # the table (--json is left to typer: its document, keys in its order)
 }  # fmt: skip
-TEXTS = {"list": 0, "count": 0, "entities": 0}  # how many text arguments (else one)
+TEXTS = {"list": 0, "count": 0, "entities": 0, "status": 0}  # text arguments (else one)
 MAX_LIMIT = {"search": 1000, "context": 50, "list": 10_000}
 FLAGS = frozenset({"--json"})
 
@@ -443,6 +444,17 @@ def _entities(sock: str, _: str, options: dict[str, object]) -> int | None:
     return 0
 
 
+def _status(sock: str, _: str, options: dict[str, object]) -> int | None:
+    data = _read(sock, "/api/status", {})
+    if not isinstance(data, dict) or not data.get("indexed"):
+        return None  # the typer command says what to do
+    try:
+        print_status(data)  # the daemon's own document: the index it serves, and itself
+    except (KeyError, TypeError, AttributeError):
+        return None
+    return 0
+
+
 ANSWERS: dict[str, Callable[[str, str, dict[str, object]], int | None]] = {
     "search": _search,
     "context": _context,
@@ -452,4 +464,5 @@ ANSWERS: dict[str, Callable[[str, str, dict[str, object]], int | None]] = {
     "get": _get,
     "history": _history,
     "entities": _entities,
+    "status": _status,
 }

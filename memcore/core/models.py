@@ -6,6 +6,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, TypedDict
 
+from memcore.core.words import plural
+
 SearchMode = Literal["hybrid", "vector", "keyword"]
 Tier = Literal["core", "decaying"]
 
@@ -417,11 +419,6 @@ class IndexStatus:
             "last_indexed": self.last_indexed,
             "skipped": dict(self.skipped),
         }
-
-
-def plural(n: int, word: str) -> str:
-    """``1 chunk``, ``2 chunks``."""
-    return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
 def _names(paths: Iterable[str], most: int = 5) -> str:
