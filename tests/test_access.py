@@ -86,6 +86,7 @@ def routes_of(app: Any) -> list[tuple[str, str]]:
     ]
 
 
+@pytest.mark.timeout(300)  # ~70 routes x 3 tokens x 20 attempts
 async def test_every_route_keeps_a_scoped_token_inside_its_scope(
     vault: Path, service: MemoryService
 ) -> None:

@@ -75,6 +75,7 @@ def test_openapi_types_every_body_answer_and_error(live: tuple[str, Path]) -> No
 @pytest.mark.skipif(
     SCHEMATHESIS is None, reason="schemathesis is not installed (pip install -e '.[dev]')"
 )
+@pytest.mark.timeout(600)  # the fuzzer's own run, every route of the document (~1-3 min)
 def test_schemathesis_finds_no_server_error_and_no_answer_off_its_type(
     live: tuple[str, Path], tmp_path: Path
 ) -> None:

@@ -282,5 +282,7 @@ async def serve(
                 tg.create_task(freeze_after(service.catch_up(stop)))
     except BaseExceptionGroup as group:  # one line for the person: the watcher's own error
         raise _one_error(group) from None
+    finally:
+        sock.close()  # uvicorn leaves a socket it was handed to its owner
     if not server.started:
         raise ConfigError(f"could not listen on {host}:{port} (in use?)")
