@@ -204,7 +204,10 @@ def test_the_readmes_two_commands_in_order_leave_the_tests_green() -> None:
         sock = clone / "sample_vault" / ".memcore" / "daemon.sock"
         assert wait_until(sock.exists, timeout=60)  # the watcher's socket: what broke them
         tests = subprocess.run(
-            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *SAMPLE_READERS],
+            # a temp root of its own: pytest makes /tmp/pytest-of-<user> private again when a
+            # session starts, and this session's PostgreSQL (another user) lives under it
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+             "--basetemp", str(clone.parent / "tmp"), *SAMPLE_READERS],
             cwd=clone, env=env, capture_output=True, text=True, timeout=800,
         )  # fmt: skip
         assert tests.returncode == 0, tests.stdout[-3000:]

@@ -242,3 +242,14 @@ async def test_a_catch_up_stopped_half_way_says_so(
     said = [r.getMessage() for r in caplog.records if "catching up" in r.getMessage()]
     assert said and "files left for the next start" in said[-1], caplog.text
     assert "caught up with the vault" not in caplog.text
+
+
+def test_the_listening_socket_says_tcp_so_answers_are_not_held_back() -> None:
+    """asyncio sets TCP_NODELAY only on sockets whose protocol says TCP; without it every
+    answer waited ~40 ms for the client's delayed ACK (bench/http_api.py shows it)."""
+    import socket
+
+    from memcore.fronts.serve import listening
+
+    with listening("127.0.0.1", 0) as sock:
+        assert sock.proto == socket.IPPROTO_TCP and sock.type == socket.SOCK_STREAM

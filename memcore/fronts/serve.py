@@ -214,7 +214,9 @@ def listening(host: str, port: int) -> socket.socket:
     """The server's socket, bound here so that a port in use, a port it may not take or an
     address this machine lacks is one line (uvicorn would exit from inside its task)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # IPPROTO_TCP named: asyncio turns Nagle off (TCP_NODELAY) only on sockets that say TCP,
+    # and with it on every answer waits ~40 ms for the client's delayed ACK
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
