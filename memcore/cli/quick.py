@@ -363,19 +363,23 @@ def _records(rows: object, as_json: bool) -> str | None:
     return "".join(lines)
 
 
-def _list(sock: str, _: str, options: dict[str, object]) -> int | None:
-    params = _scope(options)
-    params.update((k, options[k]) for k in ("category", "limit", "offset") if k in options)
-    data = _read(sock, "/api/memories", params)
+def _show(rows: object, options: dict[str, object]) -> int | None:
+    """Print memories as the typer command does; None when the answer is not memories."""
     try:
-        text = _records(data.get("results") if isinstance(data, dict) else None,
-                        bool(options.get("json")))  # fmt: skip
+        text = _records(rows, bool(options.get("json")))
     except (KeyError, TypeError, AttributeError):
         return None
     if text is None:
         return None
     out(text)
     return 0
+
+
+def _list(sock: str, _: str, options: dict[str, object]) -> int | None:
+    params = _scope(options)
+    params.update((k, options[k]) for k in ("category", "limit", "offset") if k in options)
+    data = _read(sock, "/api/memories", params)
+    return _show(data.get("results") if isinstance(data, dict) else None, options)
 
 
 def _count(sock: str, _: str, options: dict[str, object]) -> int | None:
@@ -393,14 +397,7 @@ def _count(sock: str, _: str, options: dict[str, object]) -> int | None:
 
 def _get(sock: str, memory_id: str, options: dict[str, object]) -> int | None:
     data = _read(sock, f"/api/memories/{quote(memory_id, safe='')}", {})
-    try:
-        text = _records([data] if isinstance(data, dict) else None, bool(options.get("json")))
-    except (KeyError, TypeError, AttributeError):
-        return None
-    if text is None:
-        return None
-    out(text)
-    return 0
+    return _show([data] if isinstance(data, dict) else None, options)
 
 
 def _history(sock: str, memory_id: str, options: dict[str, object]) -> int | None:
