@@ -179,10 +179,22 @@ def daemon_socket(vault_flag: str | None) -> str | None:
 
 
 def _ask(sock: str, endpoint: str, body: dict[str, object]) -> object | None:
-    """The daemon's JSON answer, or None when it is not a success (ask again on typer).
-    Raises Unanswered when the exchange broke off or never started."""
+    """The daemon's JSON answer to a POST (see ``_answer``)."""
+    return _answer(lambda: post_unix(sock, endpoint, body))
+
+
+def _read(sock: str, endpoint: str, params: dict[str, object]) -> object | None:
+    """The daemon's JSON answer to a GET with these query parameters (see ``_answer``)."""
+    query = "&".join(f"{k}={quote(str(v), safe='')}" for k, v in params.items())
+    return _answer(lambda: get_unix(sock, f"{endpoint}?{query}" if query else endpoint))
+
+
+def _answer(exchange: Callable[[], tuple[int, str, bytes]]) -> object | None:
+    """The JSON object the daemon answered, or None when it is not a success (the typer
+    command asks again and words any error). Raises Unanswered when the exchange broke off
+    or never started."""
     try:
-        status, _, raw = post_unix(sock, endpoint, body)
+        status, _, raw = exchange()
     except MemcoreError as exc:  # DaemonGone too
         raise Unanswered(str(exc)) from exc
     try:
@@ -330,21 +342,6 @@ async def _read_here(
         return await reads.context(settings, text, n, filters, embedder=embedder)
     finally:
         await embedder.aclose()  # joins the model's loading thread, whatever happened
-
-
-def _read(sock: str, endpoint: str, params: dict[str, object]) -> object | None:
-    """The daemon's JSON answer to a GET, or None when it is not a success (the typer
-    command asks again and words any error). Raises Unanswered when the exchange broke off."""
-    query = "&".join(f"{k}={quote(str(v), safe='')}" for k, v in params.items())
-    try:
-        status, _, raw = get_unix(sock, f"{endpoint}?{query}" if query else endpoint)
-    except MemcoreError as exc:  # DaemonGone too
-        raise Unanswered(str(exc)) from exc
-    try:
-        data = json.loads(raw)
-    except ValueError:
-        return None
-    return data if status == 200 else None
 
 
 def _records(rows: object, as_json: bool) -> str | None:
