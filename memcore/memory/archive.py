@@ -17,6 +17,7 @@ from typing import Any
 
 from memcore.core.errors import NotFound
 from memcore.core.models import MemoryRecord
+from memcore.core.moments import utc_today
 from memcore.memory.writer import Change, FileEdit, MemoryWriter, api_event
 from memcore.vault.chunker import memory_file_of
 from memcore.vault.history import now
@@ -134,7 +135,7 @@ def _item_of(r: MemoryRecord) -> MemoryItem:
 def _appender(items: Sequence[MemoryItem], rel: str, restoring: bool = False) -> Change:
     def change(f: MemoryFile) -> FileEdit:
         edit = FileEdit()
-        today = now()[:10]
+        today = utc_today()
         for item in items:
             if restoring and item.expires is not None and item.expires < today:
                 item = dataclasses.replace(item, expires=None)  # asked back: it expires no more

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from memcore.core.errors import ConfigError, InputError, NotFound
 from memcore.core.ids import check_id
 from memcore.core.models import Entity, Hit, MemoryQuery, MemoryRecord, scope_ids
+from memcore.core.moments import utc_today
 from memcore.llm.base import LLM
 from memcore.memory import infer
 from memcore.memory.archive import Archive
@@ -248,7 +249,7 @@ class MemoryApi(Memory):
     async def archive_expired(self) -> list[MemoryRecord]:
         """Archive every memory whose expiration date has passed (Mem0's expiration_date;
         ``restore`` brings one back, its expiry cleared). Returns them."""
-        query = MemoryQuery(expired=True, today=_today(), limit=MAX_LIST)
+        query = MemoryQuery(expired=True, today=utc_today(), limit=MAX_LIST)
         gone: list[MemoryRecord] = []
         while page := await self.writer.get_all(query):  # archived ones leave the query
             moved = set(await self.archive.archive(page))
@@ -475,13 +476,9 @@ class MemoryApi(Memory):
         )  # fmt: skip
 
 
-def _today() -> str:
-    return dt.datetime.now(dt.UTC).date().isoformat()
-
-
 def _unexpired(query: MemoryQuery) -> MemoryQuery:
     """The query without memories whose expiration date has passed."""
-    return dataclasses.replace(query, expired=False, today=_today())
+    return dataclasses.replace(query, expired=False, today=utc_today())
 
 
 def _paged(query: MemoryQuery, limit: int, offset: int) -> MemoryQuery:

@@ -23,6 +23,7 @@ import numpy as np
 from memcore.core.errors import EmbedderError, InputError
 from memcore.core.lru import LRU
 from memcore.core.models import Hit, SearchFilters, SearchMode, SearchResult
+from memcore.core.moments import utc_today
 from memcore.core.settings import Settings
 from memcore.core.tokenize import has_cjk, has_words, warm_segmenter
 from memcore.embedders.base import EmbeddingRunner
@@ -151,8 +152,8 @@ class Searcher:
         """What a cached answer depends on besides the query: the index generation, the
         day (recency and strength age with it) and the review log when strength ranks."""
         reviews = self.recall.log.size() if self.settings.strength.weight > 0 else 0
-        utc_day = dt.datetime.now(dt.UTC).date().isoformat()  # expiry dates are UTC days
-        return (generation, dt.date.today(), reviews, self.embedder.model_id, utc_day)
+        # expiry dates are UTC days
+        return (generation, dt.date.today(), reviews, self.embedder.model_id, utc_today())
 
     async def _search_in(
         self,
@@ -358,7 +359,7 @@ class Searcher:
         ids = [cid for cid, _ in top]
         rows, memories = await reader.hit_rows(ids)
         if filters is None or not filters.show_expired:
-            today = dt.datetime.now(dt.UTC).date().isoformat()
+            today = utc_today()
             for cid, m in memories.items():
                 if m.expiration_date is not None and m.expiration_date < today:
                     rows.pop(cid, None)

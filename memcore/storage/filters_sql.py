@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from memcore.core.errors import InputError
 from memcore.core.ids import folder_name
 from memcore.core.models import SCOPE_KEYS, TURNS_CATEGORY, MemoryQuery, SearchFilters
+from memcore.core.moments import utc_moment
 
 
 @dataclass(frozen=True, slots=True)
@@ -439,23 +440,13 @@ def _time_bound(key: str, op: str, value: object) -> tuple[str, object]:
         return op, value
     bad = InputError(f"filter {key}.{op}: {value!r} is not a date like 2024-05-31, an ISO time "
                      "or Unix seconds")  # fmt: skip
-    if isinstance(value, bool):
-        raise bad
     try:
-        if isinstance(value, int | float):
-            return op, dt.datetime.fromtimestamp(value, dt.UTC).isoformat(timespec="seconds")
-        if not isinstance(value, str):
-            raise bad
-        if len(value) == 10:
-            day = dt.date.fromisoformat(value)
-            following = (day + dt.timedelta(days=1)).isoformat()
+        if isinstance(value, str) and len(value) == 10:
+            following = (dt.date.fromisoformat(value) + dt.timedelta(days=1)).isoformat()
             return {"lte": ("lt", following), "gt": ("gte", following)}.get(op, (op, value))
-        moment = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except (ValueError, OverflowError, OSError):
+        return op, utc_moment(value)
+    except ValueError:
         raise bad from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=dt.UTC)
-    return op, moment.astimezone(dt.UTC).isoformat(timespec="seconds")
 
 
 def memory_query_sql(q: MemoryQuery, d: Dialect) -> tuple[str, list[object]]:

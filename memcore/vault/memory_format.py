@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from memcore.core.errors import InputError
 from memcore.core.ids import check_id, folder_name
 from memcore.core.models import SCOPE_KEYS, TURNS_CATEGORY, MemoryRecord, ScopeIds
+from memcore.core.moments import utc_moment
 
 MARK = "memories"  # front matter `memcore: memories`
 _COMMENT = re.compile(r"<!--\s*memcore\s+(\{.*\})\s*-->\s*$")
@@ -319,23 +320,13 @@ def check_moment(value: object) -> str | None:
     created time: ISO 8601 in UTC, to the second."""
     if value is None:
         return None
-    if isinstance(value, bool):
-        raise InputError(f"timestamp must be Unix seconds or an ISO time, got {value!r}")
     try:
-        if isinstance(value, int | float):
-            moment = dt.datetime.fromtimestamp(value, dt.UTC)
-        elif isinstance(value, str):
-            moment = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
-            if moment.tzinfo is None:
-                moment = moment.replace(tzinfo=dt.UTC)
-        else:
-            raise TypeError
-    except (TypeError, ValueError, OverflowError, OSError):
+        return utc_moment(value)
+    except ValueError:
         raise InputError(
             f"timestamp must be Unix seconds or an ISO time like 2024-05-31T09:00:00Z, "
             f"got {value!r}"
         ) from None
-    return moment.astimezone(dt.UTC).isoformat(timespec="seconds")
 
 
 def _dedent(line: str) -> str:
