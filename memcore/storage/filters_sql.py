@@ -148,23 +148,40 @@ def folder_patterns(f: SearchFilters) -> list[str]:
 NOT_A_MEMORY = "NOT EXISTS (SELECT 1 FROM memories mm WHERE mm.chunk_id = c.id)"
 
 
+def _like_parts(pattern: str) -> list[tuple[str, bool]]:
+    """A LIKE pattern (ESCAPE '!') as (character, is a wildcard) pairs."""
+    parts: list[tuple[str, bool]] = []
+    escaped = False
+    for ch in pattern:
+        if escaped:
+            parts.append((ch, False))
+            escaped = False
+        elif ch == "!":
+            escaped = True
+        else:
+            parts.append((ch, ch in "%_"))
+    return parts
+
+
 def _prefix_range(pattern: str) -> tuple[str, str]:
     """The range of file paths a LIKE pattern (ESCAPE '!') can match: [its literal start,
     that start with its last character one higher)."""
     literal = []
-    escaped = False
-    for ch in pattern:
-        if escaped:
-            literal.append(ch)
-            escaped = False
-        elif ch == "!":
-            escaped = True
-        elif ch in "%_":
+    for ch, wild in _like_parts(pattern):
+        if wild:
             break
-        else:
-            literal.append(ch)
+        literal.append(ch)
     low = "".join(literal)
     return low, low[:-1] + chr(ord(low[-1]) + 1)
+
+
+def like_matches(pattern: str, text: str) -> bool:
+    """Whether ``text`` matches a LIKE pattern (ESCAPE '!'), case kept: a path in hand held
+    to the scope folders ``folder_patterns`` gives the SQL."""
+    regex = "".join(
+        (".*" if ch == "%" else ".") if wild else re.escape(ch) for ch, wild in _like_parts(pattern)
+    )
+    return re.fullmatch(regex, text) is not None
 
 
 def scope_sql(f: SearchFilters, d: Dialect) -> tuple[str, list[object]]:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -39,7 +38,7 @@ from memcore.memory.operations import MemoryApi
 from memcore.search.filters import read_filters
 from memcore.search.searcher import MAX_LIMIT
 from memcore.service import MemoryService
-from memcore.storage.filters_sql import folder_patterns
+from memcore.storage.filters_sql import folder_patterns, like_matches
 from memcore.vault.render import render_markdown
 
 WEB = Path(__file__).resolve().parent.parent / "web"
@@ -136,18 +135,7 @@ def _note_allowed(path: str, binding: Mapping[str, str]) -> bool:
     if not binding:
         return True
     patterns = folder_patterns(SearchFilters(**binding))  # type: ignore[arg-type]
-    for like in patterns:
-        regex, escaped = "", False
-        for ch in like:
-            if escaped:
-                regex, escaped = regex + re.escape(ch), False
-            elif ch == "!":
-                escaped = True
-            else:
-                regex += ".*" if ch == "%" else "." if ch == "_" else re.escape(ch)
-        if re.fullmatch(regex, path):
-            return True
-    return False
+    return any(like_matches(like, path) for like in patterns)
 
 
 def _front_matter_lines(text: str) -> int:
@@ -175,14 +163,14 @@ def web_routes(service: MemoryService, sessions: Sessions | None = None) -> list
         return (request.scope.get("server") or (None, None))[1]
 
     def sid_of(request: Request) -> str | None:
-        return session_of({k.lower(): v for k, v in request.headers.items()}, port_of(request))
+        return session_of(request.headers, port_of(request))  # headers: any case
 
     async def page(request: Request, name: str, status: int = 200, **values: Any) -> Response:
         template = env.get_template(name)
+        sid = sid_of(request)
         html = await template.render_async(
-            request=request, version=__version__, memory_kind=kind,
-            csrf=sessions.csrf(sid_of(request)), logged_in=sid_of(request) is not None,
-            needs_login=sessions.needed, **values,
+            request=request, version=__version__, memory_kind=kind, csrf=sessions.csrf(sid),
+            logged_in=sid is not None, needs_login=sessions.needed, **values,
         )  # fmt: skip
         return HTMLResponse(html, status_code=status)
 
