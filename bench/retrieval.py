@@ -182,7 +182,9 @@ async def run_vault(
         for kind, question in (
             NEGATIVES[: 2 * len(queries)] if getattr(args, "calibrate", None) else ()
         ):
-            result = await svc.search(question, limit=1)
+            # asked the way the set's own questions were (--fusion), so the two compare
+            method = next(iter(scores)) if len(scores) == 1 else None
+            result = await svc.search(question, limit=1, fusion_name=method)
             best = result.hits[0].score if result.hits else 0.0
             (CALIBRATION.other_top if kind else CALIBRATION.nonsense_top).append(best)
     return index_s
@@ -211,7 +213,7 @@ class Calibration:
         def kept(tops: list[float], floor: float) -> str:
             return f"{sum(t >= floor for t in tops) / max(len(tops), 1):.3f}"
 
-        for floor in (0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6):
+        for floor in (0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6):
             lines.append(
                 f"{floor:.2f}   {kept(self.top, floor)}           "
                 f"{kept(self.other_top, floor)}             {kept(self.nonsense_top, floor)}"
