@@ -232,6 +232,16 @@ async def test_paging_is_exact_under_or_filters(served: httpx.AsyncClient) -> No
         "page_size": 2})  # fmt: skip
     assert old.status_code == 200 and old.json()["count"] == 3
     assert old.headers["memcore-ignored"] == "org_id, project_id"
+    # the same names inside filters change nothing either, and the header says so
+    inside = await http.post(
+        "/v3/memories/",
+        json={"filters": {"AND": [{"user_id": "w0"}, {"org_id": "o"}, {"project_id": "p"}]}},
+    )
+    assert inside.json()["count"] == 3
+    assert inside.headers["memcore-ignored"] == "filters.org_id, filters.project_id"
+    searched = await http.post("/v2/memories/search/", json={
+        "query": "anything", "filters": {"user_id": "w0", "org_id": "o"}})  # fmt: skip
+    assert searched.headers["memcore-ignored"] == "filters.org_id"
     # a bare user_id also finds the user's agent memories here, and the answer says so
     await http.post("/v1/memories/", json={"messages": "with coach", "user_id": "w0",
                                            "agent_id": "coach"})  # fmt: skip

@@ -10,8 +10,8 @@ other front; any other key is a metadata filter.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -72,12 +72,13 @@ def record(r: MemoryRecord) -> dict[str, Any]:
     return out
 
 
-def ignored(*given: Any) -> dict[str, str]:
+def ignored(*given: Any, filters: Sequence[str] = ()) -> dict[str, str]:
     """The ``Memcore-Ignored`` header: the Mem0 fields and parameters a request set that
-    change nothing here (none: no header)."""
+    change nothing here, and those its ``filters`` held (as ``filters.<name>``); none: no
+    header."""
     names = sorted({n for g in given for n in g.model_fields_set if n in IGNORED} | {
         n for g in given for n in (g.model_extra or {}) if n in IGNORED
-    })  # fmt: skip
+    } | {f"filters.{n}" for n in filters})  # fmt: skip
     return {"Memcore-Ignored": ", ".join(names)} if names else {}
 
 
@@ -111,8 +112,17 @@ def split_read_filters(filters: Any) -> tuple[dict[str, Any], Any]:
     return found, (left or None)
 
 
-def split_filters(filters: Any) -> tuple[dict[str, Any], dict[str, Any] | None]:
-    """Mem0 filters -> (scope, the rest as a filter memcore evaluates in SQL).
+class Split(NamedTuple):
+    """Mem0 filters taken apart: the scope, the rest as one filter memcore evaluates in SQL,
+    and the names of the keys that change nothing here (``org_id`` ...), for the header."""
+
+    scope: dict[str, Any]
+    rest: dict[str, Any] | None
+    ignored: tuple[str, ...] = ()
+
+
+def split_filters(filters: Any) -> Split:
+    """Mem0 filters -> (scope, the rest as a filter memcore evaluates in SQL, ignored keys).
 
     A scope key with a plain name, at the top or in a top-level AND, is the scope (a scoped
     read: the scope's memories); ``"*"`` (any non-empty value) is a condition. Everything
@@ -121,7 +131,7 @@ def split_filters(filters: Any) -> tuple[dict[str, Any], dict[str, Any] | None]:
     ``categories`` and metadata keys becomes one filter over the memories
     (storage/filters_sql.py), whose unknown operators are refused by name."""
     if filters is None:
-        return {}, None
+        return Split({}, None)
     if not isinstance(filters, Mapping):
         raise BadRequest("filters must be an object")
     if "AND" in filters and not isinstance(filters["AND"], list):
@@ -129,6 +139,7 @@ def split_filters(filters: Any) -> tuple[dict[str, Any], dict[str, Any] | None]:
     parts = list(filters["AND"]) if set(filters) == {"AND"} else [filters]
     scope: dict[str, Any] = {}
     rest: list[dict[str, Any]] = []
+    skipped: list[str] = []
     for part in parts:
         if not isinstance(part, Mapping):
             raise BadRequest("each AND filter must be an object")
@@ -138,10 +149,10 @@ def split_filters(filters: Any) -> tuple[dict[str, Any], dict[str, Any] | None]:
                     raise BadRequest(f"filters name two values of {key}")
                 scope[key] = value
             elif key in IGNORED and key != "categories":
-                continue
+                skipped.append(key)
             else:
                 rest.append({key: value})
-    return scope, ({"AND": rest} if rest else None)
+    return Split(scope, {"AND": rest} if rest else None, tuple(dict.fromkeys(skipped)))
 
 
 def mem0_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a route table
@@ -179,7 +190,7 @@ def mem0_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a route 
         request: Request, filters: Any, page: int, size: int, show_expired: bool, *given: Any
     ) -> Response:
         """One page of the memories Mem0 filters match; ``count`` is all of them."""
-        scope, meta = split_filters(filters)
+        scope, meta, skipped = split_filters(filters)
         m = memories_of(service, request)
         total = await m.count(**scope, filters=meta, show_expired=show_expired)
         rows = await m.get_all(
@@ -190,7 +201,7 @@ def mem0_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a route 
                                "results": [record(r) for r in rows]}  # fmt: skip
         if warned := scope_warnings(scope, meta, rows):
             out["warnings"] = warned
-        return reply(Mem0PageOut, out, headers=ignored(*given))
+        return reply(Mem0PageOut, out, headers=ignored(*given, filters=skipped))
 
     @contract(Mem0PageOut, body=Mem0ListBody, query=Mem0PageQuery)
     @handle
@@ -221,7 +232,7 @@ def mem0_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a route 
         data = await parsed(request, Mem0SearchBody)
         params = query_of(request, Mem0Params)
         read, rest = split_read_filters(data.filters)
-        given, meta = split_filters(rest)
+        given, meta, skipped = split_filters(rest)
         for key, value in scope_fields(data).items():
             if value is not None and given.get(key, value) != value:
                 raise BadRequest(f"{key} differs between the body and its filters")
@@ -238,7 +249,7 @@ def mem0_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a route 
             warned.append(pending)
         if warned:
             out["warnings"] = warned
-        return reply(Mem0MemoriesOut, out, headers=ignored(data, params))
+        return reply(Mem0MemoriesOut, out, headers=ignored(data, params, filters=skipped))
 
     @contract(Mem0MemoryOut, query=Mem0Params)
     @handle
