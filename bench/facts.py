@@ -113,6 +113,7 @@ async def rank_fact(searcher: Searcher, query: str, fact: str) -> dict[str, obje
     async with searcher.store.snapshot() as reader:
         found = await searcher.candidates(reader, query, 400, SearchFilters(), qvec)
         rows = await reader.chunk_rows([c.chunk_id for c in found.candidates])
+        fused = {m: await searcher.fused(reader, query, found, m) for m in FUSIONS}
     own = next((c for c in found.candidates if fact in rows[c.chunk_id].text), None)
     out: dict[str, object] = {
         "query": query,
@@ -122,9 +123,9 @@ async def rank_fact(searcher: Searcher, query: str, fact: str) -> dict[str, obje
         "keyword_rank": own.keyword_rank if own else None,
     }
     for method in FUSIONS:
-        fused = fusion.ranked(searcher.fuse(found.candidates, method))
+        order = fusion.ranked(fused[method])
         out[method] = next(
-            (i + 1 for i, (cid, _) in enumerate(fused) if own and cid == own.chunk_id), None
+            (i + 1 for i, (cid, _) in enumerate(order) if own and cid == own.chunk_id), None
         )
     return out
 

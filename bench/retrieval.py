@@ -255,7 +255,7 @@ async def rank_all(
         elapsed = (time.perf_counter() - t0) * 1000
         for method, sc in scores.items():
             t1 = time.perf_counter()
-            fused = searcher.fuse(found.candidates, method, found.query_has_cjk)
+            fused = await searcher.fused(reader, query, found, method)
             fused = await searcher.boost_recent(reader, fused, as_of)
             fused = await searcher.weigh_strength(reader, fused, as_of)
             top = fusion.ranked(fused)[: args.limit]

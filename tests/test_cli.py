@@ -3,6 +3,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -13,7 +14,9 @@ import pytest
 
 import memcore
 from memcore.cli import main
+from memcore.core.settings import load_settings
 from memcore.storage.ann import AnnIndex
+from tests.conftest import SAMPLE_VAULT
 from tests.support import write
 
 
@@ -160,9 +163,9 @@ def test_bad_date_and_fusion_flags(static_vault: Path) -> None:
     assert code == 2 and "--fusion must be one of" in err
 
 
-def test_unreachable_ollama_degrades_to_keyword_search(
-    static_vault: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.fixture
+def ollama_down(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ollama configured on a loopback port nobody listens on."""
     import socket
 
     with socket.socket() as s:
@@ -170,6 +173,10 @@ def test_unreachable_ollama_degrades_to_keyword_search(
         port = s.getsockname()[1]
     monkeypatch.setenv("MEMCORE_OLLAMA_HOST", f"http://127.0.0.1:{port}")
     monkeypatch.setenv("MEMCORE_EMBEDDER_RETRIES", "0")
+
+
+@pytest.mark.usefixtures("ollama_down")
+def test_unreachable_ollama_degrades_to_keyword_search(static_vault: Path) -> None:
     code, out, err = cli("--vault", str(static_vault), "--embedder", "ollama", "index", "--json")
     assert code == 0, err
     assert json.loads(out)["chunks_pending"] == 2
@@ -181,6 +188,30 @@ def test_unreachable_ollama_degrades_to_keyword_search(
     data = json.loads(out)
     assert data["mode"] == "keyword" and data["results"][0]["path"] == "MEMORY.md"
     assert "keyword results only" in err
+
+
+@pytest.mark.usefixtures("ollama_down")
+def test_with_the_embedder_down_the_context_floor_still_keeps_a_stray_word_out(
+    tmp_path: Path,
+) -> None:
+    """Keyword-only scores are BM25 over the best hit's, times the share of the query's rarity
+    (IDF) the best hit holds. Scaled to the best hit alone, "a query nobody asked" scored 1.0
+    on sample_vault (one note says "asked") and `context` put unrelated notes in the prompt."""
+    vault = tmp_path / "sample_vault"
+    shutil.copytree(SAMPLE_VAULT, vault, ignore=shutil.ignore_patterns(".*"))
+    on = ("--vault", str(vault), "--embedder", "ollama")
+    assert cli(*on, "index")[0] == 0
+    code, out, err = cli(*on, "search", "a query nobody asked", "--json")
+    data = json.loads(out)
+    assert data["mode"] == "keyword" and "keyword results only" in err
+    floor = load_settings(vault).search.context_min_score
+    assert data["results"] and all(r["score"] < floor for r in data["results"])
+    code, out, err = cli(*on, "context", "a query nobody asked")
+    assert (code, out) == (0, "")
+    code, out, _ = cli(*on, "context", "render engine")  # both words in one memory
+    assert code == 0 and out.startswith("## Relevant Memories") and "DX12" in out
+    top = json.loads(cli(*on, "search", "render engine", "--json")[1])["results"][0]
+    assert top["path"] == "MEMORY.md" and top["score"] == 1.0
 
 
 def test_searching_an_unindexed_vault_says_how_to_fix_it_and_creates_nothing(

@@ -150,6 +150,23 @@ def test_weighted_mixes_cosine_and_scaled_bm25_by_the_weights() -> None:
     assert scores[4] == pytest.approx((0.05 + 0.15) / 1.3)
 
 
+def test_keyword_scores_take_the_scale_of_the_best_hits_share_of_the_query() -> None:
+    """A keyword score is BM25 over the best, times the share of the query's IDF the best hit
+    holds: the order stays BM25's, and a best hit holding a fifth of the query scores 0.2."""
+    cands = _cands()
+    assert fusion.keywords(cands) == fusion.fuse(cands, "keyword")
+    whole, fifth = fusion.keywords(cands), fusion.fuse(cands, "keyword", keyword_scale=0.2)
+    assert [c for c, _ in fusion.ranked(fifth)] == [c for c, _ in fusion.ranked(whole)]
+    assert fifth == pytest.approx({c: 0.2 * v for c, v in whole.items()})
+    assert max(fifth.values()) == pytest.approx(0.2)
+    for method in ("weighted", "adaptive"):  # the keyword part of a mix shrinks likewise
+        full, scaled = fusion.fuse(cands, method), fusion.fuse(cands, method, keyword_scale=0.2)
+        assert scaled[1] == pytest.approx(full[1])  # chunk 1 is in the vector list only
+        assert scaled[3] < full[3]
+    for method in ("rrf", "linear", "vector"):  # ranks and spans: relative by nature
+        assert fusion.fuse(cands, method, keyword_scale=0.2) == fusion.fuse(cands, method)
+
+
 @pytest.mark.parametrize("method", ["adaptive", "weighted", "rrf", "linear", "vector", "keyword"])
 def test_every_method_scores_within_zero_and_one(method: str) -> None:
     cands = build_candidates(
@@ -226,8 +243,8 @@ def test_adaptive_trusts_keywords_more_when_vectors_are_flat() -> None:
     informative = _lists([0.8 - 0.02 * i for i in range(20)], [10.0, 5.0])
     flat = _lists([0.50 - 0.001 * i for i in range(20)], [10.0, 5.0])
     assert fusion.vector_spread(informative) == pytest.approx(0.38)
-    assert fusion.adaptive_keyword_weight(informative) == pytest.approx(0.5 * 0.5)  # clamped
-    assert fusion.adaptive_keyword_weight(flat) == pytest.approx(0.5 * 4)  # clamped
+    assert fusion.adaptive_keyword_weight(informative) == pytest.approx(fusion.ADAPTIVE_BASE / 2)
+    assert fusion.adaptive_keyword_weight(flat) == pytest.approx(fusion.ADAPTIVE_BASE * 4)
     # with flat vectors the strongest keyword hit wins; with informative ones the best vector
     assert fusion.ranked(fusion.adaptive(flat))[0][0] == 100
     assert fusion.ranked(fusion.adaptive(informative))[0][0] == 0

@@ -384,6 +384,54 @@ async def test_keyword_search_ranks_only_chunks_with_rare_words_and_fills_up_whe
     assert {c for c, _ in anchored} <= {c for c, _ in filled[:3]}
 
 
+async def test_keyword_coverage_is_the_share_of_the_querys_rarity_a_chunk_holds(
+    open_store: OpenStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A chunk with every word covers 1.0 and one with none 0.0; between, each word counts by
+    its rarity over the whole index, a word found nowhere most. Past the count cap (here 50
+    chunks) a word's count is estimated, and it still weighs little."""
+    from memcore.storage.postgres import queries as postgres_queries
+    from memcore.storage.sqlite import queries as sqlite_queries
+
+    for module in (sqlite_queries, postgres_queries):
+        monkeypatch.setattr(module, "ANCHOR_CAP", 50)
+    async with open_store() as store:
+        files = [(f"memory/n{i}.md", f"# N{i}\n\ncommon filler {i}\n") for i in range(80)]
+        files += [
+            ("memory/zebra.md", "# Zebra\n\nthe zebra is common\n"),
+            ("memory/both.md", "# Both\n\nzebra stripes, common ones\n"),
+            ("memory/cn.md", "# 笔记\n\n数据库迁移已经完成\n"),
+        ]
+        ids: dict[str, int] = {}
+        async with store.transaction() as tx:
+            for path, text in files:
+                chunks, _ = chunk_markdown(text, path)
+                (ids[path],) = await tx.replace_file(
+                    FileState(path, path, len(text), 1), chunks, [None], M
+                )
+        zebra, both, common, cn = (
+            ids["memory/zebra.md"], ids["memory/both.md"], ids["memory/n0.md"], ids["memory/cn.md"]
+        )  # fmt: skip
+        async with store.snapshot() as r:
+            held = await r.keyword_coverage("zebra stripes common", [zebra, both, common])
+            nowhere = await r.keyword_coverage("zebra nosuchword", [zebra])
+            alone = await r.keyword_coverage("Zebra", [zebra, common])
+            chinese = await r.keyword_coverage("数据库 天气", [cn])
+            nothing = await r.keyword_coverage("?!", [zebra])
+        async with store.snapshot() as r:  # after a search, which counted the words already
+            found = await r.search_text("zebra stripes common", 3, SearchFilters())
+            top = await r.keyword_coverage("zebra stripes common", [found[0][0]])
+            again = await r.keyword_coverage("zebra stripes common", [zebra, both, common])
+    assert top == pytest.approx({found[0][0]: held[found[0][0]]})
+    assert held[both] == pytest.approx(1.0) and again == pytest.approx(held)
+    assert 0.0 < held[common] < 0.1 < held[zebra] < 0.6  # "common" is in 81 of 83 chunks
+    assert 0.0 < nowhere[zebra] < 0.5  # the word found nowhere weighs more than "zebra"
+    assert alone == {zebra: 1.0, common: 0.0}
+    # 数据库 is asked as 数据, 据库 and 数据库 (jieba's search mode), all held; 天气 is not
+    assert chinese[cn] == pytest.approx(0.75, abs=0.05)
+    assert nothing == {}
+
+
 async def test_a_write_that_names_its_unchanged_chunks_leaves_their_rows_and_only_if_true(
     open_store: OpenStore,
 ) -> None:

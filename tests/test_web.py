@@ -95,6 +95,13 @@ async def test_pages_render_markdown_safely_and_answer_bad_input_in_words(
         assert note.status_code == 200 and 'id="hit"' in note.text and "DX12" in note.text
         assert (await http.get("/notes/../../etc/passwd")).status_code == 404
         assert (await http.get("/notes/.memcore/index.db")).status_code == 404
+        # with the embedder down the page says the results are keywords alone, and how that
+        # scores: "a query nobody asked" holds one stray word ("asked") and scores low
+        svc.searcher.embedder.mark_down("the model is away")
+        alone = await http.get("/?q=a+query+nobody+asked")
+        assert "the model is away" in alone.text and "keywords alone" in alone.text
+        scores = [float(s) for s in re.findall(r"score <strong>([0-9.]+)</strong>", alone.text)]
+        assert scores and max(scores) < svc.settings.search.context_min_score
 
 
 async def test_lists_page_sort_filter_and_bulk_forget_without_javascript(

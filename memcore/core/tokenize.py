@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import math
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from memcore.core import segmenter
 from memcore.core.lru import LRU
@@ -118,6 +119,22 @@ ANCHOR_MAX_TERMS = 256  # counted in one statement: two SQL parameters a term
 # Gold-file hit@10 at 1.19M chunks over 800 questions: 0.632 at 150k, 0.634 at 250k (keyword
 # p95 in isolation 25 vs 30 ms); smaller indexes rarely reach it.
 RANK_POSTINGS = 150_000
+
+
+def idf(total: int, count: int) -> float:
+    """BM25's inverse document frequency of a word found in ``count`` of ``total`` chunks
+    (Lucene's form: above 0 even for a word in every chunk)."""
+    return math.log((total - count + 0.5) / (count + 0.5) + 1.0)
+
+
+def coverage(counts: Mapping[str, int], total: int, matched: Iterable[str]) -> float:
+    """The share of a query's weight that a chunk holding the ``matched`` words holds: the
+    sum of their IDFs over that of every query word (``counts``: each word's chunk count,
+    0 for a word found nowhere, which weighs most). 1.0 for a chunk with every word, near 0
+    for one with only the commonest; what a keyword-only score means on an absolute scale."""
+    weights = {t: idf(max(total, n), n) for t, n in counts.items()}
+    whole = sum(weights.values())
+    return sum(weights.get(t, 0.0) for t in set(matched)) / whole if whole > 0 else 0.0
 
 
 def estimated_count(head: int, head_last: int, tail: int, tail_first: int, lo: int, hi: int) -> int:

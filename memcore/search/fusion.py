@@ -1,5 +1,11 @@
 """Score fusion of a vector list and a keyword list into one ranking, every method's score in
-[0, 1] (higher is more relevant). Pure."""
+[0, 1] (higher is more relevant). Pure.
+
+A keyword score is a hit's BM25 over the query's best, times the share of the query's IDF
+that best hit holds (the searcher measures it): BM25 over the best alone scored 1.0 for any
+query that matched one word anywhere, so "a query nobody asked" (one stray "asked") looked as
+relevant as an exact match, and no relevance floor could keep it out. The order within the
+list is BM25's either way."""
 
 from __future__ import annotations
 
@@ -51,6 +57,7 @@ class Weights:
 
 
 DEFAULT_WEIGHTS = Weights()
+ADAPTIVE_BASE = 0.7  # adaptive's keyword weight at the default weights (adaptive_keyword_weight)
 
 
 def rrf(
@@ -93,17 +100,27 @@ def linear(cands: Sequence[Candidate], weights: Weights = DEFAULT_WEIGHTS) -> di
     }
 
 
-def weighted(cands: Sequence[Candidate], weights: Weights = DEFAULT_WEIGHTS) -> dict[int, float]:
-    """The design card's keyword rerank: vector_weight x cosine + keyword_weight x (BM25 /
-    best BM25 of the query), divided by the weights' sum and kept in [0, 1]."""
+def keywords(cands: Sequence[Candidate], scale: float = 1.0) -> dict[int, float]:
+    """The keyword list on its own: each BM25 over the query's best, times ``scale``, the
+    share of the query's IDF the best hit holds (see the module's docstring)."""
     best = max((c.keyword_score or 0.0 for c in cands), default=0.0)
+    return {
+        c.chunk_id: _unit(scale * (c.keyword_score or 0.0) / best) if best > 0 else 0.0
+        for c in cands
+        if c.keyword_rank
+    }
+
+
+def weighted(
+    cands: Sequence[Candidate], weights: Weights = DEFAULT_WEIGHTS, keyword_scale: float = 1.0
+) -> dict[int, float]:
+    """The design card's keyword rerank: vector_weight x cosine + keyword_weight x the
+    keyword score (``keywords``), divided by the weights' sum and kept in [0, 1]."""
+    kw = keywords(cands, keyword_scale)
     total = weights.total or 1.0
     return {
         c.chunk_id: _unit(
-            (
-                weights.vector * (c.vector_score or 0.0)
-                + (weights.keyword * (c.keyword_score or 0.0) / best if best > 0 else 0.0)
-            )
+            (weights.vector * (c.vector_score or 0.0) + weights.keyword * kw.get(c.chunk_id, 0.0))
             / total
         )
         for c in cands
@@ -160,14 +177,16 @@ def adaptive_keyword_weight(
     """How much to trust keywords over vectors for this query, as a multiple of the vector
     list's weight.
 
-    The base is 0.5 at the default weights (0.3 / 0.7, the best single value measured across
-    the dev sets) and moves with their ratio. A vector list whose top cosines are nearly flat
-    carries little information, so the weight grows as the spread falls below
-    ``reference_spread`` (clamped to 0.5x-4x). A query in a script the embedder cannot read
-    (Chinese for an English model) multiplies it by 4.
+    The base is 0.7 at the default weights (0.3 / 0.7) and moves with their ratio. It was 0.5
+    while a keyword score was BM25 over the best alone; on the absolute scale (the module's
+    docstring) keyword scores are lower, and 0.7 gives back what 0.5 lost on LoCoMo (nDCG@10
+    0.853 at 0.5, 0.857 at 0.7, 0.854 before; docs/retrieval-quality.md). A vector list
+    whose top cosines are nearly flat carries little information, so the weight grows as the
+    spread falls below ``reference_spread`` (clamped to 0.5x-4x). A query in a script the
+    embedder cannot read (Chinese for an English model) multiplies it by 4.
     """
     ratio = weights.keyword / weights.vector if weights.vector > 0 else 1e6
-    base = 0.5 * ratio / (DEFAULT_WEIGHTS.keyword / DEFAULT_WEIGHTS.vector)
+    base = ADAPTIVE_BASE * ratio / (DEFAULT_WEIGHTS.keyword / DEFAULT_WEIGHTS.vector)
     spread = vector_spread(cands)
     factor = 1.0 if spread is None else min(4.0, max(0.5, reference_spread / max(spread, 1e-3)))
     return base * factor * (1.0 if model_reads_query else 4.0)
@@ -177,11 +196,12 @@ def adaptive(
     cands: Sequence[Candidate],
     model_reads_query: bool = True,
     weights: Weights = DEFAULT_WEIGHTS,
+    keyword_scale: float = 1.0,
 ) -> dict[int, float]:
     """The card's keyword rerank with a per-query keyword weight w (adaptive_keyword_weight):
-    (cosine + w x BM25 / best BM25) / (1 + w), in [0, 1]."""
+    (cosine + w x the keyword score) / (1 + w), in [0, 1]."""
     w = adaptive_keyword_weight(cands, model_reads_query, weights)
-    return weighted(cands, Weights(1.0, w))
+    return weighted(cands, Weights(1.0, w), keyword_scale)
 
 
 def fuse(
@@ -190,16 +210,14 @@ def fuse(
     weights: Weights = DEFAULT_WEIGHTS,
     rrf_k: int = 60,
     model_reads_query: bool = True,
+    keyword_scale: float = 1.0,
 ) -> dict[int, float]:
     """Scores in [0, 1], higher is better, by a named method: adaptive, weighted, rrf, linear,
-    vector (the cosine) or keyword (BM25 / the query's best BM25)."""
+    vector (the cosine) or keyword (``keywords``). ``keyword_scale`` scales the keyword
+    score of the methods that use it (keyword, weighted, adaptive); rrf and linear use ranks
+    and min-max spans, relative to the query by nature."""
     if method == "keyword":
-        best = max((c.keyword_score or 0.0 for c in cands), default=0.0)
-        return {
-            c.chunk_id: _unit((c.keyword_score or 0.0) / best) if best > 0 else 0.0
-            for c in cands
-            if c.keyword_rank
-        }
+        return keywords(cands, keyword_scale)
     if method == "vector":
         return {c.chunk_id: _unit(c.vector_score or 0.0) for c in cands if c.vector_rank}
     if method == "rrf":
@@ -207,5 +225,5 @@ def fuse(
     if method == "linear":
         return linear(cands, weights)
     if method == "adaptive":
-        return adaptive(cands, model_reads_query=model_reads_query, weights=weights)
-    return weighted(cands, weights)
+        return adaptive(cands, model_reads_query, weights, keyword_scale)
+    return weighted(cands, weights, keyword_scale)

@@ -33,6 +33,7 @@ from memcore.storage.base import IndexReader, Store, Vector, both, settled
 
 log = logging.getLogger(__name__)
 MAX_LIMIT = 1000  # results one search returns at most, on every front
+KEYWORD_SCALED = ("keyword", "weighted", "adaptive")  # the methods scoring BM25 itself
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,8 +243,7 @@ class Searcher:
             use_keywords=method != "vector",
             keywords=keywords,
         )
-        fused = method if found.has_vectors else "keyword"
-        scores = self.fuse(found.candidates, fused, found.query_has_cjk)
+        scores = await self.fused(reader, query, found, method)
         scores = await self.boost_recent(reader, scores, as_of)
         scores = await self.weigh_strength(reader, scores, as_of)
         return found, fusion.ranked({cid: round(sc, 6) for cid, sc in scores.items()})
@@ -306,14 +306,31 @@ class Searcher:
         cands = fusion.build_candidates(vector, keyword, cosine)
         return Found(cands, bool(vector), available, tuple(warnings), has_cjk(query))
 
+    async def fused(
+        self, reader: IndexReader, query: str, found: Found, method: str
+    ) -> dict[int, float]:
+        """The candidates fused by ``method`` (keywords alone when there are no vectors to
+        fuse), keyword scores on the absolute scale of ``fusion``: scaled by the share of the
+        query's IDF the best keyword hit holds (``IndexReader.keyword_coverage``)."""
+        fused = method if found.has_vectors else "keyword"
+        scale = 1.0
+        top = next((c.chunk_id for c in found.candidates if c.keyword_rank == 1), None)
+        if fused in KEYWORD_SCALED and top is not None:
+            scale = (await reader.keyword_coverage(query, [top])).get(top, 0.0)
+        return self.fuse(found.candidates, fused, found.query_has_cjk, scale)
+
     def fuse(
-        self, cands: Sequence[fusion.Candidate], method: str, query_has_cjk: bool = False
+        self,
+        cands: Sequence[fusion.Candidate],
+        method: str,
+        query_has_cjk: bool = False,
+        keyword_scale: float = 1.0,
     ) -> dict[int, float]:
         """Combine both lists with a fusion method (see settings.FUSIONS)."""
         s = self.settings.search
         reads = self.embedder.reads_cjk or not query_has_cjk
         weights = fusion.Weights(s.vector_weight, s.keyword_weight)
-        return fusion.fuse(cands, method, weights, s.rrf_k, model_reads_query=reads)
+        return fusion.fuse(cands, method, weights, s.rrf_k, reads, keyword_scale)
 
     async def boost_recent(
         self, reader: IndexReader, scores: dict[int, float], as_of: dt.date | None = None

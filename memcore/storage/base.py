@@ -29,6 +29,7 @@ from memcore.core.models import (
     SearchFilters,
     SkippedFile,
 )
+from memcore.core.tokenize import cuts_quickly, query_terms
 
 Vector = npt.NDArray[np.float32]
 A = TypeVar("A")
@@ -47,6 +48,14 @@ async def both(first: Awaitable[A], second: Awaitable[B]) -> tuple[A, B]:
         return await task, other
     finally:
         await settled(task)  # also when both failed: the first's error is seen
+
+
+async def search_terms(query: str) -> list[str]:
+    """The query's search terms; loading jieba (the first Chinese query: about a second) is
+    never on the event loop."""
+    return (
+        query_terms(query) if cuts_quickly(query) else await asyncio.to_thread(query_terms, query)
+    )
 
 
 async def settled(task: asyncio.Future[A]) -> None:
@@ -138,6 +147,12 @@ class IndexReader(Protocol):
     ) -> list[tuple[int, float]]:
         """Keyword search for the words of ``query`` (any text; nothing in it is syntax).
         (chunk id, score) best first, higher is better; [] when the query has no words."""
+        ...
+
+    async def keyword_coverage(self, query: str, ids: Sequence[int]) -> dict[int, float]:
+        """For each named chunk, the share of the query's words, weighed by their IDF over the
+        whole index, that it holds (``tokenize.coverage``): 1.0 with every word, 0.0 with none
+        (or when the query has no words). Unknown chunks are left out."""
         ...
 
     async def search_vectors(

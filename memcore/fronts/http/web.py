@@ -198,6 +198,7 @@ def web_routes(service: MemoryService, sessions: Sessions | None = None) -> list
         hits: list[Any] = []
         warnings: list[str] = []
         why: list[dict[str, Any]] = []
+        mode = "hybrid"
         try:
             limit = _int(q.get("limit"), "limit", 10, 1, MAX_LIMIT)
             since, until = _day(q.get("since"), "since"), _day(q.get("until"), "until")
@@ -210,7 +211,7 @@ def web_routes(service: MemoryService, sessions: Sessions | None = None) -> list
                 result = await service.search(
                     q.get("q", ""), limit, filters, caller=caller_of(request)
                 )
-                hits, warnings = list(result.hits), list(result.warnings)
+                hits, warnings, mode = list(result.hits), list(result.warnings), result.mode
                 best = max((h.keyword_score or 0.0 for h in hits), default=0.0)
                 why = [explain(h, best, weights) for h in hits]
         except Forbidden as exc:
@@ -219,7 +220,7 @@ def web_routes(service: MemoryService, sessions: Sessions | None = None) -> list
             return await page(request, "search.html", 400, form=form, hits=[], why=[],
                               warnings=[], error=str(exc))  # fmt: skip
         return await page(request, "search.html", form=form, hits=hits, why=why,
-                          warnings=warnings, error=None)  # fmt: skip
+                          warnings=warnings, mode=mode, error=None)  # fmt: skip
 
     async def listing(request: Request) -> Response:
         """A scope's memories: paged, sorted, filtered by text, dates, tag and category."""

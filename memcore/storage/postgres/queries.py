@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
@@ -27,11 +26,19 @@ from memcore.core.tokenize import (
     ANCHOR_MAX_TERMS,
     ANCHOR_ROWS,
     anchor_terms,
-    cuts_quickly,
-    query_terms,
+    coverage,
+    idf,
     segment,
 )
-from memcore.storage.base import ChunkRow, FileRows, PendingChunk, StoredFile, StoreStats, Vector
+from memcore.storage.base import (
+    ChunkRow,
+    FileRows,
+    PendingChunk,
+    StoredFile,
+    StoreStats,
+    Vector,
+    search_terms,
+)
 from memcore.storage.filters_sql import (
     POSTGRES,
     filter_sql,
@@ -90,11 +97,6 @@ def as_vector(value: Sequence[float]) -> Vector:
     return np.asarray(value, dtype=np.float32)
 
 
-def idf(total: int, count: int) -> float:
-    """BM25's inverse document frequency of a word found in ``count`` of ``total`` chunks."""
-    return math.log((total - count + 0.5) / (count + 0.5) + 1.0)
-
-
 def fts_text(heading: str, text: str) -> str:
     return segment(f"{heading}\n{text}")
 
@@ -138,6 +140,7 @@ class _Queries:
         self._store = store
         self.ns = store.namespace
         self._few_memo: tuple[SearchFilters, list[int] | None] | None = None
+        self._counted: tuple[list[str], dict[str, int]] | None = None  # the last words counted
 
     async def _all(self, query: str | sql.Composed, params: Sequence[object] = ()) -> list[Any]:
         cur = await self.conn.execute(query, params)
@@ -171,11 +174,7 @@ class PostgresReader(_Queries):
     async def search_text(
         self, query: str, k: int, filters: SearchFilters
     ) -> list[tuple[int, float]]:
-        terms = (
-            query_terms(query)
-            if cuts_quickly(query)
-            else await asyncio.to_thread(query_terms, query)
-        )
+        terms = await search_terms(query)
         if not terms:
             return []
         where, params = filter_sql(filters, POSTGRES)
@@ -201,6 +200,7 @@ class PostgresReader(_Queries):
         # rank the chunks saying "common" twice first), and, as in SQLite, when common words
         # would make ranking read most of the table, only the rarest words' chunks are ranked.
         counts = await self._counts_capped(terms, ANCHOR_CAP)
+        self._counted = (terms, counts)
         total = await self._chunk_count()
         weights = [idf(total, counts[t]) for t in terms]
         anchors = anchor_terms(counts, want=max(ANCHOR_ROWS, 5 * k), cap=ANCHOR_CAP)
@@ -209,6 +209,27 @@ class PostgresReader(_Queries):
             if len(rows) >= k:
                 return rows
         return await self._ranked(terms, weights, k, where, params)
+
+    async def keyword_coverage(self, query: str, ids: Sequence[int]) -> dict[int, float]:
+        terms = (await search_terms(query))[:ANCHOR_MAX_TERMS]
+        if not terms or not ids:
+            return {}
+        if len(terms) == 1:  # one word needs no count: it is all of the query's weight
+            counts = {terms[0]: 1}
+        elif self._counted and self._counted[0] == terms:  # this snapshot's search counted them
+            counts = self._counted[1]
+        else:
+            counts = await self._counts_capped(terms, ANCHOR_CAP)
+        total = await self._chunk_count()
+        holds = ", ".join([f"c.fts @@ plainto_tsquery('{TS}', %s)"] * len(terms))
+        rows = await self._all(
+            f"SELECT c.id, {holds} FROM memory_chunks c WHERE c.ns = %s AND c.id = ANY(%s)",
+            [*terms, self.ns, list(ids)],
+        )
+        return {
+            int(r[0]): coverage(counts, total, [t for t, h in zip(terms, r[1:], strict=True) if h])
+            for r in rows
+        }
 
     async def _chunk_count(self) -> int:
         memo = self._store.count_memo

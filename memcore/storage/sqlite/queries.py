@@ -7,7 +7,7 @@ import asyncio
 import sqlite3
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar
 
 import aiosqlite
 import numpy as np
@@ -32,14 +32,21 @@ from memcore.core.tokenize import (
     anchor_terms,
     anchored_expression,
     common_tiers,
-    cuts_quickly,
+    coverage,
     estimated_count,
     fts_any,
-    query_terms,
     ranked_terms,
 )
 from memcore.core.vectors import VectorIndex, decode_vector, encode_vector
-from memcore.storage.base import ChunkRow, FileRows, PendingChunk, StoredFile, StoreStats, Vector
+from memcore.storage.base import (
+    ChunkRow,
+    FileRows,
+    PendingChunk,
+    StoredFile,
+    StoreStats,
+    Vector,
+    search_terms,
+)
 from memcore.storage.filters_sql import SQLITE, filter_sql, memory_query_sql
 from memcore.storage.rows import (
     CHUNK_ROW_COLUMNS,
@@ -111,6 +118,15 @@ def embedded_hashes_sql(paths: int) -> str:
     )
 
 
+class Counted(NamedTuple):
+    """Each word's chunk count (``_doc_counts``), the chunk-id span counted over (None when
+    every word's count was known) and the common words' estimated counts, to remember."""
+
+    counts: dict[str, int]
+    span: int | None
+    estimated: dict[str, int]
+
+
 def _text_search(
     db: sqlite3.Connection,
     terms: list[str],
@@ -118,10 +134,10 @@ def _text_search(
     where: str,
     params: list[object],
     known: dict[str, int],
-) -> tuple[list[tuple[int, float]], int | None, dict[str, int]]:
+) -> tuple[list[tuple[int, float]], Counted | None]:
     """The keyword search of ``terms`` (the top ``k`` chunks by BM25), on the connection's
-    thread; also the chunk-id span it counted over (None: it counted nothing) and the common
-    words' estimated counts, for the caller to remember (``known`` holds the ones it did).
+    thread; also the words' counts (None: it counted nothing), for the caller to remember
+    (``known`` holds the ones it did).
 
     Ranking costs ~3 us a matching chunk, and BM25 first reads every chunk of every word to
     weigh it: a query with common words ("using", "looking") matches most of a big index.
@@ -132,11 +148,12 @@ def _text_search(
     any two, are ranked before every match is. Small indexes (every word rarer than the
     need) are ranked as a whole."""
     if not 1 < len(terms) <= ANCHOR_MAX_TERMS:  # one word, or a pasted page: rank all
-        return _ranked(db, fts_any(terms), k, where, params), None, {}
-    counts, span, estimated = _doc_counts(db, terms, ANCHOR_CAP, known)
+        return _ranked(db, fts_any(terms), k, where, params), None
+    counted = _doc_counts(db, terms, ANCHOR_CAP, known)
+    counts = counted.counts
     weighed = ranked_terms(counts, RANK_POSTINGS)
     if not weighed:
-        return [], span, estimated
+        return [], counted
     every = fts_any(weighed)
     narrower: list[str] = []
     anchors = anchor_terms(counts, want=max(ANCHOR_ROWS, 5 * k), cap=ANCHOR_CAP)
@@ -149,22 +166,21 @@ def _text_search(
     for expression in narrower:
         rows = _ranked(db, expression, k, where, params)
         if len(rows) >= k:
-            return rows, span, estimated
-    return _ranked(db, every, k, where, params), span, estimated
+            return rows, counted
+    return _ranked(db, every, k, where, params), counted
 
 
 def _doc_counts(
     db: sqlite3.Connection, terms: list[str], cap: int, known: dict[str, int]
-) -> tuple[dict[str, int], int | None, dict[str, int]]:
+) -> Counted:
     """How many chunks hold each term: ``known`` ones as given (remembered from an earlier
     query, see CommonCounts); the rest exact up to ``cap``, past it estimated from where the
     term's first cap + 1 and last cap / 2 chunks lie among the chunk ids (at most 1.5 * cap
-    chunks read a term, however common it is). Also the span of chunk ids counted over (None
-    when every term was known) and the estimated counts, to be remembered."""
+    chunks read a term, however common it is)."""
     counts = {t: known[t] for t in terms if t in known}
     rest = [t for t in terms if t not in counts]
     if not rest:
-        return counts, None, {}
+        return Counted(counts, None, {})
     head_sql = (
         "SELECT {i}, count(*), max(r) FROM "
         "(SELECT rowid AS r FROM memory_fts WHERE memory_fts MATCH ? LIMIT ?)"
@@ -182,7 +198,7 @@ def _doc_counts(
     counts |= {rest[i]: n for i, (n, _) in head.items()}
     common = [i for i, (n, _) in head.items() if n > cap]
     if not common:
-        return counts, span, {}
+        return Counted(counts, span, {})
     tail_sql = (
         "SELECT {i}, count(*), min(r) FROM (SELECT rowid AS r FROM memory_fts "
         "WHERE memory_fts MATCH ? ORDER BY rowid DESC LIMIT ?)"
@@ -195,7 +211,45 @@ def _doc_counts(
     for i, n, first in db.execute(sql, params).fetchall():
         count, last = head[i]
         counts[rest[i]] = estimated[rest[i]] = estimated_count(count, last, n, first, lo, hi)
-    return counts, span, estimated
+    return Counted(counts, span, estimated)
+
+
+def _held_terms(
+    db: sqlite3.Connection,
+    terms: list[str],
+    ids: list[int],
+    known: dict[str, int],
+    counted: Counted | None,
+) -> tuple[Counted, dict[int, list[str]]]:
+    """Which of ``terms`` each chunk of ``ids`` holds (FTS5 seeks the chunk's row in each
+    word's list), with the words' counts: ``counted`` when the search counted them already,
+    else as ``_doc_counts`` gives them (one word needs none: it is all the query's weight)."""
+    if counted is None:
+        one = Counted({terms[0]: 1}, None, {})
+        counted = _doc_counts(db, terms, ANCHOR_CAP, known) if len(terms) > 1 else one
+    sql = "SELECT 1 FROM memory_fts WHERE memory_fts MATCH ? AND rowid = ?"
+    held = {
+        cid: [t for t in terms if db.execute(sql, (fts_any([t]), cid)).fetchone()] for cid in ids
+    }
+    return counted, held
+
+
+def _text_search_held(
+    db: sqlite3.Connection,
+    terms: list[str],
+    k: int,
+    where: str,
+    params: list[object],
+    known: dict[str, int],
+) -> tuple[list[tuple[int, float]], Counted | None, tuple[Counted, dict[int, list[str]]] | None]:
+    """``_text_search``, and which words its best hit holds when that is a few seeks (the
+    words were counted, or there is one): the searcher asks it of every search
+    (keyword_coverage), and this saves that a hand-off of its own."""
+    rows, counted = _text_search(db, terms, k, where, params, known)
+    held = None
+    if rows and (counted is not None or len(terms) == 1):
+        held = _held_terms(db, terms, [rows[0][0]], known, counted)
+    return rows, counted, held
 
 
 def _ranked(
@@ -315,6 +369,9 @@ class SqliteReader(_Queries):
         self._store = store
         self._starting: asyncio.Future[int] | None = None
         self._allowed: tuple[SearchFilters, set[int] | None] | None = None
+        self._counted: tuple[list[str], Counted] | None = None  # the last words counted
+        # the words the last keyword search's best hit holds (see _text_search_held)
+        self._held: tuple[list[str], tuple[Counted, dict[int, list[str]]]] | None = None
 
     @property
     def generation(self) -> int:
@@ -377,12 +434,7 @@ class SqliteReader(_Queries):
     async def search_text(
         self, query: str, k: int, filters: SearchFilters
     ) -> list[tuple[int, float]]:
-        # Loading jieba (the first Chinese query: about a second) is never on the event loop.
-        terms = (
-            query_terms(query)
-            if cuts_quickly(query)
-            else await asyncio.to_thread(query_terms, query)
-        )
+        terms = await search_terms(query)
         if not terms:
             return []
         if filters.scoped:  # a small scope: rank its own chunks, not every match of the vault
@@ -391,16 +443,49 @@ class SqliteReader(_Queries):
                 ids = sorted(allowed)
                 return await self._on_thread(_ranked_among, fts_any(terms), k, ids)
         where, params = filter_sql(filters, SQLITE)
-        remembered = self._store.common_counts
-        known = {t: n for t in terms if (n := remembered.get(t, remembered.span)) is not None}
         # every query of one search in one hand-off to the connection's thread: under load
         # each hand-off waits its turn on the event loop, and this one took two to four
-        rows, span, estimated = await self._on_thread(_text_search, terms, k, where, params, known)
-        if span is not None:
-            remembered.span = span
-        for term, n in estimated.items():
-            remembered.put(term, n, remembered.span)
+        rows, counted, held = await self._on_thread(
+            _text_search_held, terms, k, where, params, self._known_counts(terms)
+        )
+        self._remember_counts(terms, counted)
+        if held is not None:
+            self._held = (terms, held)
         return rows
+
+    async def keyword_coverage(self, query: str, ids: Sequence[int]) -> dict[int, float]:
+        terms = (await search_terms(query))[:ANCHOR_MAX_TERMS]
+        if not terms or not ids:
+            return {}
+        if self._held and self._held[0] == terms and set(ids) <= set(self._held[1][1]):
+            counted, held = self._held[1]  # this snapshot's search found them already
+        else:
+            # the search of this snapshot counted the same words a moment ago
+            same = self._counted[1] if self._counted and self._counted[0] == terms else None
+            counted, held = await self._on_thread(
+                _held_terms, terms, list(ids), self._known_counts(terms), same
+            )
+            self._remember_counts(terms, counted)
+        total = counted.span or self._store.common_counts.span
+        return {cid: coverage(counted.counts, total, held[cid]) for cid in ids if cid in held}
+
+    def _known_counts(self, terms: list[str]) -> dict[str, int]:
+        """The chunk counts of these words remembered from earlier queries (CommonCounts)."""
+        remembered = self._store.common_counts
+        return {t: n for t in terms if (n := remembered.get(t, remembered.span)) is not None}
+
+    def _remember_counts(self, terms: list[str], counted: Counted | None) -> None:
+        """Keeps the words' counts for this snapshot, and the common words' estimates (with
+        the span they were made over) for later queries."""
+        if counted is None:
+            return
+        remembered = self._store.common_counts
+        # None: every count came from CommonCounts, made over its span
+        span = remembered.span if counted.span is None else counted.span
+        remembered.span = span
+        self._counted = (terms, counted._replace(span=span))
+        for term, n in counted.estimated.items():
+            remembered.put(term, n, remembered.span)
 
     async def _filtered_ids(self, filters: SearchFilters) -> set[int] | None:
         """The chunks a filter allows (None: every chunk); asked once a search (the vector
