@@ -150,6 +150,18 @@ def test_weighted_mixes_cosine_and_scaled_bm25_by_the_weights() -> None:
     assert scores[4] == pytest.approx((0.05 + 0.15) / 1.3)
 
 
+def test_coverage_weighs_each_word_by_its_rarity() -> None:
+    from memcore.core.tokenize import coverage, idf
+
+    counts = {"zebra": 2, "common": 90, "nowhere": 0}
+    assert coverage(counts, 100, ["zebra", "common", "nowhere"]) == pytest.approx(1.0)
+    assert coverage(counts, 100, []) == 0.0 and coverage({}, 100, ["x"]) == 0.0
+    whole = idf(100, 2) + idf(100, 90) + idf(100, 0)
+    assert coverage(counts, 100, ["zebra", "zebra"]) == pytest.approx(idf(100, 2) / whole)
+    assert coverage(counts, 100, ["common"]) < 0.05 < idf(100, 90)  # common: little, not 0
+    assert idf(100, 0) > idf(100, 2) > idf(100, 90) > 0
+
+
 def test_keyword_scores_take_the_scale_of_the_best_hits_share_of_the_query() -> None:
     """A keyword score is BM25 over the best, times the share of the query's IDF the best hit
     holds: the order stays BM25's, and a best hit holding a fifth of the query scores 0.2."""

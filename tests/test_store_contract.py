@@ -418,6 +418,7 @@ async def test_keyword_coverage_is_the_share_of_the_querys_rarity_a_chunk_holds(
             alone = await r.keyword_coverage("Zebra", [zebra, common])
             chinese = await r.keyword_coverage("数据库 天气", [cn])
             nothing = await r.keyword_coverage("?!", [zebra])
+            gone = await r.keyword_coverage("zebra", [10**9])
         async with store.snapshot() as r:  # after a search, which counted the words already
             found = await r.search_text("zebra stripes common", 3, SearchFilters())
             top = await r.keyword_coverage("zebra stripes common", [found[0][0]])
@@ -429,7 +430,7 @@ async def test_keyword_coverage_is_the_share_of_the_querys_rarity_a_chunk_holds(
     assert alone == {zebra: 1.0, common: 0.0}
     # 数据库 is asked as 数据, 据库 and 数据库 (jieba's search mode), all held; 天气 is not
     assert chinese[cn] == pytest.approx(0.75, abs=0.05)
-    assert nothing == {}
+    assert nothing == {} and gone == {10**9: 0.0}
 
 
 async def test_a_write_that_names_its_unchanged_chunks_leaves_their_rows_and_only_if_true(

@@ -131,7 +131,7 @@ def coverage(counts: Mapping[str, int], total: int, matched: Iterable[str]) -> f
     """The share of a query's weight that a chunk holding the ``matched`` words holds: the
     sum of their IDFs over that of every query word (``counts``: each word's chunk count,
     0 for a word found nowhere, which weighs most). 1.0 for a chunk with every word, near 0
-    for one with only the commonest; what a keyword-only score means on an absolute scale."""
+    for one with only the commonest: what puts keyword scores on an absolute scale (fusion)."""
     weights = {t: idf(max(total, n), n) for t, n in counts.items()}
     whole = sum(weights.values())
     return sum(weights.get(t, 0.0) for t in set(matched)) / whole if whole > 0 else 0.0

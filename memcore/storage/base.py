@@ -152,7 +152,7 @@ class IndexReader(Protocol):
     async def keyword_coverage(self, query: str, ids: Sequence[int]) -> dict[int, float]:
         """For each named chunk, the share of the query's words, weighed by their IDF over the
         whole index, that it holds (``tokenize.coverage``): 1.0 with every word, 0.0 with none
-        (or when the query has no words). Unknown chunks are left out."""
+        (or for a chunk the index does not hold); {} when the query has no words."""
         ...
 
     async def search_vectors(

@@ -226,10 +226,8 @@ class PostgresReader(_Queries):
             f"SELECT c.id, {holds} FROM memory_chunks c WHERE c.ns = %s AND c.id = ANY(%s)",
             [*terms, self.ns, list(ids)],
         )
-        return {
-            int(r[0]): coverage(counts, total, [t for t, h in zip(terms, r[1:], strict=True) if h])
-            for r in rows
-        }
+        held = {int(r[0]): [t for t, h in zip(terms, r[1:], strict=True) if h] for r in rows}
+        return {cid: coverage(counts, total, held.get(cid, ())) for cid in ids}
 
     async def _chunk_count(self) -> int:
         memo = self._store.count_memo
