@@ -182,6 +182,7 @@ def test_the_readme_stays_short_and_its_links_resolve() -> None:
 SAMPLE_READERS = [
     "tests/test_parity.py",
     "tests/test_segmenter.py",
+    "tests/test_cli.py::test_with_the_embedder_down_the_context_floor_still_keeps_a_stray_word_out",
     "tests/test_web.py::test_pages_render_markdown_safely_and_answer_bad_input_in_words",
     "tests/test_docs.py::test_the_commands_in_the_docs_work_as_written",
 ]
