@@ -58,6 +58,8 @@ async def test_filters_as_mem0_documents_them(service: MemoryService) -> None:
     # timestamp is created_at: Unix seconds or ISO; a bare date takes whole days
     assert await texts(service, {"timestamp": {"lt": 1_700_000_001}}) == ["Bob plays chess"]
     assert await texts(service, {"created_at": "2023-11-14"}) == ["Bob plays chess"]
+    assert await texts(service, {"created_at": {"ne": "2023-11-14"}}) == [
+        "Alice climbs", "Alice likes Green tea"]  # fmt: skip
     assert await texts(service, {"created_at": {"lte": "2023-11-14T22:13:20Z"}}) == [
         "Bob plays chess"]  # fmt: skip
     for bad in ("yesterday", "2023-13-01", True):

@@ -409,9 +409,13 @@ def _field_sql(field: str, key: str, value: object, d: Dialect) -> tuple[str, li
     parts: list[str] = []
     params: list[object] = []
     for op, arg in _conditions(key, value):
-        if key in TIMES and op == "eq" and isinstance(arg, str) and len(arg) == 10:
+        if key in TIMES and op in ("eq", "ne") and isinstance(arg, str) and len(arg) == 10:
             _, high = _time_bound(key, "lte", arg)  # a day: from its start to the next's
-            parts.append(f"({field} >= {d.mark} AND {field} < {d.mark})")
+            parts.append(
+                f"({field} >= {d.mark} AND {field} < {d.mark})"
+                if op == "eq"
+                else f"({field} IS NULL OR {field} < {d.mark} OR {field} >= {d.mark})"
+            )
             params += [arg, high]
             continue
         if key in TIMES and op not in ("*", "in", "nin"):
