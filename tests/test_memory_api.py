@@ -23,6 +23,7 @@ from memcore.core.settings import Settings
 from memcore.memory import conversations
 from memcore.memory.conversations import as_messages
 from memcore.memory.writer import NewMemory
+from memcore.search.filters import read_filters
 from memcore.service import MemoryService
 from memcore.vault.memory_format import Scope
 from tests.conftest import REPO, backend_env, make_service, on_backend
@@ -144,6 +145,30 @@ async def test_key_upsert_forget_and_counts(service: MemoryService) -> None:
     daily = await service.memories.add("standup moved", user_id="bob", category="daily")
     assert "/daily/" in daily[0].path
     assert await service.memories.categories(user_id="bob") == {"core": 1, "daily": 1}
+
+
+async def test_a_scopes_keywords_rank_its_own_memories_and_score_on_the_absolute_scale(
+    service: MemoryService,
+) -> None:
+    """A small scope is ranked among its own chunks (on SQLite in a table of their own, one
+    hand-off, however big the vault): the memory holding the rarer word first, nothing from
+    another scope, and a query sharing one stray word with them scores low."""
+    m = service.memories
+    for text in ("paint the fence", "zebra stripes on the fence", "the fence is old"):
+        await m.add(text, user_id="zoe")
+    await m.add("zebra stripes everywhere", user_id="yan")
+    await service.index()
+    found = await service.searcher.search(
+        "zebra fence", 3, read_filters(user_id="zoe"), fusion_name="keyword"
+    )
+    texts = [h.text for h in found.hits]
+    assert texts[0] == "zebra stripes on the fence" and len(texts) == 3
+    assert found.hits[0].score == pytest.approx(1.0)  # every word of the query
+    assert not any("everywhere" in t for t in texts)
+    stray = await service.searcher.search(
+        "fence painters guild charter", 3, read_filters(user_id="zoe"), fusion_name="keyword"
+    )
+    assert stray.hits and stray.hits[0].score < 0.5
 
 
 async def test_delete_all_needs_a_scope_and_keeps_other_scopes(service: MemoryService) -> None:

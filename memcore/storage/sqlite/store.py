@@ -178,6 +178,7 @@ class SqliteStore:
             await conn.execute(f"PRAGMA busy_timeout = {self._busy_ms}")
             await conn.execute("PRAGMA synchronous = NORMAL")
             await conn.execute("PRAGMA foreign_keys = ON")
+            await conn.execute("PRAGMA temp_store = MEMORY")  # a scope's ranking table
             if cache_mb is not None:
                 await conn.execute(f"PRAGMA cache_size = {-1024 * cache_mb}")
         except BaseException:
