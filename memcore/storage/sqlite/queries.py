@@ -226,13 +226,26 @@ def _held_terms(
     word's list), with the words' counts: ``counted`` when the search counted them already,
     else as ``_doc_counts`` gives them (one word needs none: it is all the query's weight)."""
     if counted is None:
-        one = Counted({terms[0]: 1}, None, {})
-        counted = _doc_counts(db, terms, ANCHOR_CAP, known) if len(terms) > 1 else one
-    sql = "SELECT 1 FROM memory_fts WHERE memory_fts MATCH ? AND rowid = ?"
-    held = {
-        cid: [t for t in terms if db.execute(sql, (fts_any([t]), cid)).fetchone()] for cid in ids
-    }
-    return counted, held
+        counted = _counts_for_coverage(db, terms, known)
+    return counted, {cid: _words_held(db, "memory_fts", terms, cid) for cid in ids}
+
+
+def _counts_for_coverage(
+    db: sqlite3.Connection, terms: list[str], known: dict[str, int]
+) -> Counted:
+    """The words' counts as ``_doc_counts`` gives them; one word needs none (it is all of the
+    query's weight)."""
+    if len(terms) == 1:
+        return Counted({terms[0]: 1}, None, {})
+    return _doc_counts(db, terms, ANCHOR_CAP, known)
+
+
+def _words_held(db: sqlite3.Connection, table: str, terms: list[str], cid: int) -> list[str]:
+    """Which of ``terms`` the chunk ``cid`` holds in a full-text ``table`` (FTS5 seeks its row
+    in each word's list)."""
+    column = table.rpartition(".")[2]  # the table's hidden column, named like it
+    sql = f"SELECT 1 FROM {table} WHERE {column} MATCH ? AND rowid = ?"
+    return [t for t in terms if db.execute(sql, (fts_any([t]), cid)).fetchone()]
 
 
 def _text_search_held(
@@ -300,14 +313,8 @@ def _ranked_in_scope(
     if not rows:
         return [], None
     top, terms = rows[0][0], terms[:ANCHOR_MAX_TERMS]
-    one = "SELECT 1 FROM temp.scope_fts WHERE scope_fts MATCH ? AND rowid = ?"
-    words = [t for t in terms if db.execute(one, (fts_any([t]), top)).fetchone()]
-    counted = (
-        _doc_counts(db, terms, ANCHOR_CAP, known)
-        if len(terms) > 1
-        else Counted({terms[0]: 1}, None, {})
-    )
-    return [(r[0], float(r[1])) for r in rows], (counted, {top: words})
+    held = {top: _words_held(db, "temp.scope_fts", terms, top)}
+    return [(r[0], float(r[1])) for r in rows], (_counts_for_coverage(db, terms, known), held)
 
 
 def _fetch_all(db: sqlite3.Connection, sql: str, params: Sequence[object]) -> list[Any]:
