@@ -150,9 +150,11 @@ class IndexReader(Protocol):
         ...
 
     async def keyword_coverage(self, query: str, ids: Sequence[int]) -> dict[int, float]:
-        """For each named chunk, the share of the query's words, weighed by their IDF over the
-        whole index, that it holds (``tokenize.coverage``): 1.0 with every word, 0.0 with none
-        (or for a chunk the index does not hold); {} when the query has no words."""
+        """For each named chunk, the share of the query's words, weighed by their IDF, that it
+        holds (``tokenize.coverage``): 1.0 with every word, 0.0 with none (or for a chunk the
+        index does not hold); {} when the query has no words. The IDF is over the whole index,
+        or over the scope when this snapshot's keyword search ranked a small scope on its
+        own (as that ranking weighed the words)."""
         ...
 
     async def search_vectors(

@@ -140,7 +140,8 @@ class _Queries:
         self._store = store
         self.ns = store.namespace
         self._few_memo: tuple[SearchFilters, list[int] | None] | None = None
-        self._counted: tuple[list[str], dict[str, int]] | None = None  # the last words counted
+        # the last words counted: (words, counts, chunks counted over: the index's or a scope's)
+        self._counted: tuple[list[str], dict[str, int], int] | None = None
 
     async def _all(self, query: str | sql.Composed, params: Sequence[object] = ()) -> list[Any]:
         cur = await self.conn.execute(query, params)
@@ -191,7 +192,9 @@ class PostgresReader(_Queries):
             rows = await self._all(
                 "SELECT " + ", ".join([one] * len(terms)), [p for t in terms for p in (few, t)]
             )
-            weights = [idf(len(few), int(n)) for n in rows[0]]
+            counts = {t: int(n) for t, n in zip(terms, rows[0], strict=True)}
+            self._counted = (terms, counts, len(few))  # coverage weighs them as ranking did
+            weights = [idf(len(few), counts[t]) for t in terms]
             return await self._ranked(terms, weights, k, where, params)
         if not 1 < len(terms) <= ANCHOR_MAX_TERMS:
             return await self._ranked(terms, None, k, where, params)
@@ -200,8 +203,8 @@ class PostgresReader(_Queries):
         # rank the chunks saying "common" twice first), and, as in SQLite, when common words
         # would make ranking read most of the table, only the rarest words' chunks are ranked.
         counts = await self._counts_capped(terms, ANCHOR_CAP)
-        self._counted = (terms, counts)
         total = await self._chunk_count()
+        self._counted = (terms, counts, total)
         weights = [idf(total, counts[t]) for t in terms]
         anchors = anchor_terms(counts, want=max(ANCHOR_ROWS, 5 * k), cap=ANCHOR_CAP)
         if anchors is not None:
@@ -214,13 +217,13 @@ class PostgresReader(_Queries):
         terms = (await search_terms(query))[:ANCHOR_MAX_TERMS]
         if not terms or not ids:
             return {}
-        if len(terms) == 1:  # one word needs no count: it is all of the query's weight
-            counts = {terms[0]: 1}
-        elif self._counted and self._counted[0] == terms:  # this snapshot's search counted them
-            counts = self._counted[1]
+        if self._counted and self._counted[0] == terms:  # this snapshot's search counted them
+            _, counts, total = self._counted
+        elif len(terms) == 1:  # one word needs no count: it is all of the query's weight
+            counts, total = {terms[0]: 1}, 1
         else:
             counts = await self._counts_capped(terms, ANCHOR_CAP)
-        total = await self._chunk_count()
+            total = await self._chunk_count()
         holds = ", ".join([f"c.fts @@ plainto_tsquery('{TS}', %s)"] * len(terms))
         rows = await self._all(
             f"SELECT c.id, {holds} FROM memory_chunks c WHERE c.ns = %s AND c.id = ANY(%s)",

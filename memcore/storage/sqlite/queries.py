@@ -296,12 +296,12 @@ _SCOPE_FILL = (
 
 
 def _ranked_in_scope(
-    db: sqlite3.Connection, terms: list[str], k: int, ids: Sequence[int], known: dict[str, int]
+    db: sqlite3.Connection, terms: list[str], k: int, ids: Sequence[int]
 ) -> tuple[list[tuple[int, float]], tuple[Counted, dict[int, list[str]]] | None]:
     """The top ``k`` of a scope's chunks (``ids``) by BM25 among themselves: each word
     weighed by its rarity in the scope (as on PostgreSQL), which is what tells a scope's
-    chunks apart. Also which words the best one holds, with their counts over the whole index
-    (``keyword_coverage``'s, in this same hand-off)."""
+    chunks apart. Also which words the best one holds, and each word's count in the scope,
+    for ``keyword_coverage`` to weigh them as the ranking did (in this same hand-off)."""
     db.execute(_SCOPE_TABLE)
     db.execute("DELETE FROM temp.scope_fts")
     db.execute(_SCOPE_FILL, (json.dumps(list(ids)),))
@@ -314,7 +314,9 @@ def _ranked_in_scope(
         return [], None
     top, terms = rows[0][0], terms[:ANCHOR_MAX_TERMS]
     held = {top: _words_held(db, "temp.scope_fts", terms, top)}
-    return [(r[0], float(r[1])) for r in rows], (_counts_for_coverage(db, terms, known), held)
+    count = "SELECT count(*) FROM temp.scope_fts WHERE scope_fts MATCH ?"
+    counts = {t: db.execute(count, (fts_any([t]),)).fetchone()[0] for t in terms}
+    return [(r[0], float(r[1])) for r in rows], (Counted(counts, len(ids), {}), held)
 
 
 def _fetch_all(db: sqlite3.Connection, sql: str, params: Sequence[object]) -> list[Any]:
@@ -478,13 +480,9 @@ class SqliteReader(_Queries):
         if filters.scoped:  # a small scope: rank its own chunks, not every match of the vault
             allowed = await self._filtered_ids(filters)
             if allowed is not None and len(allowed) <= FEW_TO_RANK:
-                words = terms[:ANCHOR_MAX_TERMS]  # the ones keyword_coverage asks about
-                found, top = await self._on_thread(
-                    _ranked_in_scope, terms, k, sorted(allowed), self._known_counts(words)
-                )
-                if top is not None:
-                    self._remember_counts(words, top[0])
-                    self._held = (words, top)
+                found, top = await self._on_thread(_ranked_in_scope, terms, k, sorted(allowed))
+                if top is not None:  # the words keyword_coverage asks about, scope-weighed
+                    self._held = (terms[:ANCHOR_MAX_TERMS], top)
                 return found
         where, params = filter_sql(filters, SQLITE)
         # every query of one search in one hand-off to the connection's thread: under load
