@@ -3,6 +3,7 @@ then scoped and unscoped search, then `memcore watch` over those files. Real tex
 ../shared/eval (questions, each made unique by its number).
 
     python bench/fleet.py [--memories 1000000] [--users 10000] [--queries 200] [--pg]
+    python bench/fleet.py --users 10000 --reuse    # search the last run's vault again
 
 Prints, for SQLite (or PostgreSQL with --pg, on a pgserver it starts):
 - the batch: wall time, memories/s, the CLI's peak RSS, index size (and per memory);
@@ -117,11 +118,42 @@ def watch_once(memcore: list[str], env: dict[str, str]) -> float:
         proc.wait(timeout=120)
 
 
+def build(
+    args: argparse.Namespace,
+    work: Path,
+    vault: Path,
+    db: str | None,
+    memcore: list[str],
+    env: dict[str, str],
+) -> None:
+    """The vault: N memories over U users through one timed `add --file`."""
+    texts = questions(50_000)
+    subprocess.run([*memcore, "init", str(vault)], check=True, capture_output=True, env=env)
+    lines = work / "batch.jsonl"
+    with lines.open("w", encoding="utf-8") as fh:
+        for n in range(args.memories):
+            text = f"{texts[n % len(texts)]} (memory {n})"
+            fh.write(json.dumps({"memory": text, "user_id": f"u{n % args.users}"}) + "\n")
+    wall, peak, _ = measured([*memcore, "add", "--file", str(lines)], env=env)
+    size = index_size(vault, db)
+    backend = "PostgreSQL" if db else "SQLite"
+    print(
+        f"{backend}: {args.memories:,} memories over {args.users:,} users, add --file: "
+        f"{wall:.0f} s, {args.memories / wall:,.0f} memories/s, peak RSS {peak:.0f} MB"
+    )
+    print(
+        f"index {size / 1e6:,.0f} MB ({size / args.memories / 1024:.1f} KB a memory); "
+        f"Markdown {tree_size(vault / 'memory') / 1e6:,.0f} MB"
+    )
+
+
 def main(args: argparse.Namespace) -> None:
     work = Path(args.workdir)
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir(parents=True)
-    texts = questions(50_000)
+    if not args.reuse:
+        shutil.rmtree(work, ignore_errors=True)
+        work.mkdir(parents=True)
+    elif not (work / "vault").is_dir():
+        raise SystemExit(f"--reuse: no vault in {work}; run without it first")
     with contextlib.ExitStack() as stack:
         db = None
         if args.pg:
@@ -134,23 +166,8 @@ def main(args: argparse.Namespace) -> None:
         if db:
             memcore += ["--db", db]
         env = {**os.environ, "MEMCORE_SEARCH_CACHE_SIZE": "0"}
-        subprocess.run([*memcore, "init", str(vault)], check=True, capture_output=True, env=env)
-        lines = work / "batch.jsonl"
-        with lines.open("w", encoding="utf-8") as fh:
-            for n in range(args.memories):
-                text = f"{texts[n % len(texts)]} (memory {n})"
-                fh.write(json.dumps({"memory": text, "user_id": f"u{n % args.users}"}) + "\n")
-        wall, peak, _ = measured([*memcore, "add", "--file", str(lines)], env=env)
-        size = index_size(vault, db)
-        backend = "PostgreSQL" if db else "SQLite"
-        print(
-            f"{backend}: {args.memories:,} memories over {args.users:,} users, add --file: "
-            f"{wall:.0f} s, {args.memories / wall:,.0f} memories/s, peak RSS {peak:.0f} MB"
-        )
-        print(
-            f"index {size / 1e6:,.0f} MB ({size / args.memories / 1024:.1f} KB a memory); "
-            f"Markdown {tree_size(vault / 'memory') / 1e6:,.0f} MB"
-        )
+        if not args.reuse:
+            build(args, work, vault, db, memcore, env)
         qs = questions(args.queries + 1 + 500)[500:]
         found = subprocess.run([sys.executable, "-c", SEARCH, str(vault), str(args.users)],
                                input=json.dumps(qs), capture_output=True, text=True, env={
@@ -183,4 +200,7 @@ if __name__ == "__main__":
     ap.add_argument("--queries", type=int, default=200)
     ap.add_argument("--pg", action="store_true", help="PostgreSQL (pgserver) instead of SQLite")
     ap.add_argument("--workdir", default=str(Path(tempfile.gettempdir()) / "memcore-fleet"))
+    ap.add_argument(
+        "--reuse", action="store_true", help="search (and watch) the vault --workdir holds"
+    )
     main(ap.parse_args())
