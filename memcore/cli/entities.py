@@ -11,6 +11,7 @@ import typer
 
 from memcore.cli.app import app
 from memcore.cli.memory import JsonOpt, show_records, with_service
+from memcore.cli.output import entity_line
 
 
 class Feedback(StrEnum):
@@ -29,7 +30,7 @@ def entities(ctx: typer.Context, as_json: JsonOpt = False) -> None:
     if not found:
         typer.echo("no memories yet")
     for e in found:
-        typer.echo(f"{e.kind:<5} {e.name}  {e.memories} memories, last change {e.updated}")
+        typer.echo(entity_line(e.to_dict()))
 
 
 @app.command()

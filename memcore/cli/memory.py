@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from memcore.cli.app import app, fail, run, settings_of
-from memcore.cli.output import record_line
+from memcore.cli.output import history_line, record_line
 from memcore.cli.scope import (
     AgentOpt,
     AppOpt,
@@ -417,8 +417,7 @@ def history(
     if not events:
         raise fail(f"no history for {memory_id!r}")
     for e in events:
-        change = e["new_memory"] if e["new_memory"] is not None else e["old_memory"]
-        typer.echo(f"{e['created_at']}  {e['event']:<7} by {e['actor']:<6}  {change}")
+        typer.echo(history_line(e))
 
 
 @app.command()

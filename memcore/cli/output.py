@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 import textwrap
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from memcore.core.words import plural
@@ -55,6 +55,18 @@ def record_line(
         held = " core" if strength[0] == "core" else f" R={strength[1]:.2f}"
     tags = " ".join(t for t in (category, names, f"key={key}" if key else "") if t)
     return f"{memory_id}  [{tags}]{held}  {text}"
+
+
+def history_line(event: Mapping[str, Any]) -> str:
+    """One event as `memcore history` prints it (the event dicts every front answers)."""
+    change = event["new_memory"] if event["new_memory"] is not None else event["old_memory"]
+    return f"{event['created_at']}  {event['event']:<7} by {event['actor']:<6}  {change}"
+
+
+def entity_line(entity: Mapping[str, Any]) -> str:
+    """One entity as `memcore entities` prints it (``Entity.to_dict()``'s keys)."""
+    return (f"{entity['type']:<5} {entity['name']}  {entity['total_memories']} memories, "
+            f"last change {entity['updated_at']}")  # fmt: skip
 
 
 def print_status(info: dict[str, Any]) -> None:

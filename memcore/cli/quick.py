@@ -28,7 +28,16 @@ from collections.abc import Callable
 from urllib.parse import quote
 
 from memcore.cli import configure_logging
-from memcore.cli.output import hit_text, out, print_context, print_status, record_line, warn
+from memcore.cli.output import (
+    entity_line,
+    history_line,
+    hit_text,
+    out,
+    print_context,
+    print_status,
+    record_line,
+    warn,
+)
 from memcore.core.errors import MemcoreError
 from memcore.core.places import config_inputs, inputs_digest, resolve_vault, state_dir_of
 from memcore.fronts.daemon_state import status_in
@@ -406,13 +415,10 @@ def _history(sock: str, memory_id: str, options: dict[str, object]) -> int | Non
         out(json.dumps(events, ensure_ascii=False, indent=2) + "\n")
         return 0
     try:
-        lines = []
-        for e in events:
-            change = e["new_memory"] if e["new_memory"] is not None else e["old_memory"]
-            lines.append(f"{e['created_at']}  {e['event']:<7} by {e['actor']:<6}  {change}\n")
+        lines = "".join(history_line(e) + "\n" for e in events)
     except (KeyError, TypeError):
         return None
-    out("".join(lines))
+    out(lines)
     return 0
 
 
@@ -433,8 +439,7 @@ def _entities(sock: str, _: str, options: dict[str, object]) -> int | None:
     elif not found:
         out("no memories yet\n")
     else:
-        out("".join(f"{e['type']:<5} {e['name']}  {e['total_memories']} memories, last change "
-                    f"{e['updated_at']}\n" for e in found))  # fmt: skip
+        out("".join(entity_line(e) + "\n" for e in found))
     return 0
 
 
