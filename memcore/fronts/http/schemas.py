@@ -178,18 +178,6 @@ class UpdateBody(Body):
     expiration_date: Expiry | None = Field(None, description="a new date; null takes it away")
 
 
-class ListQuery(Query):
-    user_id: ScopeId | None = None
-    agent_id: ScopeId | None = None
-    run_id: ScopeId | None = None
-    app_id: ScopeId | None = None
-    category: Name | None = None
-    tag: Tag | None = None
-    limit: Annotated[int, Field(ge=1, le=10_000)] = 100
-    offset: Offset = 0
-    show_expired: bool = False
-
-
 class CountQuery(Query):
     user_id: ScopeId | None = None
     agent_id: ScopeId | None = None
@@ -197,6 +185,12 @@ class CountQuery(Query):
     app_id: ScopeId | None = None
     category: Name | None = None
     show_expired: bool = False
+
+
+class ListQuery(CountQuery):
+    tag: Tag | None = None
+    limit: Annotated[int, Field(ge=1, le=10_000)] = 100
+    offset: Offset = 0
 
 
 class CountedOut(Out):
