@@ -225,19 +225,11 @@ def _held_terms(
     """Which of ``terms`` each chunk of ``ids`` holds (FTS5 seeks the chunk's row in each
     word's list), with the words' counts: ``counted`` when the search counted them already,
     else as ``_doc_counts`` gives them (one word needs none: it is all the query's weight)."""
-    if counted is None:
-        counted = _counts_for_coverage(db, terms, known)
+    if counted is None and len(terms) == 1:
+        counted = Counted({terms[0]: 1}, None, {})
+    elif counted is None:
+        counted = _doc_counts(db, terms, ANCHOR_CAP, known)
     return counted, {cid: _words_held(db, "memory_fts", terms, cid) for cid in ids}
-
-
-def _counts_for_coverage(
-    db: sqlite3.Connection, terms: list[str], known: dict[str, int]
-) -> Counted:
-    """The words' counts as ``_doc_counts`` gives them; one word needs none (it is all of the
-    query's weight)."""
-    if len(terms) == 1:
-        return Counted({terms[0]: 1}, None, {})
-    return _doc_counts(db, terms, ANCHOR_CAP, known)
 
 
 def _words_held(db: sqlite3.Connection, table: str, terms: list[str], cid: int) -> list[str]:
