@@ -1,4 +1,11 @@
-"""Test doubles that stand in only at edges: a deterministic embedder and HTTP wire servers."""
+"""Test doubles that stand in only at edges: a deterministic embedder and HTTP wire servers.
+
+The suite's rule on time: no test asserts an absolute wall time, CPU time, throughput or sleep
+length that holds only on a machine as slow (or as fast) as the one it was written on. Compare
+with something measured in the same run (another thread's CPU, a second pass), count what was
+done instead of how long it took, or wait with ``wait_until`` under a generous hang guard;
+speed targets belong to the benchmarks under ``bench/``.
+"""
 
 from __future__ import annotations
 

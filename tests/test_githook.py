@@ -40,11 +40,12 @@ def test_a_marked_commit_becomes_a_searchable_entry(repo: Path) -> None:
     assert "installed:" in memcore(repo, "hook", "install")
     write(repo, "src/render.cpp", "// reset the command list\n")
     sh(repo, "git", "add", "-A")
-    started = time.monotonic()
     sh(repo, "git", "commit", "-q", "-m",
        "Fix the DX12 crash [Memory]\n\nReset the command list before execution.")  # fmt: skip
-    commit_s = time.monotonic() - started
     memory = repo / "MEMORY.md"
+    # the commit returned before the entry was written: the hook's work (a `nice`d Python that
+    # imports memcore) runs in the background, so git never waits for it
+    assert "Fix the DX12 crash" not in memory.read_text()
     assert wait_until(lambda: "Fix the DX12 crash" in memory.read_text(), timeout=60)
     text = memory.read_text()
     short = sh(repo, "git", "rev-parse", "--short", "HEAD").strip()
@@ -53,7 +54,6 @@ def test_a_marked_commit_becomes_a_searchable_entry(repo: Path) -> None:
     assert text.startswith("# Memory\n\nThe engine renders with DX12.\n")
     found = memcore(repo, "search", "command list crash", "--json")
     assert '"path": "MEMORY.md"' in found
-    assert commit_s < 5  # the hook runs in the background (bench-free sanity bound)
 
 
 def test_an_unmarked_commit_adds_nothing(repo: Path) -> None:

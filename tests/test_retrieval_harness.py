@@ -81,7 +81,8 @@ def test_harness_json_has_the_named_metrics(tmp_path: Path) -> None:
     assert row["queries"] == 2
     assert row["hit@1"] == 1.0 and row["evidence_recall@10"] == 1.0
     (again,) = run_harness(tmp_path, "--fusion", "keyword")  # a rerun reuses the cached index
-    assert again["hit@1"] == 1.0 and float(again["index_s"]) < 5  # type: ignore[arg-type]
+    assert row["files_indexed"] > 0  # type: ignore[operator]
+    assert again["hit@1"] == 1.0 and again["files_indexed"] == 0
 
 
 def test_harness_compares_every_fusion_in_one_run(tmp_path: Path) -> None:
