@@ -12,6 +12,7 @@ import dataclasses
 import datetime as dt
 import logging
 from collections.abc import Callable, Collection
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Self
@@ -183,6 +184,11 @@ class MemoryService:
         else:
             log.info("caught up with the vault: %s", report.summary())
         return report
+
+    def bulk(self, expected: int = 0) -> AbstractAsyncContextManager[None]:
+        """Many writes follow, about ``expected`` chunks (see ``Store.bulk``): a batch job
+        wraps them in this."""
+        return self.store.bulk(expected)
 
     async def prepare_search(self, started: Callable[[int], None] | None = None) -> None:
         """Leave the index quick to search from the next start: past storage.ann_min_vectors,

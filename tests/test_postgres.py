@@ -170,6 +170,53 @@ async def test_filtered_vector_search_is_exact_on_every_pgvector(
             assert [s for _, s in hits] == pytest.approx([sims[n] for n in expected], abs=1e-5)
 
 
+async def vector_index_exists(store: PostgresStore, dim: int) -> bool:
+    from memcore.storage.postgres.queries import vector_index_name
+
+    async with store.snapshot() as r:
+        rows = await r.all(
+            "SELECT to_regclass(%s) IS NOT NULL",
+            (vector_index_name(store.namespace, "m", dim),),
+        )
+    return bool(rows[0][0])
+
+
+async def test_a_bulk_load_builds_a_small_vector_index_once_after_it(
+    postgres_url: str, namespace: str
+) -> None:
+    """A load much larger than the namespace's vector index drops it and builds it once at
+    the end; searches inside the load still find the nearest rows (compared exactly), and
+    a load that is small next to the index leaves it alone."""
+    rng = np.random.default_rng(3)
+    vecs = rng.normal(size=(300, 16)).astype(np.float32)
+    async with PostgresStore(postgres_url, namespace) as store:
+        await write_vectors(store, vecs[:10], ["a"] * 10)
+        assert await vector_index_exists(store, 16)
+        async with store.bulk(expected=290):
+            assert not await vector_index_exists(store, 16)
+            async with store.transaction() as tx:
+                for n in range(10, 300):
+                    path = f"memory/b/n{n}.md"
+                    chunks, _ = chunk_markdown(f"# N{n}\n\nnote {n}\n", path)
+                    await tx.replace_file(FileState(path, f"h{n}", 1, 1), chunks, [vecs[n]], "m")
+            async with store.snapshot() as r:
+                (best, _), *_ = await r.search_vectors(vecs[200], "m", 3, SearchFilters())
+                assert (await r.chunk_rows([best]))[best].path == "memory/b/n200.md"
+            assert not await vector_index_exists(store, 16)
+        assert await vector_index_exists(store, 16)
+        async with store.snapshot() as r:
+            await r.conn.execute("SET LOCAL enable_sort = off")  # as on a big table
+            cur = await r.conn.execute(
+                b"EXPLAIN " + nearest_query(namespace, "m", 16).as_bytes(r.conn),
+                [as_list(vecs[5]), 5],
+            )
+            plan = "\n".join(str(row[0]) for row in await cur.fetchall())
+            assert "memory_chunks_hnsw_" in plan, plan
+            assert await r.stats("m") is not None
+        async with store.bulk(expected=10):  # 300 rows are more than 4 x 10: kept
+            assert await vector_index_exists(store, 16)
+
+
 async def test_the_exact_query_keeps_the_hnsw_index_out(postgres_url: str, namespace: str) -> None:
     rng = np.random.default_rng(2)
     async with PostgresStore(postgres_url, namespace) as store:

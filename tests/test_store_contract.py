@@ -360,7 +360,7 @@ async def test_stored_files_give_back_what_was_written(open_store: OpenStore) ->
 async def test_keyword_search_ranks_only_chunks_with_rare_words_and_fills_up_when_short(
     open_store: OpenStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from memcore.storage.postgres import queries as postgres_queries
+    from memcore.storage.postgres import reader as postgres_queries
     from memcore.storage.sqlite import queries as sqlite_queries
 
     for module in (sqlite_queries, postgres_queries):
@@ -390,7 +390,7 @@ async def test_keyword_coverage_is_the_share_of_the_querys_rarity_a_chunk_holds(
     """A chunk with every word covers 1.0 and one with none 0.0; between, each word counts by
     its rarity over the whole index, a word found nowhere most. Past the count cap (here 50
     chunks) a word's count is estimated, and it still weighs little."""
-    from memcore.storage.postgres import queries as postgres_queries
+    from memcore.storage.postgres import reader as postgres_queries
     from memcore.storage.sqlite import queries as sqlite_queries
 
     for module in (sqlite_queries, postgres_queries):
@@ -502,3 +502,51 @@ async def test_a_write_that_names_its_unchanged_chunks_leaves_their_rows_and_onl
             assert [m.text for m in found] == [
                 "likes green tea", "works in Bergen", "has a cat", "plays go"
             ]  # fmt: skip
+
+
+async def test_many_files_in_one_call_end_as_if_written_one_by_one(open_store: OpenStore) -> None:
+    """``replace_files`` of new files, a file whose chunks move, and one memory id in two
+    files of the same call: each file ends as ``replace_file`` alone would leave it, the id's
+    home is the smaller path and the other place a copy; the ids returned stay in order."""
+    from memcore.core.models import MemoryQuery
+    from memcore.storage.base import FileRows
+    from memcore.vault.memory_format import MemoryItem, Scope, new_memory_file, render_item
+
+    def page(user: str, *items: tuple[str, str]) -> FileRows:
+        path = f"memory/users/{user}/core.md"
+        lines = [
+            line
+            for mid, text in items
+            for line in render_item(MemoryItem(mid, text, None, "2024-01-01", "", {}))
+        ]
+        text = new_memory_file(Scope(user_id=user), "core") + "\n".join(lines) + "\n"
+        chunks, _ = chunk_markdown(text, path)
+        return FileRows(
+            FileState(path, f"h{hash(text)}", len(text), 1), chunks, [None] * len(chunks)
+        )
+
+    async with open_store() as store:
+        first = [page(f"u{n}", (f"m{n}a", f"tea {n}"), (f"m{n}b", f"chess {n}")) for n in range(5)]
+        first.append(page("zz", ("shared", "the zebra is striped")))
+        async with store.transaction() as tx:
+            await tx.replace_files(first, M)
+        moved = page("u1", ("m1new", "opera first"), ("m1a", "tea 1"), ("m1b", "chess 1"))
+        twin = page("aa", ("shared", "the zebra is striped"))
+        async with store.transaction() as tx:
+            await tx.replace_files([moved, twin], M)
+            ids = await tx.replace_file(
+                moved.state, moved.chunks, moved.vectors, M
+            )  # the same again, alone: nothing changes, ids in chunk order
+        async with store.snapshot() as r:
+            found = await r.memories(MemoryQuery(limit=50))
+            u1 = await r.memories(MemoryQuery(path="memory/users/u1/core.md", limit=10))
+            copies = await r.memory_copies()
+            zebra = await r.search_text("zebra", 10, SearchFilters())
+            opera = await r.search_text("opera", 10, SearchFilters())
+            rows = await r.chunk_rows(ids)
+    assert len(found) == 12 and len({m.id for m in found}) == 12
+    assert [m.text for m in u1] == ["opera first", "tea 1", "chess 1"]
+    assert [rows[i].start_line for i in ids] == sorted(rows[i].start_line for i in ids)
+    assert next(m for m in found if m.id == "shared").path == "memory/users/aa/core.md"
+    assert copies == {"shared": ["memory/users/zz/core.md"]}  # the home is not a copy
+    assert len(zebra) == 2 and len(opera) == 1

@@ -186,6 +186,7 @@ def _add_file(
     """Add the memories of a JSON-lines file, a chunk at a time (constant memory, each chunk
     one write per file it touches, applied or refused whole). A failure says how many lines
     went in and the --from-line that resumes after them."""
+    import asyncio
     import dataclasses
 
     from rich.progress import Progress  # rich and the write path load only when used
@@ -206,6 +207,12 @@ def _add_file(
     done = {"added": 0, "through": from_line - 1}
 
     async def job(service: MemoryService) -> None:
+        # every chunk of the file is one load: a vector index is built once, after the last
+        expected = await asyncio.to_thread(_count_lines, source) - (from_line - 1)
+        async with service.bulk(max(0, expected)):
+            await add_all(service)
+
+    async def add_all(service: MemoryService) -> None:
         with Progress(transient=True, disable=as_json) as bar:
             task = bar.add_task("adding", total=total)
             for first, lines, read in _chunks(stream, from_line):
@@ -240,6 +247,17 @@ def _add_file(
         typer.echo(f"added {done['added']} memories from {source}, skipped {len(bad)} lines")
     if bad and not done["added"]:
         raise typer.Exit(1)
+
+
+def _count_lines(source: str) -> int:
+    """How many lines a file holds (0 for stdin, which can be read once only)."""
+    if source == "-":
+        return 0
+    count = 0
+    with open(source, "rb") as fh:
+        while block := fh.read(1 << 20):
+            count += block.count(b"\n")
+    return count
 
 
 def _lines_of(source: str) -> Generator[bytes, None, None]:

@@ -304,13 +304,16 @@ class Indexer:
         total = len(plan.to_read)
         stopped = stop.is_set if stop is not None else lambda: False
         progress("files", 0, total)
-        for start in range(0, total, FILES_PER_BATCH):
-            if stopped():
-                break
-            await self._index_batch(
-                plan.to_read[start : start + FILES_PER_BATCH], states, tally, log_edits
-            )
-            progress("files", min(start + FILES_PER_BATCH, total), total)
+        # more than one write transaction's files: what the store builds after a load, it
+        # builds once after this run (see Store.bulk)
+        async with self.store.bulk(total) if total > TX_FILES else contextlib.nullcontext():
+            for start in range(0, total, FILES_PER_BATCH):
+                if stopped():
+                    break
+                await self._index_batch(
+                    plan.to_read[start : start + FILES_PER_BATCH], states, tally, log_edits
+                )
+                progress("files", min(start + FILES_PER_BATCH, total), total)
         deleted = tuple(
             p for p in await self._delete(plan.to_delete, tally, log_edits) if p in states
         )

@@ -317,6 +317,14 @@ class Store(Protocol):
         """The one write transaction; commits on clean exit, rolls back on an exception."""
         ...
 
+    def bulk(self, expected: int = 0) -> AbstractAsyncContextManager[None]:
+        """Many write transactions follow (a batch add, a whole vault; ``expected``: about how
+        many chunks, 0 if not known): what the backend can build once after them instead of
+        row by row, it builds when the outermost ``bulk`` ends (PostgreSQL: vector indexes
+        small next to the load, and the planner's statistics). Writes and reads inside are as
+        outside, only slower to search; a no-op where nothing is worth deferring."""
+        ...
+
     @property
     def location(self) -> str:
         """Where the index lives, for people (a file path or a URL without its password)."""

@@ -514,6 +514,12 @@ class SqliteStore:
                 with suppress(sqlite3.Error, ValueError):
                     await conn.close()
 
+    @asynccontextmanager
+    async def bulk(self, expected: int = 0) -> AsyncIterator[None]:
+        """Nothing to defer: the vector graph is built past ``ann_min_vectors`` in the
+        background, and FTS5 keeps no statistics to refresh."""
+        yield
+
     async def prepare_vectors(
         self, model_id: str, started: Callable[[int], None] | None = None
     ) -> None:

@@ -1,0 +1,425 @@
+"""PostgresReader: one REPEATABLE READ snapshot of the namespace, and every read it answers."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+import numpy as np
+
+from memcore.core.models import (
+    Entity,
+    FileState,
+    MemoryQuery,
+    MemoryRecord,
+    SearchFilters,
+    SkippedFile,
+)
+from memcore.core.tokenize import (
+    ANCHOR_CAP,
+    ANCHOR_MAX_TERMS,
+    ANCHOR_ROWS,
+    anchor_terms,
+    coverage,
+    idf,
+)
+from memcore.storage.base import (
+    ChunkRow,
+    PendingChunk,
+    StoredFile,
+    StoreStats,
+    Vector,
+    search_terms,
+)
+from memcore.storage.filters_sql import (
+    POSTGRES,
+    filter_sql,
+    memory_query_sql,
+    scope_selects,
+    unscoped,
+)
+from memcore.storage.postgres.queries import (
+    SMALL_SCOPE,
+    TS,
+    Conn,
+    Queries,
+    StoreState,
+    as_list,
+    as_vector,
+    nearest_query,
+)
+from memcore.storage.rows import (
+    CHUNK_ROW_COLUMNS,
+    COUNTED,
+    ENTITY_COLUMNS,
+    MEMORY_SELECT,
+    STORED_CHUNK_COLUMNS,
+    chunk_row,
+    copies_by_id,
+    file_states,
+    memory_record,
+    stored_files,
+)
+
+
+class PostgresReader(Queries):
+    """One REPEATABLE READ snapshot: every query sees the state as of ``generation``."""
+
+    def __init__(self, conn: Conn, generation: int, store: StoreState) -> None:
+        super().__init__(conn, store)
+        self.generation = generation
+
+    async def begun(self) -> int:
+        return self.generation  # started before the snapshot was handed out
+
+    async def file_states(self, paths: Sequence[str] | None = None) -> dict[str, FileState]:
+        sql = "SELECT path, content_hash, size, mtime_ns FROM files WHERE ns = %s"
+        if paths is not None:  # a write's few files: no reason to read the whole vault's
+            return file_states(await self.all(sql + " AND path = ANY(%s)", (self.ns, list(paths))))
+        rows = await self.all(sql, (self.ns,))
+        return await asyncio.to_thread(file_states, rows)
+
+    async def search_text(
+        self, query: str, k: int, filters: SearchFilters
+    ) -> list[tuple[int, float]]:
+        terms = await search_terms(query)
+        if not terms:
+            return []
+        where, params = filter_sql(filters, POSTGRES)
+        few = await self._few_ids(filters)
+        if few is not None:  # a small scope: its own rows, each word weighed by its rarity there
+            rest, more = filter_sql(unscoped(filters), POSTGRES)
+            where, params = f"{rest} AND c.id = ANY(%s)", [*more, few]
+            if len(terms) == 1:
+                return await self._ranked(terms, None, k, where, params)
+            one = (
+                "(SELECT count(*) FROM memory_chunks WHERE id = ANY(%s) AND "
+                f"fts @@ plainto_tsquery('{TS}', %s))"
+            )
+            rows = await self.all(
+                "SELECT " + ", ".join([one] * len(terms)), [p for t in terms for p in (few, t)]
+            )
+            counts = {t: int(n) for t, n in zip(terms, rows[0], strict=True)}
+            self._counted = (terms, counts, len(few))  # coverage weighs them as ranking did
+            weights = [idf(len(few), counts[t]) for t in terms]
+            return await self._ranked(terms, weights, k, where, params)
+        if not 1 < len(terms) <= ANCHOR_MAX_TERMS:
+            return await self._ranked(terms, None, k, where, params)
+        # Each word's chunks are counted (a GIN lookup, up to a cap). The counts weigh each
+        # word by its rarity (BM25's IDF; ts_rank_cd alone has none, so "common zebra" would
+        # rank the chunks saying "common" twice first), and, as in SQLite, when common words
+        # would make ranking read most of the table, only the rarest words' chunks are ranked.
+        counts = await self._counts_capped(terms, ANCHOR_CAP)
+        total = await self._chunk_count()
+        self._counted = (terms, counts, total)
+        weights = [idf(total, counts[t]) for t in terms]
+        anchors = anchor_terms(counts, want=max(ANCHOR_ROWS, 5 * k), cap=ANCHOR_CAP)
+        if anchors is not None:
+            rows = await self._ranked(terms, weights, k, where, params, anchors)
+            if len(rows) >= k:
+                return rows
+        return await self._ranked(terms, weights, k, where, params)
+
+    async def keyword_coverage(self, query: str, ids: Sequence[int]) -> dict[int, float]:
+        terms = (await search_terms(query))[:ANCHOR_MAX_TERMS]
+        if not terms or not ids:
+            return {}
+        if self._counted and self._counted[0] == terms:  # this snapshot's search counted them
+            _, counts, total = self._counted
+        elif len(terms) == 1:  # one word needs no count: it is all of the query's weight
+            counts, total = {terms[0]: 1}, 1
+        else:
+            counts = await self._counts_capped(terms, ANCHOR_CAP)
+            total = await self._chunk_count()
+        holds = ", ".join([f"c.fts @@ plainto_tsquery('{TS}', %s)"] * len(terms))
+        rows = await self.all(
+            f"SELECT c.id, {holds} FROM memory_chunks c WHERE c.ns = %s AND c.id = ANY(%s)",
+            [*terms, self.ns, list(ids)],
+        )
+        held = {int(r[0]): [t for t, h in zip(terms, r[1:], strict=True) if h] for r in rows}
+        return {cid: coverage(counts, total, held.get(cid, ())) for cid in ids}
+
+    async def _chunk_count(self) -> int:
+        memo = self._store.count_memo
+        if memo.get("generation") != self.generation:
+            rows = await self.all("SELECT count(*) FROM memory_chunks WHERE ns = %s", (self.ns,))
+            memo.update(generation=self.generation, chunks=int(rows[0][0]))
+        return memo["chunks"]
+
+    async def _counts_capped(self, terms: list[str], cap: int) -> dict[str, int]:
+        one = (
+            "(SELECT count(*) FROM (SELECT 1 FROM memory_chunks WHERE ns = %s AND "
+            f"fts @@ plainto_tsquery('{TS}', %s) LIMIT %s) x)"
+        )
+        params: list[object] = []
+        for term in terms:
+            params += [self.ns, term, cap + 1]
+        rows = await self.all("SELECT " + ", ".join([one] * len(terms)), params)
+        return {t: int(n) for t, n in zip(terms, rows[0], strict=True)}
+
+    async def _ranked(
+        self,
+        terms: list[str],
+        weights: list[float] | None,
+        k: int,
+        where: str,
+        params: list[object],
+        anchors: list[str] | None = None,
+    ) -> list[tuple[int, float]]:
+        # Every word is its own plainto_tsquery, ORed: nothing the user typed is syntax.
+        one = f"plainto_tsquery('{TS}', %s)"
+        match = "(" + " || ".join([one] * len(anchors or terms)) + ")"
+        score_params: list[object]
+        if weights is None:
+            score, score_params = f"ts_rank_cd(c.fts, {match}, 1)", list(terms)
+        else:  # sum over the words of rarity x the word's own ts_rank_cd
+            score = " + ".join(f"%s * ts_rank_cd(c.fts, {one}, 1)" for _ in terms)
+            score_params = [p for w, t in zip(weights, terms, strict=True) for p in (w, t)]
+        rows = await self.all(
+            f"SELECT c.id, {score} AS r FROM memory_chunks c "
+            f"WHERE c.ns = %s AND c.fts @@ {match}{where} ORDER BY r DESC, c.id LIMIT %s",
+            [*score_params, self.ns, *(anchors or terms), *params, k],
+        )
+        return [(int(r[0]), float(r[1])) for r in rows]
+
+    async def search_vectors(
+        self, vector: Vector, model_id: str, k: int, filters: SearchFilters
+    ) -> list[tuple[int, float]]:
+        dim = int(np.asarray(vector).size)
+        where, params = filter_sql(filters, POSTGRES)
+        q = as_list(vector)
+        few = await self._few_ids(filters)
+        if few is not None:  # a small scope: its own rows, compared exactly
+            rest, more = filter_sql(unscoped(filters), POSTGRES)
+            rows = await self.all(  # the rows by their key (not by the graph, nor by the
+                # model's index), then compared: OFFSET 0 keeps the planner from merging them
+                "SELECT id, embedding <=> %s::float4[]::vector AS d FROM (SELECT c.id, c.ns, "
+                "c.embedding_model, c.embedding FROM memory_chunks c WHERE c.id = ANY(%s)"
+                f"{rest} OFFSET 0) s WHERE ns = %s AND embedding_model = %s AND "
+                "vector_dims(embedding) = %s ORDER BY d, id LIMIT %s",
+                [q, few, *more, self.ns, model_id, dim, k],
+            )
+            return [(int(r[0]), 1.0 - float(r[1])) for r in rows]
+        rows = await self.all(nearest_query(self.ns, model_id, dim, where), [q, *params, k])
+        if len(rows) < k and where and not self._store.iterative_scan:
+            # Before pgvector 0.8 an index scan ends after ef_search candidates, and the filter
+            # may have dropped most of them: the rows inside the filter, compared exactly.
+            exact = nearest_query(self.ns, model_id, dim, where, exact=True)
+            rows = await self.all(exact, [q, *params, k])
+        # the iterative scan may return near-ties slightly out of order
+        found = sorted(((int(r[0]), 1.0 - float(r[1])) for r in rows), key=lambda h: -h[1])
+        return found[:k]
+
+    async def _few_ids(self, filters: SearchFilters) -> list[int] | None:
+        """The chunks of a filter's scope when they are few (a user's among a fleet's), read
+        through the scope's indexes; None when there is no scope or more than SMALL_SCOPE:
+        then the vector index does the filtering as it walks."""
+        memo = self._few_memo
+        if memo is not None and memo[0] is filters:  # the other half of the same search
+            return memo[1]
+        selects = scope_selects(filters, POSTGRES)
+        found: list[int] | None = None
+        if selects is not None:
+            ids: set[int] = set()
+            for query, params in selects:
+                rows = await self.all(f"{query} LIMIT %s", [*params, SMALL_SCOPE + 1])
+                ids.update(int(r[0]) for r in rows)
+            found = sorted(ids) if len(ids) <= SMALL_SCOPE else None
+        self._few_memo = (filters, found)
+        return found
+
+    async def vector_similarity(
+        self, vector: Vector, model_id: str, ids: Sequence[int]
+    ) -> dict[int, float]:
+        if not ids:
+            return {}
+        dim = int(np.asarray(vector).size)
+        rows = await self.all(
+            "SELECT id, 1 - (embedding <=> %s::float4[]::vector) FROM memory_chunks "
+            "WHERE ns = %s AND embedding_model = %s AND vector_dims(embedding) = %s "
+            "AND id = ANY(%s)",
+            (as_list(vector), self.ns, model_id, dim, list(ids)),
+        )
+        return {int(r[0]): float(r[1]) for r in rows}
+
+    async def newest_matching(
+        self, filters: SearchFilters, limit: int, offset: int = 0
+    ) -> list[int]:
+        where, params = filter_sql(filters, POSTGRES)
+        sql = (
+            f"SELECT c.id FROM memory_chunks c WHERE c.ns = %s{where} "
+            "ORDER BY c.date DESC NULLS LAST, c.id DESC LIMIT %s OFFSET %s"
+        )
+        return [r[0] for r in await self.all(sql, [self.ns, *params, limit, offset])]
+
+    async def has_vectors(self, model_id: str) -> bool:
+        rows = await self.all(
+            "SELECT 1 FROM memory_chunks WHERE ns = %s AND embedding_model = %s LIMIT 1",
+            (self.ns, model_id),
+        )
+        return bool(rows)
+
+    async def chunk_rows(self, ids: Sequence[int]) -> dict[int, ChunkRow]:
+        if not ids:
+            return {}
+        rows = await self.all(
+            f"SELECT {CHUNK_ROW_COLUMNS} FROM memory_chunks WHERE ns = %s AND id = ANY(%s)",
+            (self.ns, list(ids)),
+        )
+        return {int(r[0]): chunk_row(r) for r in rows}
+
+    async def cached_vectors(self, hashes: Sequence[str], model_id: str) -> dict[str, Vector]:
+        if not hashes:
+            return {}
+        unique = list(dict.fromkeys(hashes))
+        rows = await self.all(
+            "SELECT content_hash, embedding::float4[] FROM embedding_cache "
+            "WHERE ns = %s AND model = %s AND content_hash = ANY(%s)",
+            (self.ns, model_id, unique),
+        )
+        out = {r[0]: as_vector(r[1]) for r in rows}
+        held = [h for h in unique if h not in out]  # a chunk's row holds the rest
+        if held:
+            rows = await self.all(
+                "SELECT DISTINCT ON (content_hash) content_hash, embedding::float4[] "
+                "FROM memory_chunks WHERE ns = %s AND content_hash = ANY(%s) "  # by the
+                "AND embedding_model || '' = %s AND embedding IS NOT NULL",  # hashes' index
+                (self.ns, held, model_id),
+            )
+            out |= {r[0]: as_vector(r[1]) for r in rows}
+        return out
+
+    async def pending_chunks(self, model_id: str, limit: int) -> list[PendingChunk]:
+        rows = await self.all(
+            "SELECT id, content_hash, heading_path, content FROM memory_chunks WHERE ns = %s "
+            "AND embedding_model IS DISTINCT FROM %s ORDER BY id LIMIT %s",
+            (self.ns, model_id, limit),
+        )
+        return [PendingChunk(r[0], r[1], f"{r[2]}\n{r[3]}" if r[2] else r[3]) for r in rows]
+
+    async def count_pending(self, model_id: str) -> int:
+        memo = self._store.pending_memo
+        key = (self.generation, model_id)
+        if key not in memo:
+            memo.clear()
+            rows = await self.all(
+                "SELECT count(*) FROM memory_chunks WHERE ns = %s "
+                "AND embedding_model IS DISTINCT FROM %s",
+                (self.ns, model_id),
+            )
+            memo[key] = int(rows[0][0])
+        return memo[key]
+
+    async def stats(self, model_id: str) -> StoreStats:
+        files = (
+            await self.all("SELECT count(*), max(indexed_at) FROM files WHERE ns = %s", (self.ns,))
+        )[0]
+        chunks = await self.all("SELECT count(*) FROM memory_chunks WHERE ns = %s", (self.ns,))
+        others = await self.all(
+            "SELECT embedding_model, count(*) FROM memory_chunks WHERE ns = %s "
+            "AND embedding_model IS NOT NULL AND embedding_model <> %s GROUP BY embedding_model",
+            (self.ns, model_id),
+        )
+        size = await self.all("SELECT pg_database_size(current_database())")
+        return StoreStats(
+            files=int(files[0]),
+            chunks=int(chunks[0][0]),
+            vectors_pending=await self.count_pending(model_id),
+            other_models={r[0]: int(r[1]) for r in others},
+            db_bytes=int(size[0][0]),
+            last_indexed=files[1],
+        )
+
+    async def stored_files(self, paths: Sequence[str]) -> list[StoredFile]:
+        if not paths:
+            return []
+        found = await self.all(
+            "SELECT path, content_hash, size, mtime_ns FROM files WHERE ns = %s "
+            "AND path = ANY(%s) ORDER BY path",
+            (self.ns, list(paths)),
+        )
+        columns = STORED_CHUNK_COLUMNS.replace("embedding_model, embedding", "embedding_model, "
+                                               "embedding::float4[]")  # fmt: skip
+        rows = await self.all(
+            f"SELECT {columns} FROM memory_chunks WHERE ns = %s AND source_file = ANY(%s) "
+            "ORDER BY source_file, chunk_index",
+            (self.ns, list(paths)),
+        )
+        states = {r[0]: FileState(r[0], r[1], int(r[2]), int(r[3])) for r in found}
+        return stored_files(states, rows, as_vector)
+
+    async def skipped_files(self) -> dict[str, SkippedFile]:
+        rows = await self.all(
+            "SELECT path, reason, size, mtime_ns FROM skipped_files WHERE ns = %s", (self.ns,)
+        )
+        return {r[0]: SkippedFile(r[0], r[1], int(r[2]), int(r[3])) for r in rows}
+
+    async def memory_copies(self) -> dict[str, list[str]]:
+        rows = await self.all(
+            "SELECT memory_id, path FROM memory_copies WHERE ns = %s ORDER BY 1, 2", (self.ns,)
+        )
+        return copies_by_id(rows)
+
+    async def embedded_hashes(self, paths: Sequence[str], model_id: str) -> set[tuple[str, str]]:
+        if not paths:
+            return set()
+        rows = await self.all(
+            "SELECT source_file, content_hash FROM memory_chunks WHERE ns = %s "
+            "AND embedding_model = %s AND source_file = ANY(%s)",
+            (self.ns, model_id, list(paths)),
+        )
+        return {(r[0], r[1]) for r in rows}
+
+    async def memories(self, query: MemoryQuery) -> list[MemoryRecord]:
+        where, params = memory_query_sql(query, POSTGRES)
+        rows = await self.all(
+            f"{MEMORY_SELECT} WHERE m.ns = %s{where} "
+            "ORDER BY m.created, m.path, c.chunk_index LIMIT %s OFFSET %s",
+            [self.ns, *params, query.limit, query.offset],
+        )
+        return [memory_record(r) for r in rows]
+
+    async def count_memories(self, query: MemoryQuery) -> int:
+        where, params = memory_query_sql(query, POSTGRES)
+        rows = await self.all(
+            "SELECT count(*) FROM memories m JOIN memory_chunks c ON c.id = m.chunk_id "
+            f"WHERE m.ns = %s{where}",
+            [self.ns, *params],
+        )
+        return int(rows[0][0])
+
+    async def entities(self) -> list[Entity]:
+        rows = await self.all(
+            " UNION ALL ".join(
+                f"SELECT '{kind}', {column}, {COUNTED}, min(created), max(updated) "
+                f"FROM memories WHERE ns = %s AND {column} IS NOT NULL GROUP BY {column}"
+                for kind, column in ENTITY_COLUMNS
+            )
+            + " ORDER BY 1, 2",
+            [self.ns] * len(ENTITY_COLUMNS),
+        )
+        return [Entity(r[0], r[1], int(r[2]), r[3], r[4]) for r in rows]
+
+    async def memory_texts(self, path: str) -> dict[str, str]:
+        sql = (
+            "SELECT m.memory_id, c.content FROM memories m "
+            "JOIN memory_chunks c ON c.id = m.chunk_id WHERE m.ns = %s AND m.path = %s"
+        )
+        return {str(i): str(t) for i, t in await self.all(sql, (self.ns, path))}
+
+    async def hit_rows(
+        self, ids: Sequence[int]
+    ) -> tuple[dict[int, ChunkRow], dict[int, MemoryRecord]]:
+        return await self.chunk_rows(ids), await self.memories_of_chunks(ids)
+
+    async def memories_of_chunks(self, ids: Sequence[int]) -> dict[int, MemoryRecord]:
+        if not ids:
+            return {}
+        rows = await self.all(
+            f"{MEMORY_SELECT} WHERE m.ns = %s AND m.chunk_id = ANY(%s)", (self.ns, list(ids))
+        )
+        return {int(r[-1]): memory_record(r) for r in rows}
+
+    async def get_meta(self, key: str) -> str | None:
+        rows = await self.all("SELECT value FROM meta WHERE ns = %s AND key = %s", (self.ns, key))
+        return str(rows[0][0]) if rows else None

@@ -1,0 +1,292 @@
+"""PostgresWriter: the write transaction in progress, holding its namespace's advisory lock."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+from psycopg import sql
+
+from memcore.core.errors import StorageError
+from memcore.core.models import (
+    Chunk,
+    FileState,
+    SkippedFile,
+)
+from memcore.storage.base import (
+    FileRows,
+    Vector,
+)
+from memcore.storage.postgres import file_rows
+from memcore.storage.postgres.queries import (
+    INSERT_MEMORY,
+    Conn,
+    Queries,
+    StoreState,
+    as_list,
+    vector_index_name,
+)
+from memcore.storage.rows import (
+    next_homes,
+    now,
+)
+
+
+class PostgresWriter(Queries):
+    """The write transaction in progress, holding its namespace's advisory lock."""
+
+    def __init__(self, conn: Conn, store: StoreState) -> None:
+        super().__init__(conn, store)
+        self.chunks_changed = False
+
+    async def file_state(self, path: str) -> FileState | None:
+        rows = await self.all(
+            "SELECT path, content_hash, size, mtime_ns FROM files WHERE ns = %s AND path = %s",
+            (self.ns, path),
+        )
+        return FileState(rows[0][0], rows[0][1], int(rows[0][2]), int(rows[0][3])) if rows else None
+
+    async def replace_files(self, files: Sequence[FileRows], model_id: str) -> None:
+        await self._replace(files, model_id)
+
+    async def replace_file(
+        self,
+        state: FileState,
+        chunks: Sequence[Chunk],
+        vectors: Sequence[Vector | None],
+        model_id: str,
+        unchanged: int = 0,
+        stored_hash: str | None = None,
+    ) -> list[int]:
+        rows = FileRows(state, chunks, vectors, unchanged, stored_hash)
+        return (await self._replace([rows], model_id))[state.path]
+
+    async def _replace(self, files: Sequence[FileRows], model_id: str) -> dict[str, list[int]]:
+        """Every file in a few statements (file_rows.py); a path given twice goes in order."""
+        out: dict[str, list[int]] = {}
+        run: list[FileRows] = []
+        for f in [*files, None]:
+            if f is None or f.state.path in {r.state.path for r in run}:
+                if run:
+                    out |= await file_rows.replace_files(self, run, model_id, now())
+                run = []
+            if f is not None:
+                run.append(f)
+        return out
+
+    async def stage(self) -> None:
+        """The temporary table new chunks are copied into, made once a connection."""
+        if self.conn not in self._store.staged:
+            await self.conn.execute(file_rows.CREATE_STAGE)
+            self._store.staged.add(self.conn)
+
+    def count_bulk(self, chunks: int) -> None:
+        """New chunks written, counted while a bulk load is under way (for its ANALYZE)."""
+        if self._store.bulk_loads:
+            self._store.bulk_rows += chunks
+
+    def type_oid(self, name: str) -> int:
+        """A column type's oid, for binary COPY (``vector``'s is the database's own)."""
+        if name == "vector":
+            return int(self._store.vector_oid)
+        info = self.conn.adapters.types.get(name)
+        if info is None:
+            raise StorageError(f"no type {name} known to the driver")
+        return int(info.oid)
+
+    async def ensure_vector_index(self, model_id: str, vectors: Sequence[Vector | None]) -> None:
+        """The HNSW index of this namespace and model, created with its first vector; during a
+        bulk load (``PostgresStore.bulk``) one that does not exist yet is built after the
+        load instead, over every row at once."""
+        dims = {int(np.asarray(v).size) for v in vectors if v is not None}
+        for dim in dims:
+            name = vector_index_name(self.ns, model_id, dim)
+            if name in self._store.vector_indexes or name in self._store.owed_indexes:
+                continue
+            if self._store.bulk_loads:
+                found = await self.all("SELECT to_regclass(%s) IS NOT NULL", (name,))
+                if found[0][0]:
+                    self._store.vector_indexes.add(name)
+                else:
+                    self._store.owed_indexes[name] = (model_id, dim)
+                continue
+            await self.create_vector_index(model_id, dim)
+
+    async def create_vector_index(self, model_id: str, dim: int) -> None:
+        name = vector_index_name(self.ns, model_id, dim)
+        await self.conn.execute(
+            sql.SQL(
+                "CREATE INDEX IF NOT EXISTS {name} ON memory_chunks USING hnsw "
+                "((embedding::vector({dim})) vector_cosine_ops) WHERE ns = {ns} "
+                "AND embedding_model = {model} AND vector_dims(embedding) = {dim}"
+            ).format(
+                name=sql.Identifier(name),
+                dim=sql.Literal(dim),
+                ns=sql.Literal(self.ns),
+                model=sql.Literal(model_id),
+            )
+        )
+        self._store.vector_indexes.add(name)
+        self._store.owed_indexes.pop(name, None)
+
+    async def _keep_vectors(self, ids: Sequence[int]) -> None:
+        """The vectors of chunks about to go, into the embedding cache (see replace_file)."""
+        if ids:
+            await self.conn.execute(
+                "INSERT INTO embedding_cache (ns, content_hash, model, embedding, created_at) "
+                "SELECT ns, content_hash, embedding_model, embedding, %s FROM memory_chunks "
+                "WHERE ns = %s AND id = ANY(%s) AND embedding IS NOT NULL "
+                "ON CONFLICT DO NOTHING",
+                (now(), self.ns, list(ids)),
+            )
+
+    async def delete_chunks(self, ids: Sequence[int]) -> None:
+        if not ids:
+            return
+        self.chunks_changed = True
+        homeless = await self._homes_of(ids)
+        await self._keep_vectors(ids)
+        await self.conn.execute(
+            "DELETE FROM memory_chunks WHERE ns = %s AND id = ANY(%s)", (self.ns, list(ids))
+        )
+        await self._rehome(homeless)
+
+    async def revector_kept(self, kept: Sequence[tuple[Any, Vector | None]], model_id: str) -> None:
+        """Kept rows (OLD_CHUNK_COLUMNS) that hold another model's vector (or none) take the
+        one made now."""
+        rows = [
+            (as_list(v), model_id, row[0])
+            for row, v in kept
+            if v is not None and row[9] != model_id
+        ]
+        if rows:
+            self.chunks_changed = True
+            async with self.conn.cursor() as cur:
+                await cur.executemany(
+                    "UPDATE memory_chunks SET embedding = %s::float4[]::vector, "
+                    "embedding_model = %s WHERE id = %s",
+                    rows,
+                )
+            await self.ensure_vector_index(model_id, [v for _, v in kept])
+
+    async def _homes_of(self, chunk_ids: Sequence[int]) -> list[str]:
+        """The memory ids whose home is one of these chunks."""
+        rows = await self.all(
+            "SELECT memory_id FROM memories WHERE ns = %s AND chunk_id = ANY(%s)",
+            (self.ns, list(chunk_ids)),
+        )
+        return [r[0] for r in rows]
+
+    async def _rehome(self, memory_ids: Sequence[str]) -> None:
+        """Memories whose home went (its file deleted, or the item gone from it) move to their
+        next copy, the smallest path, if there is one."""
+        if not memory_ids:
+            return
+        copies = await self.all(
+            "SELECT c.memory_id, c.chunk_id, c.path, k.metadata FROM memory_copies c "
+            "JOIN memory_chunks k ON k.id = c.chunk_id WHERE c.ns = %s "
+            "AND c.memory_id = ANY(%s) AND NOT EXISTS (SELECT 1 FROM memories m "
+            "WHERE m.ns = c.ns AND m.memory_id = c.memory_id)",
+            (self.ns, list(memory_ids)),
+        )
+        homes = next_homes(copies, now())
+        if not homes:
+            return
+        async with self.conn.cursor() as cur:
+            await cur.executemany(INSERT_MEMORY, [(self.ns, *m) for m in homes])
+        await self.conn.execute(
+            "DELETE FROM memory_copies WHERE ns = %s AND chunk_id = ANY(%s)",
+            (self.ns, [h[1] for h in homes]),
+        )
+
+    async def touch_file(self, state: FileState) -> None:
+        await self.unskip([state.path])
+        await self.conn.execute(
+            "UPDATE files SET size = %s, mtime_ns = %s WHERE ns = %s AND path = %s",
+            (state.size, state.mtime_ns, self.ns, state.path),
+        )
+
+    async def set_skipped(self, files: Sequence[SkippedFile]) -> None:
+        if not files:
+            return
+        async with self.conn.cursor() as cur:
+            await cur.executemany(
+                "INSERT INTO skipped_files (ns, path, reason, size, mtime_ns, since) "
+                "VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (ns, path) DO UPDATE SET "
+                "reason = excluded.reason, size = excluded.size, mtime_ns = excluded.mtime_ns",
+                [(self.ns, f.path, f.reason, f.size, f.mtime_ns, now()) for f in files],
+            )
+
+    async def holds(self, path: str, stored_hash: str | None, first: int) -> bool:
+        """Whether the file is stored as ``stored_hash``, with rows for its first chunks."""
+        rows = await self.all(
+            "SELECT f.content_hash, (SELECT count(*) FROM memory_chunks c WHERE c.ns = f.ns "
+            "AND c.source_file = f.path AND c.chunk_index < %s) FROM files f "
+            "WHERE f.ns = %s AND f.path = %s",
+            (first, self.ns, path),
+        )
+        return bool(rows) and rows[0][0] == stored_hash and int(rows[0][1]) == first
+
+    async def unskip(self, paths: Sequence[str]) -> None:
+        await self.conn.execute(
+            "DELETE FROM skipped_files WHERE ns = %s AND path = ANY(%s)", (self.ns, list(paths))
+        )
+
+    async def delete_files(self, paths: Sequence[str]) -> int:
+        if not paths:
+            return 0
+        await self.unskip(paths)
+        self.chunks_changed = True
+        ids = await self._ids_of(paths)
+        homeless = await self._homes_of(ids)
+        await self._keep_vectors(ids)
+        await self.conn.execute(
+            "DELETE FROM files WHERE ns = %s AND path = ANY(%s)", (self.ns, list(paths))
+        )
+        await self._rehome(homeless)
+        return len(ids)
+
+    async def set_vectors(self, vectors: Sequence[tuple[int, str, Vector]], model_id: str) -> int:
+        wanted = {cid: (h, v) for cid, h, v in vectors}
+        if not wanted:
+            return 0
+        current = dict(
+            await self.all(
+                "SELECT id, content_hash FROM memory_chunks WHERE ns = %s AND id = ANY(%s)",
+                (self.ns, list(wanted)),
+            )
+        )
+        fresh = [(cid, v) for cid, (h, v) in wanted.items() if current.get(cid) == h]
+        if not fresh:
+            return 0
+        self.chunks_changed = True
+        await self._keep_vectors([cid for cid, _ in fresh])  # another model's, replaced now
+        async with self.conn.cursor() as cur:
+            await cur.executemany(
+                "UPDATE memory_chunks SET embedding = %s::float4[]::vector, embedding_model = %s "
+                "WHERE id = %s",
+                [(as_list(v), model_id, cid) for cid, v in fresh],
+            )
+        await self.ensure_vector_index(model_id, [v for _, v in fresh])
+        return len(fresh)
+
+    async def cache_vectors(self, vectors: Mapping[str, Vector], model_id: str) -> None:
+        if not vectors:
+            return
+        stamp = now()
+        async with self.conn.cursor() as cur:
+            await cur.executemany(
+                "INSERT INTO embedding_cache (ns, content_hash, model, embedding, created_at) "
+                "VALUES (%s, %s, %s, %s::float4[]::vector, %s) "
+                "ON CONFLICT (ns, content_hash, model) DO UPDATE SET "
+                "embedding = excluded.embedding, created_at = excluded.created_at",
+                [(self.ns, h, model_id, as_list(v), stamp) for h, v in vectors.items()],
+            )
+
+    async def set_meta(self, key: str, value: str) -> None:
+        await self.conn.execute(
+            "INSERT INTO meta (ns, key, value) VALUES (%s, %s, %s) "
+            "ON CONFLICT (ns, key) DO UPDATE SET value = excluded.value",
+            (self.ns, key, value),
+        )
