@@ -99,6 +99,7 @@ def build_store(settings: Settings) -> Store:
             settings.namespace,
             busy_timeout_s=settings.storage.busy_timeout_s,
             readers=settings.storage.pool_size,
+            bm25=settings.storage.keyword_index == "auto",
         )
     from memcore.storage.sqlite.store import SqliteStore
 

@@ -229,12 +229,37 @@ async def test_the_exact_query_keeps_the_hnsw_index_out(postgres_url: str, names
     assert "memory_chunks_hnsw_" not in plan, plan
 
 
-async def test_status_names_the_postgresql_and_pgvector_versions(
-    vault: Path, postgres_url: str, namespace: str
+def server_has_bm25(url: str) -> bool:
+    """Whether this server can rank keywords with pg_textsearch (installed and preloaded)."""
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        row = conn.execute(
+            "SELECT EXISTS (SELECT 1 FROM pg_available_extensions WHERE name = 'pg_textsearch') "
+            "AND current_setting('shared_preload_libraries') LIKE '%pg_textsearch%'"
+        ).fetchone()
+    return bool(row and row[0])
+
+
+@pytest.mark.parametrize("keyword_index", ["auto", "builtin"])
+async def test_status_names_the_postgresql_pgvector_and_pg_textsearch_versions(
+    vault: Path, postgres_url: str, namespace: str, keyword_index: str
 ) -> None:
-    async with make_service(pg_settings(vault, postgres_url, namespace), FakeEmbedder()) as svc:
+    """pg_textsearch is named when keywords are ranked by it: on a server that has it, unless
+    storage.keyword_index says builtin."""
+    settings = load_settings(
+        vault,
+        {"storage.url": postgres_url, "storage.namespace": namespace,
+         "storage.keyword_index": keyword_index},
+        env={},
+    )  # fmt: skip
+    async with make_service(settings, FakeEmbedder()) as svc:
         engine = (await svc.status()).engine
-    assert re.fullmatch(r"PostgreSQL \d+\.\d+, pgvector 0\.\d+\.\d+", engine), engine
+    versions = r"PostgreSQL \d+\.\d+, pgvector 0\.\d+\.\d+"
+    if keyword_index == "auto" and server_has_bm25(postgres_url):
+        assert re.fullmatch(versions + r", pg_textsearch \d+\.\d+\.\d+ \(BM25\)", engine)
+    else:
+        assert re.fullmatch(versions, engine), engine
 
 
 def test_pgvector_below_0_5_is_a_one_line_error_saying_what_is_needed() -> None:

@@ -23,13 +23,15 @@ OpenStore = Callable[[], AbstractAsyncContextManager[Store]]
 M = "test:model"
 
 
-@pytest.fixture(params=["sqlite", "sqlite-graph", "postgres"])
+@pytest.fixture(params=["sqlite", "sqlite-graph", "postgres", "postgres-builtin"])
 def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> OpenStore:
     """Opens a store on one shared location; each call is a new client, as another process
     would be. ``sqlite-graph`` searches vectors in the HNSW graph from the first vector on
     (the path big vaults take), so every vector promise here holds for it too. ``postgres``
-    is a real PostgreSQL with pgvector, in a namespace of this test's own."""
-    if request.param == "postgres":
+    is a real PostgreSQL with pgvector, in a namespace of this test's own, ranking keywords
+    with pg_textsearch where the server has it; ``postgres-builtin`` with PostgreSQL's own
+    full text there too."""
+    if request.param.startswith("postgres"):
         url = request.getfixturevalue("postgres_url")
         namespace = request.getfixturevalue("namespace")
 
@@ -37,7 +39,8 @@ def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> OpenStore:
         async def pg_opener() -> AsyncIterator[Store]:
             from memcore.storage.postgres.store import PostgresStore
 
-            async with PostgresStore(url, namespace) as store:
+            bm25 = request.param == "postgres"
+            async with PostgresStore(url, namespace, bm25=bm25) as store:
                 yield store
 
         return pg_opener
@@ -360,7 +363,7 @@ async def test_stored_files_give_back_what_was_written(open_store: OpenStore) ->
 async def test_keyword_search_ranks_only_chunks_with_rare_words_and_fills_up_when_short(
     open_store: OpenStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from memcore.storage.postgres import reader as postgres_queries
+    from memcore.storage.postgres import keywords as postgres_queries
     from memcore.storage.sqlite import queries as sqlite_queries
 
     for module in (sqlite_queries, postgres_queries):
@@ -390,7 +393,7 @@ async def test_keyword_coverage_is_the_share_of_the_querys_rarity_a_chunk_holds(
     """A chunk with every word covers 1.0 and one with none 0.0; between, each word counts by
     its rarity over the whole index, a word found nowhere most. Past the count cap (here 50
     chunks) a word's count is estimated, and it still weighs little."""
-    from memcore.storage.postgres import reader as postgres_queries
+    from memcore.storage.postgres import keywords as postgres_queries
     from memcore.storage.sqlite import queries as sqlite_queries
 
     for module in (sqlite_queries, postgres_queries):

@@ -126,6 +126,10 @@ class StorageSettings:
     cache_mb: int = 128
     # PostgreSQL: connections for concurrent reads (seed 000's pool_size); writes take two more
     pool_size: int = 3
+    # PostgreSQL keyword ranking: "auto" = BM25 in a pg_textsearch index when the server has
+    # the extension (in shared_preload_libraries), else PostgreSQL's own full text; "builtin"
+    # = PostgreSQL's own full text even where pg_textsearch is installed
+    keyword_index: str = "auto"
 
 
 @dataclass(frozen=True, slots=True)
@@ -278,6 +282,7 @@ SECTIONS: dict[str, type[Any]] = {
 # A vault's own memcore.toml travels with the vault (git clone); it must not be able to send
 # memory to another endpoint, read another key, or move the database.
 _NAMESPACE = re.compile(r"[A-Za-z0-9._-]{1,64}")
+KEYWORD_INDEXES = ("auto", "builtin")
 VAULT_FORBIDDEN = frozenset(
     {"ollama.host", "openai.base_url", "openai.api_key_env", "storage.db", "storage.url",
      "storage.namespace", "llm.host", "llm.base_url", "llm.api_key_env", "memory.base_url",
@@ -517,6 +522,7 @@ def _problems(s: Settings) -> Iterator[str]:
         "index.split": (s.index.split, SPLITS),
         "search.fusion": (s.search.fusion, FUSIONS),
         "memory.adapter": (s.memory.adapter, MEMORY_ADAPTERS),
+        "storage.keyword_index": (s.storage.keyword_index, KEYWORD_INDEXES),
     }
     for name, (value, allowed) in choices.items():
         if value not in allowed:

@@ -49,9 +49,10 @@ CREATE_STAGE = (
 _FROM_STAGE = (
     "INSERT INTO memory_chunks (ns, source_file, chunk_index, heading_path, start_line, "
     "end_line, content, fts, content_hash, embedding, embedding_model, tags, date, metadata, "
-    "updated_at) SELECT %s, source_file, chunk_index, heading_path, start_line, end_line, "
+    "updated_at, body) SELECT %s, source_file, chunk_index, heading_path, start_line, end_line, "
     f"content, to_tsvector('{TS}', body), content_hash, embedding, embedding_model, tags, "
-    f"date, metadata, %s FROM {STAGE} RETURNING source_file, chunk_index, id"
+    f"date, metadata, %s, CASE WHEN %s THEN body END FROM {STAGE} "
+    "RETURNING source_file, chunk_index, id"
 )
 _MEMORY_COLUMNS = (
     ("memory_id", "text"), ("chunk_id", "int8"), ("path", "text"), ("user_id", "text"),
@@ -214,7 +215,7 @@ async def _insert_fresh(
             copy.set_types([tx.type_oid(kind) for _, kind in _STAGE_COLUMNS])
             for row in rows:
                 await copy.write_row(row)
-        await cur.execute(_FROM_STAGE, (tx.ns, stamp))
+        await cur.execute(_FROM_STAGE, (tx.ns, stamp, bool(tx.bm25)))
         made = await cur.fetchall()
         await cur.execute(f"DELETE FROM {STAGE}")  # a second call in this transaction
     by_file = {f.path: f for f in plan}

@@ -30,6 +30,7 @@ class StoreState(Protocol):
 
     namespace: str
     iterative_scan: bool  # pgvector >= 0.8
+    bm25: str  # pg_textsearch's version when keywords are ranked in its index, else ""
     vector_indexes: set[str]  # HNSW indexes known to exist
     pending_memo: dict[tuple[int, str], int]
     count_memo: dict[str, int]

@@ -33,6 +33,7 @@ from psycopg import sql
 from memcore.core.errors import StorageBusy, StorageError
 from memcore.core.settings import redact_url
 from memcore.storage.migrations import load_migrations
+from memcore.storage.postgres.bm25 import enable_bm25
 from memcore.storage.postgres.file_rows import vector_dumper
 from memcore.storage.postgres.queries import vector_index_name
 from memcore.storage.postgres.reader import PostgresReader
@@ -97,6 +98,7 @@ class PostgresStore:
         readers: int = READERS,
         busy_timeout_s: float = 10.0,
         ef_search: int = EF_SEARCH,
+        bm25: bool = True,
     ) -> None:
         self.url = url
         self.namespace = namespace
@@ -117,6 +119,8 @@ class PostgresStore:
         self.server_version = ""  # read at open: "16.2", "18.1"
         self.pgvector_version = ""  # the vector library the server loads: "0.6.2", "0.8.2"
         self.iterative_scan = False  # pgvector >= 0.8: filtered HNSW scans return k rows
+        self.want_bm25 = bm25  # rank keywords in pg_textsearch's index where the server has it
+        self.bm25 = ""  # pg_textsearch's version when keywords are ranked by it, read at open
         self.vector_oid = 0  # pgvector's type in this database, read at open
         self.staged: weakref.WeakSet[psycopg.AsyncConnection[tuple[object, ...]]] = (
             weakref.WeakSet()
@@ -128,7 +132,8 @@ class PostgresStore:
     @property
     def engine(self) -> str:
         """The server and extension versions, for ``status``."""
-        return f"PostgreSQL {self.server_version}, pgvector {self.pgvector_version}"
+        found = f"PostgreSQL {self.server_version}, pgvector {self.pgvector_version}"
+        return f"{found}, pg_textsearch {self.bm25} (BM25)" if self.bm25 else found
 
     @property
     def location(self) -> str:
@@ -236,6 +241,8 @@ class PostgresStore:
             self._writer = await self._connect()
             await self._migrate(self._writer)
             await self._read_versions(self._writer)
+            if self.want_bm25:
+                self.bm25 = await enable_bm25(self._writer, self.namespace, _MIGRATION_LOCK)
             await self._writer.execute(
                 "INSERT INTO generation (ns, value) VALUES (%s, 0) ON CONFLICT DO NOTHING",
                 (self.namespace,),

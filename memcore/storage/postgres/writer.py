@@ -81,6 +81,11 @@ class PostgresWriter(Queries):
             await self.conn.execute(file_rows.CREATE_STAGE)
             self._store.staged.add(self.conn)
 
+    @property
+    def bm25(self) -> str:
+        """pg_textsearch's version when new rows need the text its index ranks."""
+        return self._store.bm25
+
     def count_bulk(self, chunks: int) -> None:
         """New chunks written, counted while a bulk load is under way (for its ANALYZE)."""
         if self._store.bulk_loads:

@@ -1,0 +1,105 @@
+"""pg_textsearch, where the server has it: keywords ranked by BM25 in an index that returns the
+top k without ranking every match. Set up when a store opens: the extension, each chunk's
+``body`` (the text the index ranks: heading and content, Chinese segmented by memcore) filled
+in once for rows written before, and the index. pg_textsearch 1.0 indexes every row of a
+table even under a partial index's predicate (measured), so there is one index for the table:
+a word's rarity is counted over every namespace in the database."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from memcore.storage.postgres.queries import TS, fts_text
+
+log = logging.getLogger(__name__)
+
+INDEX = "memory_chunks_bm25"
+FILLED = "bm25_body"  # meta key: this namespace's rows all have their body
+_BATCH = 5000
+
+
+async def enable_bm25(db: psycopg.AsyncConnection[Any], namespace: str, lock: int) -> str:
+    """pg_textsearch's version when keywords can be ranked by it here, else "" (the server
+    lacks it, or cannot load it: it must be in shared_preload_libraries). Takes ``lock`` (the
+    migration lock) so that processes starting at once set it up once."""
+    cur = await db.execute(
+        "SELECT default_version FROM pg_available_extensions WHERE name = 'pg_textsearch'"
+    )
+    if await cur.fetchone() is None:
+        return ""
+    await db.execute("SELECT pg_advisory_lock(%s)", (lock,))
+    try:
+        await db.execute("CREATE EXTENSION IF NOT EXISTS pg_textsearch")
+        await _fill_bodies(db, namespace)
+        cur = await db.execute(
+            "SELECT n.nspname FROM pg_ts_config c JOIN pg_namespace n "
+            "ON n.oid = c.cfgnamespace WHERE c.cfgname = %s",
+            (TS,),
+        )
+        schema = await cur.fetchone()
+        config = f"{schema[0]}.{TS}" if schema else TS
+        await db.execute(
+            sql.SQL(
+                "CREATE INDEX IF NOT EXISTS {} ON memory_chunks USING bm25 (body) "
+                "WITH (text_config = {})"
+            ).format(sql.Identifier(INDEX), sql.Literal(config))
+        )
+        await db.execute(  # a library that is installed but not loaded fails here
+            f"SELECT id FROM memory_chunks ORDER BY body <@> to_bm25query('probe', '{INDEX}') "
+            "LIMIT 1"
+        )
+        cur = await db.execute(
+            "SELECT extversion FROM pg_extension WHERE extname = 'pg_textsearch'"
+        )
+        found = await cur.fetchone()
+        return str(found[0]) if found else ""
+    except psycopg.Error as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        log.warning("pg_textsearch is installed but cannot be used (%s): keywords are ranked "
+                    "by PostgreSQL's own full text", first)  # fmt: skip
+        return ""
+    finally:
+        try:
+            await db.execute("SELECT pg_advisory_unlock(%s)", (lock,))
+        except psycopg.Error:
+            log.debug("could not release the migration lock", exc_info=True)
+
+
+def _bodies(rows: list[Any]) -> list[str]:
+    return [fts_text(r[1], r[2]) for r in rows]
+
+
+async def _fill_bodies(db: psycopg.AsyncConnection[Any], namespace: str) -> None:
+    """The body of every row of the namespace written without one (before pg_textsearch was
+    there), once: segmenting Chinese takes memcore, not SQL."""
+    cur = await db.execute("SELECT 1 FROM meta WHERE ns = %s AND key = %s", (namespace, FILLED))
+    if await cur.fetchone() is not None:
+        return
+    last, filled = 0, 0
+    while True:
+        cur = await db.execute(
+            "SELECT id, heading_path, content FROM memory_chunks WHERE ns = %s "
+            "AND body IS NULL AND id > %s ORDER BY id LIMIT %s",
+            (namespace, last, _BATCH),
+        )
+        rows = await cur.fetchall()
+        if not rows:
+            break
+        bodies = await asyncio.to_thread(_bodies, rows)
+        await db.execute(
+            "UPDATE memory_chunks c SET body = u.b FROM unnest(%s::int8[], %s::text[]) "
+            "AS u(id, b) WHERE c.id = u.id",
+            ([int(r[0]) for r in rows], bodies),
+        )
+        last, filled = int(rows[-1][0]), filled + len(rows)
+    if filled:
+        log.info("pg_textsearch: filled in the ranked text of %d chunks", filled)
+    await db.execute(
+        "INSERT INTO meta (ns, key, value) VALUES (%s, %s, '1') ON CONFLICT DO NOTHING",
+        (namespace, FILLED),
+    )

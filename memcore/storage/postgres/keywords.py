@@ -1,0 +1,169 @@
+"""Keyword search in PostgreSQL: BM25 in pg_textsearch's index where the server has it, else
+PostgreSQL's own full text, both to memcore's scale (scores relative to the best, coverage as
+the share of the query's rarity the best hit holds). Chinese is segmented by memcore on both
+sides. A small scope's rows (a user's among a fleet's) are ranked among themselves, each word
+weighed by its rarity there, as in SQLite."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from memcore.core.models import SearchFilters
+from memcore.core.tokenize import (
+    ANCHOR_CAP,
+    ANCHOR_MAX_TERMS,
+    ANCHOR_ROWS,
+    anchor_terms,
+    coverage,
+    idf,
+)
+from memcore.storage.base import search_terms
+from memcore.storage.filters_sql import POSTGRES, filter_sql, scope_selects, unscoped
+from memcore.storage.postgres.bm25 import INDEX as BM25_INDEX
+from memcore.storage.postgres.queries import SMALL_SCOPE, TS, Conn, Queries, StoreState
+
+
+class KeywordQueries(Queries):
+    """The keyword half of a snapshot's reads (and the scope lookup both halves share)."""
+
+    def __init__(self, conn: Conn, generation: int, store: StoreState) -> None:
+        super().__init__(conn, store)
+        self.generation = generation
+
+    async def search_text(
+        self, query: str, k: int, filters: SearchFilters
+    ) -> list[tuple[int, float]]:
+        terms = await search_terms(query)
+        if not terms:
+            return []
+        where, params = filter_sql(filters, POSTGRES)
+        few = await self._few_ids(filters)
+        if few is not None:  # a small scope: its own rows, each word weighed by its rarity there
+            rest, more = filter_sql(unscoped(filters), POSTGRES)
+            where, params = f"{rest} AND c.id = ANY(%s)", [*more, few]
+            if len(terms) == 1:
+                return await self._ranked(terms, None, k, where, params)
+            one = (
+                "(SELECT count(*) FROM memory_chunks WHERE id = ANY(%s) AND "
+                f"fts @@ plainto_tsquery('{TS}', %s))"
+            )
+            rows = await self.all(
+                "SELECT " + ", ".join([one] * len(terms)), [p for t in terms for p in (few, t)]
+            )
+            counts = {t: int(n) for t, n in zip(terms, rows[0], strict=True)}
+            self._counted = (terms, counts, len(few))  # coverage weighs them as ranking did
+            weights = [idf(len(few), counts[t]) for t in terms]
+            return await self._ranked(terms, weights, k, where, params)
+        if self._store.bm25:
+            return await self._bm25_ranked(terms, k, where, params)
+        if not 1 < len(terms) <= ANCHOR_MAX_TERMS:
+            return await self._ranked(terms, None, k, where, params)
+        # Each word's chunks are counted (a GIN lookup, up to a cap). The counts weigh each
+        # word by its rarity (BM25's IDF; ts_rank_cd alone has none, so "common zebra" would
+        # rank the chunks saying "common" twice first), and, as in SQLite, when common words
+        # would make ranking read most of the table, only the rarest words' chunks are ranked.
+        counts = await self._counts_capped(terms, ANCHOR_CAP)
+        total = await self._chunk_count()
+        self._counted = (terms, counts, total)
+        weights = [idf(total, counts[t]) for t in terms]
+        anchors = anchor_terms(counts, want=max(ANCHOR_ROWS, 5 * k), cap=ANCHOR_CAP)
+        if anchors is not None:
+            rows = await self._ranked(terms, weights, k, where, params, anchors)
+            if len(rows) >= k:
+                return rows
+        return await self._ranked(terms, weights, k, where, params)
+
+    async def _bm25_ranked(
+        self, terms: list[str], k: int, where: str, params: list[object]
+    ) -> list[tuple[int, float]]:
+        """The k best by BM25 from pg_textsearch's index (its top-k scan stops early: a common
+        word's matches are not all ranked). Its scores are negative, lower better; a filter
+        is applied as the scan goes, which goes on until k rows pass."""
+        score = f"c.body <@> to_bm25query(%s, '{BM25_INDEX}')"
+        query = " ".join(terms)
+        rows = await self.all(
+            f"SELECT c.id, {score} FROM memory_chunks c WHERE c.ns = %s{where} "
+            f"ORDER BY {score} LIMIT %s",
+            [query, self.ns, *params, query, k],
+        )
+        return [(int(r[0]), -float(r[1])) for r in rows if float(r[1]) < 0]
+
+    async def keyword_coverage(self, query: str, ids: Sequence[int]) -> dict[int, float]:
+        terms = (await search_terms(query))[:ANCHOR_MAX_TERMS]
+        if not terms or not ids:
+            return {}
+        if self._counted and self._counted[0] == terms:  # this snapshot's search counted them
+            _, counts, total = self._counted
+        elif len(terms) == 1:  # one word needs no count: it is all of the query's weight
+            counts, total = {terms[0]: 1}, 1
+        else:
+            counts = await self._counts_capped(terms, ANCHOR_CAP)
+            total = await self._chunk_count()
+        holds = ", ".join([f"c.fts @@ plainto_tsquery('{TS}', %s)"] * len(terms))
+        rows = await self.all(
+            f"SELECT c.id, {holds} FROM memory_chunks c WHERE c.ns = %s AND c.id = ANY(%s)",
+            [*terms, self.ns, list(ids)],
+        )
+        held = {int(r[0]): [t for t, h in zip(terms, r[1:], strict=True) if h] for r in rows}
+        return {cid: coverage(counts, total, held.get(cid, ())) for cid in ids}
+
+    async def _chunk_count(self) -> int:
+        memo = self._store.count_memo
+        if memo.get("generation") != self.generation:
+            rows = await self.all("SELECT count(*) FROM memory_chunks WHERE ns = %s", (self.ns,))
+            memo.update(generation=self.generation, chunks=int(rows[0][0]))
+        return memo["chunks"]
+
+    async def _counts_capped(self, terms: list[str], cap: int) -> dict[str, int]:
+        one = (
+            "(SELECT count(*) FROM (SELECT 1 FROM memory_chunks WHERE ns = %s AND "
+            f"fts @@ plainto_tsquery('{TS}', %s) LIMIT %s) x)"
+        )
+        params: list[object] = []
+        for term in terms:
+            params += [self.ns, term, cap + 1]
+        rows = await self.all("SELECT " + ", ".join([one] * len(terms)), params)
+        return {t: int(n) for t, n in zip(terms, rows[0], strict=True)}
+
+    async def _ranked(
+        self,
+        terms: list[str],
+        weights: list[float] | None,
+        k: int,
+        where: str,
+        params: list[object],
+        anchors: list[str] | None = None,
+    ) -> list[tuple[int, float]]:
+        # Every word is its own plainto_tsquery, ORed: nothing the user typed is syntax.
+        one = f"plainto_tsquery('{TS}', %s)"
+        match = "(" + " || ".join([one] * len(anchors or terms)) + ")"
+        score_params: list[object]
+        if weights is None:
+            score, score_params = f"ts_rank_cd(c.fts, {match}, 1)", list(terms)
+        else:  # sum over the words of rarity x the word's own ts_rank_cd
+            score = " + ".join(f"%s * ts_rank_cd(c.fts, {one}, 1)" for _ in terms)
+            score_params = [p for w, t in zip(weights, terms, strict=True) for p in (w, t)]
+        rows = await self.all(
+            f"SELECT c.id, {score} AS r FROM memory_chunks c "
+            f"WHERE c.ns = %s AND c.fts @@ {match}{where} ORDER BY r DESC, c.id LIMIT %s",
+            [*score_params, self.ns, *(anchors or terms), *params, k],
+        )
+        return [(int(r[0]), float(r[1])) for r in rows]
+
+    async def _few_ids(self, filters: SearchFilters) -> list[int] | None:
+        """The chunks of a filter's scope when they are few (a user's among a fleet's), read
+        through the scope's indexes; None when there is no scope or more than SMALL_SCOPE:
+        then the vector index does the filtering as it walks."""
+        memo = self._few_memo
+        if memo is not None and memo[0] is filters:  # the other half of the same search
+            return memo[1]
+        selects = scope_selects(filters, POSTGRES)
+        found: list[int] | None = None
+        if selects is not None:
+            ids: set[int] = set()
+            for query, params in selects:
+                rows = await self.all(f"{query} LIMIT %s", [*params, SMALL_SCOPE + 1])
+                ids.update(int(r[0]) for r in rows)
+            found = sorted(ids) if len(ids) <= SMALL_SCOPE else None
+        self._few_memo = (filters, found)
+        return found
