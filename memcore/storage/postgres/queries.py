@@ -40,6 +40,14 @@ class StoreState(Protocol):
     bulk_rows: int  # chunks they have written
     owed_indexes: dict[str, tuple[str, int]]  # HNSW indexes a bulk load left to build after
 
+    async def idle_reader(self) -> Conn | None:
+        """A reader connection no snapshot is using (opened if the pool has room), or None."""
+        ...
+
+    async def end_side_read(self, conn: Conn) -> None:
+        """Roll back what ``idle_reader``'s connection did, and give it back."""
+        ...
+
 
 Conn = psycopg.AsyncConnection[tuple[Any, ...]]
 TS = "memcore"  # the text search configuration of migration 0001
