@@ -195,3 +195,11 @@ def test_no_bench_or_package_variable_is_one_the_settings_loader_rejects(vault: 
         except ConfigError as exc:
             rejected += [name] if "unknown environment variable" in str(exc) else []
     assert rejected == []
+
+
+def test_the_postgresql_keyword_ranking_is_auto_or_builtin(vault: Path) -> None:
+    assert load_settings(vault, env={}).storage.keyword_index == "auto"
+    env = {"MEMCORE_STORAGE_KEYWORD_INDEX": "builtin"}
+    assert load_settings(vault, env=env).storage.keyword_index == "builtin"
+    with pytest.raises(ConfigError, match="storage.keyword_index: 'bm25' is not one of"):
+        load_settings(vault, {"storage.keyword_index": "bm25"}, env={})

@@ -12,15 +12,15 @@ import asyncio
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 from psycopg.adapt import Dumper
 from psycopg.pq import Format
 
 from memcore.core.models import Chunk
-from memcore.storage.base import FileRows
-from memcore.storage.postgres.queries import TS, fts_text
+from memcore.storage.base import FileRows, Vector
+from memcore.storage.postgres.queries import TS, Conn, fts_text
 from memcore.storage.rows import (
     OLD_CHUNK_COLUMNS,
     Homes,
@@ -31,8 +31,40 @@ from memcore.storage.rows import (
     memory_rows,
 )
 
-if TYPE_CHECKING:
-    from memcore.storage.postgres.writer import PostgresWriter
+
+class PostgresWriter(Protocol):
+    """What these steps need of the write transaction (writer.py's PostgresWriter); declared
+    here so that this module never imports the writer back."""
+
+    conn: Conn
+    ns: str
+    chunks_changed: bool
+
+    @property
+    def bm25(self) -> str: ...
+
+    async def all(self, query: str, params: Sequence[object] = ()) -> list[Any]: ...
+
+    async def holds(self, path: str, stored_hash: str | None, first: int) -> bool: ...
+
+    async def unskip(self, paths: Sequence[str]) -> None: ...
+
+    async def delete_chunks(self, ids: Sequence[int]) -> None: ...
+
+    async def revector_kept(
+        self, kept: Sequence[tuple[Any, Vector | None]], model_id: str
+    ) -> None: ...
+
+    async def stage(self) -> None: ...
+
+    def type_oid(self, name: str) -> int: ...
+
+    def count_bulk(self, chunks: int) -> None: ...
+
+    async def ensure_vector_index(
+        self, model_id: str, vectors: Sequence[Vector | None]
+    ) -> None: ...
+
 
 STAGE = "memcore_chunk_stage"  # a temporary table of the writer's connection
 _STAGE_COLUMNS = (
