@@ -173,21 +173,55 @@ class KeywordQueries(Queries):
         params: list[object],
         anchors: list[str] | None = None,
     ) -> list[tuple[int, float]]:
+        """BM25 (k1 1.2, b 0.75, as FTS5 and pg_textsearch) of the chunks that hold a word (or
+        an anchor word), each word weighed by ``weights`` (its rarity; 1 each when None: one
+        word, or a scope's). A word's frequency in a chunk and the chunk's length are read
+        from its tsvector; the average length is the namespace's (sampled, see
+        ``_average_length``)."""
         # Every word is its own plainto_tsquery, ORed: nothing the user typed is syntax.
         one = f"plainto_tsquery('{TS}', %s)"
         match = "(" + " || ".join([one] * len(anchors or terms)) + ")"
-        score_params: list[object]
-        if weights is None:
-            score, score_params = f"ts_rank_cd(c.fts, {match}, 1)", list(terms)
-        else:  # sum over the words of rarity x the word's own ts_rank_cd
-            score = " + ".join(f"%s * ts_rank_cd(c.fts, {one}, 1)" for _ in terms)
-            score_params = [p for w, t in zip(weights, terms, strict=True) for p in (w, t)]
+        average = await self._average_length()
         rows = await self.all(
-            f"SELECT c.id, {score} AS r FROM memory_chunks c "
-            f"WHERE c.ns = %s AND c.fts @@ {match}{where} ORDER BY r DESC, c.id LIMIT %s",
-            [*score_params, self.ns, *(anchors or terms), *params, k],
+            "WITH q AS (SELECT DISTINCT ON (t.lexeme) t.lexeme, q.w FROM unnest(%s::text[], "
+            f"%s::float8[]) AS q(term, w), unnest(to_tsvector('{TS}', q.term)) AS t "
+            "ORDER BY t.lexeme, q.w DESC) "
+            "SELECT c.id, (SELECT sum(q.w * f.tf * 2.2 / (f.tf + 1.2 * (0.25 + 0.75 * "
+            "d.n / %s))) FROM (SELECT u.lexeme, coalesce(array_length(u.positions, 1), 1) "
+            "AS tf FROM unnest(c.fts) AS u) f JOIN q ON q.lexeme = f.lexeme) AS r "
+            "FROM memory_chunks c CROSS JOIN LATERAL (SELECT sum(coalesce(array_length("
+            "u.positions, 1), 1)) AS n FROM unnest(c.fts) AS u) d "
+            f"WHERE c.ns = %s AND c.fts @@ {match}{where} ORDER BY r DESC NULLS LAST, c.id "
+            "LIMIT %s",
+            [terms, weights or [1.0] * len(terms), average, self.ns, *(anchors or terms),
+             *params, k],
+        )  # fmt: skip
+        return [(int(r[0]), float(r[1] or 0.0)) for r in rows]
+
+    async def _average_length(self) -> float:
+        """The namespace's average chunk length in words, from a sample of up to ~2,000
+        chunks, remembered until the namespace grows or shrinks by a tenth."""
+        total = await self._chunk_count()
+        memo = self._store.count_memo
+        if total and abs(total - memo.get("length_at", -total)) * 10 <= total:
+            return memo["length"] / 1000
+        share = min(100.0, 100.0 * 2000 / max(total, 1))
+        rows = await self.all(
+            "SELECT avg((SELECT sum(coalesce(array_length(u.positions, 1), 1)) "
+            "FROM unnest(c.fts) AS u)) FROM memory_chunks c TABLESAMPLE BERNOULLI (%s) "
+            "WHERE c.ns = %s",
+            (share, self.ns),
         )
-        return [(int(r[0]), float(r[1])) for r in rows]
+        found = float(rows[0][0] or 0.0) if rows else 0.0
+        if found <= 0:  # a sample that missed every row of a small namespace
+            rows = await self.all(
+                "SELECT avg((SELECT sum(coalesce(array_length(u.positions, 1), 1)) "
+                "FROM unnest(c.fts) AS u)) FROM memory_chunks c WHERE c.ns = %s",
+                (self.ns,),
+            )
+            found = float(rows[0][0] or 1.0)
+        memo.update(length_at=total, length=int(found * 1000))
+        return max(found, 1.0)
 
     async def _few_ids(self, filters: SearchFilters) -> list[int] | None:
         """The chunks of a filter's scope when they are few (a user's among a fleet's), read
