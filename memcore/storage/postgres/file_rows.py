@@ -45,7 +45,7 @@ class PostgresWriter(Protocol):
 
     async def all(self, query: str, params: Sequence[object] = ()) -> list[Any]: ...
 
-    async def holds(self, path: str, stored_hash: str | None, first: int) -> bool: ...
+    async def holding(self, claims: Sequence[tuple[str, str | None, int]]) -> set[str]: ...
 
     async def unskip(self, paths: Sequence[str]) -> None: ...
 
@@ -158,8 +158,9 @@ async def replace_files(
     """Replace each file's rows with its new chunks (see ``IndexWriter.replace_file``); the
     paths must differ. Returns each file's chunk ids in chunk order."""
     plan = [_File(f, f.unchanged) for f in files]
+    held = await tx.holding([(f.path, f.rows.stored_hash, f.start) for f in plan if f.start])
     for f in plan:
-        if f.start and not await tx.holds(f.path, f.rows.stored_hash, f.start):
+        if f.path not in held:
             f.start = 0
     paths = [f.path for f in plan]
     await tx.unskip(paths)

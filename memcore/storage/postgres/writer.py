@@ -223,15 +223,19 @@ class PostgresWriter(Queries):
                 [(self.ns, f.path, f.reason, f.size, f.mtime_ns, now()) for f in files],
             )
 
-    async def holds(self, path: str, stored_hash: str | None, first: int) -> bool:
-        """Whether the file is stored as ``stored_hash``, with rows for its first chunks."""
+    async def holding(self, claims: Sequence[tuple[str, str | None, int]]) -> set[str]:
+        """Of (path, stored hash, first n chunks) claims, the paths stored as that hash with
+        rows for those chunks, in one statement."""
+        if not claims:
+            return set()
         rows = await self.all(
-            "SELECT f.content_hash, (SELECT count(*) FROM memory_chunks c WHERE c.ns = f.ns "
-            "AND c.source_file = f.path AND c.chunk_index < %s) FROM files f "
-            "WHERE f.ns = %s AND f.path = %s",
-            (first, self.ns, path),
+            "SELECT f.path, f.content_hash = u.h AND (SELECT count(*) FROM memory_chunks c "
+            "WHERE c.ns = f.ns AND c.source_file = f.path AND c.chunk_index < u.n) = u.n "
+            "FROM files f JOIN unnest(%s::text[], %s::text[], %s::int4[]) AS u(p, h, n) "
+            "ON f.path = u.p WHERE f.ns = %s",
+            ([c[0] for c in claims], [c[1] for c in claims], [c[2] for c in claims], self.ns),
         )
-        return bool(rows) and rows[0][0] == stored_hash and int(rows[0][1]) == first
+        return {str(r[0]) for r in rows if r[1]}
 
     async def unskip(self, paths: Sequence[str]) -> None:
         await self.conn.execute(
