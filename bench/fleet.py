@@ -5,7 +5,8 @@ then scoped and unscoped search, then `memcore watch` over those files. Real tex
     python bench/fleet.py [--memories 1000000] [--users 10000] [--queries 200] [--pg]
     python bench/fleet.py --users 10000 --reuse    # search the last run's vault again
 
-Prints, for SQLite (or PostgreSQL with --pg, on a pgserver it starts):
+Prints, for SQLite (or PostgreSQL with --pg, on a pgserver it starts; the one on PYTHONPATH,
+and MEMCORE_STORAGE_KEYWORD_INDEX=builtin keeps pg_textsearch out where it is installed):
 - the batch: wall time, memories/s, the CLI's peak RSS, index size (and per memory);
 - search with the result cache off, in a fresh process as a restarted daemon would: time to
   open the index and answer a first search, then p50/p95 of ``--queries`` searches scoped
@@ -175,6 +176,9 @@ def main(args: argparse.Namespace) -> None:
                                    **({"MEMCORE_DB": db} if db else {}),
                                    "MEMCORE_EMBEDDER": "static"}, check=True)  # fmt: skip
         s = json.loads(found.stdout.strip().splitlines()[-1])
+        status = subprocess.run([*memcore, "status", "--json"], capture_output=True, text=True,
+                                env=env, check=True)  # fmt: skip
+        print(f"engine: {json.loads(status.stdout).get('engine')}")
         print(
             f"open + first search {s['first_search_s']:.1f} s; search (cache off, "
             f"{args.queries} questions): scoped to a user p50 {s['scoped'][0]:.1f} ms, p95 "

@@ -7,6 +7,7 @@ import asyncio
 import os
 import re
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -336,3 +337,57 @@ async def test_pool_size_bounds_the_connections_concurrent_reads_take(
     assert opened[2] <= 4 < opened[5] <= 7
     with pytest.raises(ConfigError, match=r"storage\.pool_size: must be 1-100, got 0"):
         load_settings(tmp_path, {"storage.pool_size": 0})
+
+
+@pytest.fixture
+def own_database(postgres_url: str, namespace: str) -> Iterator[str]:
+    """A database of this test's own (the session's is shared by every test's namespace)."""
+    import psycopg
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    name = f"own_{namespace.replace('-', '_')}"
+    with psycopg.connect(postgres_url, autocommit=True) as admin:
+        admin.execute(f"DROP DATABASE IF EXISTS {name}")
+        admin.execute(f"CREATE DATABASE {name}")
+    yield make_conninfo(**{**conninfo_to_dict(postgres_url), "dbname": name})
+    with psycopg.connect(postgres_url, autocommit=True) as admin:
+        admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+async def test_word_rarity_read_from_the_bm25_index_is_the_counted_one(
+    own_database: str, namespace: str
+) -> None:
+    """Where keywords are ranked by pg_textsearch and the index is this namespace's, a
+    search's word counts come from the index's statistics, not from reading rows: coverage
+    is then what counting the namespace's rows gives. Where the server has no pg_textsearch,
+    PostgreSQL's own full text serves and says so."""
+    files = [(f"memory/n{i}.md", f"# N{i}\n\ncommon filler {i}\n") for i in range(80)]
+    files += [
+        ("memory/zebra.md", "# Zebra\n\nthe zebra is common\n"),
+        ("memory/both.md", "# Both\n\nzebra stripes, common ones\n"),
+    ]
+    ids: dict[str, int] = {}
+    async with PostgresStore(own_database, namespace) as store:
+        async with store.transaction() as tx:
+            for path, text in files:
+                chunks, _ = chunk_markdown(text, path)
+                (ids[path],) = await tx.replace_file(
+                    FileState(path, path, len(text), 1), chunks, [None], "m"
+                )
+        wanted = [ids["memory/zebra.md"], ids["memory/both.md"], ids["memory/n3.md"]]
+        async with store.snapshot() as r:
+            await r.search_text("zebra stripes common nowhereword", 3, SearchFilters())
+            counted = r._counted
+            indexed = await r.keyword_coverage("zebra stripes common nowhereword", wanted)
+        bm25 = store.bm25
+    async with (
+        PostgresStore(own_database, namespace, bm25=False) as store,
+        store.snapshot() as r,
+    ):
+        rows = await r.keyword_coverage("zebra stripes common nowhereword", wanted)
+    if server_has_bm25(own_database):
+        assert bm25 and counted is not None
+        assert counted[1] == {"zebra": 2, "stripes": 1, "common": 82, "nowhereword": 0}
+    else:
+        assert not bm25
+    assert indexed == pytest.approx(rows, abs=1e-3)

@@ -201,5 +201,5 @@ def test_the_postgresql_keyword_ranking_is_auto_or_builtin(vault: Path) -> None:
     assert load_settings(vault, env={}).storage.keyword_index == "auto"
     env = {"MEMCORE_STORAGE_KEYWORD_INDEX": "builtin"}
     assert load_settings(vault, env=env).storage.keyword_index == "builtin"
-    with pytest.raises(ConfigError, match="storage.keyword_index: 'bm25' is not one of"):
+    with pytest.raises(ConfigError, match=r"storage\.keyword_index: 'bm25' is not one of"):
         load_settings(vault, {"storage.keyword_index": "bm25"}, env={})

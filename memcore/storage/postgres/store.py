@@ -32,6 +32,7 @@ from psycopg import sql
 
 from memcore.core.errors import StorageBusy, StorageError
 from memcore.core.settings import redact_url
+from memcore.core.tokenize import CommonCounts
 from memcore.storage.migrations import load_migrations
 from memcore.storage.postgres.bm25 import INDEX as BM25_INDEX
 from memcore.storage.postgres.bm25 import enable_bm25
@@ -117,6 +118,7 @@ class PostgresStore:
         self.vector_indexes: set[str] = set()  # HNSW indexes known to exist
         self.pending_memo: dict[tuple[int, str], int] = {}
         self.count_memo: dict[str, int] = {}  # chunks of the namespace at one generation
+        self.common_counts = CommonCounts()  # chunk counts of common query words, remembered
         self.server_version = ""  # read at open: "16.2", "18.1"
         self.pgvector_version = ""  # the vector library the server loads: "0.6.2", "0.8.2"
         self.iterative_scan = False  # pgvector >= 0.8: filtered HNSW scans return k rows
