@@ -391,3 +391,52 @@ async def test_word_rarity_read_from_the_bm25_index_is_the_counted_one(
     else:
         assert not bm25
     assert indexed == pytest.approx(rows, abs=1e-3)
+
+
+async def test_keywords_rank_right_after_the_server_restarts(
+    tmp_path: Path, namespace: str
+) -> None:
+    """pg_textsearch 1.0 forgets its statistics when the server restarts and would rank the
+    commonest words highest: the store notices when it connects again, ranks with
+    PostgreSQL's own full text while it rebuilds the index, then with the index again. On a
+    server of its own (restarted here); without pg_textsearch the same searches hold."""
+    import warnings
+
+    from memcore.storage.postgres.bm25 import lost_statistics
+
+    with warnings.catch_warnings():  # it asks platformdirs for a runtime dir (as pg_server.py)
+        warnings.simplefilter("ignore")
+        import pgserver  # type: ignore[import-untyped]
+        from pgserver._commands import pg_ctl  # type: ignore[import-untyped]
+
+        server = pgserver.get_server(tmp_path / "pg", cleanup_mode="stop")
+    try:
+        url = server.get_uri()
+        async with PostgresStore(url, namespace) as store:
+            async with store.transaction() as tx:
+                for i in range(40):
+                    text = f"# N{i}\n\ncommon filler {i} common again\n"
+                    if i < 2:
+                        text = f"# Z{i}\n\nthe zebra {i} is common\n"
+                    chunks, _ = chunk_markdown(text, f"memory/n{i}.md")
+                    state = FileState(f"memory/n{i}.md", f"h{i}", 1, 1)
+                    await tx.replace_file(state, chunks, [None], "m")
+            pg_ctl(["-w", "restart"], pgdata=tmp_path / "pg", user=server.system_user)
+            if store.bm25:
+                import psycopg
+
+                async with await psycopg.AsyncConnection.connect(url, autocommit=True) as db:
+                    assert await lost_statistics(db)  # what the store must notice
+            for _ in range(2):  # while the index is rebuilt, and after
+                async with store.snapshot() as r:
+                    hits = await r.search_text("zebra common", 2, SearchFilters())
+                    rows = await r.chunk_rows([c for c, _ in hits])
+                assert sorted(rows[c].path for c, _ in hits) == ["memory/n0.md", "memory/n1.md"]
+                if store._repairing is not None:
+                    await store._repairing
+            assert store.bm25_sound
+            if store.bm25:
+                async with await psycopg.AsyncConnection.connect(url, autocommit=True) as db:
+                    assert not await lost_statistics(db)
+    finally:
+        server.cleanup()

@@ -59,7 +59,7 @@ class PostgresWriter(Protocol):
 
     def type_oid(self, name: str) -> int: ...
 
-    def count_bulk(self, chunks: int) -> None: ...
+    async def count_bulk(self, chunks: int) -> None: ...
 
     async def ensure_vector_index(
         self, model_id: str, vectors: Sequence[Vector | None]
@@ -240,7 +240,6 @@ async def _insert_fresh(
     if not fresh:
         return
     tx.chunks_changed = True
-    tx.count_bulk(len(fresh))
     rows = await asyncio.to_thread(_stage_rows, fresh, model_id)
     await tx.stage()
     async with tx.conn.cursor() as cur:
@@ -251,6 +250,7 @@ async def _insert_fresh(
         await cur.execute(_FROM_STAGE, (tx.ns, stamp, bool(tx.bm25)))
         made = await cur.fetchall()
         await cur.execute(f"DELETE FROM {STAGE}")  # a second call in this transaction
+    await tx.count_bulk(len(fresh))
     by_file = {f.path: f for f in plan}
     for path, n, cid in made:
         by_file[path].ids[int(n)] = int(cid)

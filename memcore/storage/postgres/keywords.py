@@ -7,7 +7,6 @@ weighed by its rarity there, as in SQLite."""
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Sequence
 
 from psycopg import sql
@@ -24,6 +23,7 @@ from memcore.core.tokenize import (
 from memcore.storage.base import search_terms
 from memcore.storage.filters_sql import POSTGRES, filter_sql, scope_selects, unscoped
 from memcore.storage.postgres.bm25 import INDEX as BM25_INDEX
+from memcore.storage.postgres.bm25 import lost_statistics, summary_docs
 from memcore.storage.postgres.queries import SMALL_SCOPE, TS, Conn, Queries, StoreState
 
 K1, B = 1.2, 0.75  # BM25's, in pg_textsearch's index (its defaults) and in _ranked
@@ -57,9 +57,9 @@ class KeywordQueries(Queries):
 
     async def _side_reader(self) -> KeywordQueries | None:
         """This snapshot on another connection, when one is idle: the keyword half then runs
-        beside the vector half (the snapshot's first query), as SQLite's does on its reader
-        thread. 44 -> 27 ms an unscoped search at 20k memories (measured); None when every
-        connection is busy (under load, parallel halves would only queue)."""
+        beside the vector half (the snapshot's first query) instead of after it, as SQLite's
+        does on its reader thread. None when every connection is busy: under load, parallel
+        halves would only queue."""
         conn = await self._store.idle_reader()
         if conn is None:
             return None
@@ -95,7 +95,7 @@ class KeywordQueries(Queries):
             self._counted = (terms, counts, len(few))  # coverage weighs them as ranking did
             weights = [idf(len(few), counts[t]) for t in terms]
             return await self._ranked(terms, weights, k, where, params)
-        if self._store.bm25:
+        if self._store.bm25 and await self._bm25_sound():
             if 1 < len(terms) <= ANCHOR_MAX_TERMS:  # coverage weighs the words by these
                 self._counted = await self._bm25_counts(terms)
             return await self._bm25_ranked(terms, k, where, params)
@@ -155,18 +155,27 @@ class KeywordQueries(Queries):
             counts[term] = round(max(0.0, (docs + 1) / math.exp(weight) - 0.5)) if weight else 0
         return terms, counts, docs
 
+    async def _bm25_sound(self) -> bool:
+        """Whether pg_textsearch's index can rank: checked after the store connects again
+        (a server restart makes pg_textsearch 1.0 forget its statistics); when it cannot,
+        the store rebuilds it and PostgreSQL's own full text ranks meanwhile."""
+        if self._store.bm25_check_due:
+            self._store.bm25_check_due = False
+            if await lost_statistics(self.conn):
+                self._store.bm25_lost()
+        return self._store.bm25_sound
+
     async def _bm25_stats(self) -> tuple[int, float] | None:
         """(documents, average length) of the BM25 index, from its summary, at this
         generation; None when the summary does not say them."""
         memo = self._store.count_memo
         if memo.get("bm25_at") != self.generation:
             (text,), *_ = await self.all(f"SELECT bm25_summarize_index('{BM25_INDEX}')")
-            docs = re.search(r"total_docs:\s*(\d+)", str(text))
-            length = re.search(r"avg_doc_len:\s*([\d.]+)", str(text))
-            if docs is None or length is None or float(length.group(1)) <= 0:
+            found = summary_docs(str(text))
+            if found is None or found[0] <= 0 or found[1] <= 0:
                 return None
-            memo.update(bm25_at=self.generation, bm25_docs=int(docs.group(1)),
-                        bm25_length=round(float(length.group(1)) * 1000))  # fmt: skip
+            memo.update(bm25_at=self.generation, bm25_docs=found[0],
+                        bm25_length=round(found[1] * 1000))  # fmt: skip
         return memo["bm25_docs"], memo["bm25_length"] / 1000
 
     async def keyword_coverage(self, query: str, ids: Sequence[int]) -> dict[int, float]:
@@ -177,7 +186,7 @@ class KeywordQueries(Queries):
             _, counts, total = self._counted
         elif len(terms) == 1:  # one word needs no count: it is all of the query's weight
             counts, total = {terms[0]: 1}, 1
-        elif self._store.bm25:  # as a search counts them
+        elif self._store.bm25 and self._store.bm25_sound:  # as a search counts them
             _, counts, total = await self._bm25_counts(terms)
         else:
             counts = await self._counts_capped(terms, ANCHOR_CAP)

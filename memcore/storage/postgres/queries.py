@@ -32,6 +32,13 @@ class StoreState(Protocol):
     namespace: str
     iterative_scan: bool  # pgvector >= 0.8
     bm25: str  # pg_textsearch's version when keywords are ranked in its index, else ""
+    bm25_sound: bool  # False while its index is rebuilt (see bm25.lost_statistics)
+    bm25_check_due: bool  # connected again since its index was last checked
+
+    def bm25_lost(self) -> None:
+        """The index lost its statistics: rank without it, and rebuild it."""
+        ...
+
     vector_indexes: set[str]  # HNSW indexes known to exist
     pending_memo: dict[tuple[int, str], int]
     count_memo: dict[str, int]
@@ -40,6 +47,7 @@ class StoreState(Protocol):
     staged: weakref.WeakSet[Conn]  # connections that have their COPY staging table
     bulk_loads: int  # bulk loads under way (see PostgresStore.bulk)
     bulk_rows: int  # chunks they have written
+    bulk_analyzed: int  # bulk_rows when the planner's statistics were last refreshed
     owed_indexes: dict[str, tuple[str, int]]  # HNSW indexes a bulk load left to build after
 
     async def idle_reader(self) -> Conn | None:

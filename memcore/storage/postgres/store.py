@@ -36,6 +36,7 @@ from memcore.core.tokenize import CommonCounts
 from memcore.storage.migrations import load_migrations
 from memcore.storage.postgres.bm25 import INDEX as BM25_INDEX
 from memcore.storage.postgres.bm25 import enable_bm25
+from memcore.storage.postgres.bm25 import repair as repair_bm25
 from memcore.storage.postgres.file_rows import vector_dumper
 from memcore.storage.postgres.queries import vector_index_name
 from memcore.storage.postgres.reader import PostgresReader
@@ -124,12 +125,16 @@ class PostgresStore:
         self.iterative_scan = False  # pgvector >= 0.8: filtered HNSW scans return k rows
         self.want_bm25 = bm25  # rank keywords in pg_textsearch's index where the server has it
         self.bm25 = ""  # pg_textsearch's version when keywords are ranked by it, read at open
+        self.bm25_sound = True  # False while its index is rebuilt
+        self.bm25_check_due = False  # set when a connection is made again (a restart?)
+        self._repairing: asyncio.Task[None] | None = None
         self.vector_oid = 0  # pgvector's type in this database, read at open
         self.staged: weakref.WeakSet[psycopg.AsyncConnection[tuple[object, ...]]] = (
             weakref.WeakSet()
         )
         self.bulk_loads = 0
         self.bulk_rows = 0  # chunks a bulk load has written so far
+        self.bulk_analyzed = 0  # bulk_rows when the planner's statistics were last refreshed
         self.owed_indexes: dict[str, tuple[str, int]] = {}
 
     @property
@@ -212,7 +217,7 @@ class PostgresStore:
                     mb = min(BUILD_MEMORY_MB, max(64, need))
                     await tx.conn.execute(f"SET LOCAL maintenance_work_mem = '{mb}MB'")
                     await tx.create_vector_index(model_id, dim)
-        written, self.bulk_rows = self.bulk_rows, 0
+        written, self.bulk_rows, self.bulk_analyzed = self.bulk_rows, 0, 0
         async with self._write_lock:
             if self._writer is None:
                 return
@@ -293,9 +298,31 @@ class PostgresStore:
         )
         if self.vector_oid:  # a connection made again (the first learns it at open)
             conn.adapters.register_dumper(None, vector_dumper(self.vector_oid))
+            self.bm25_check_due = bool(self.bm25)
         return conn
 
+    def bm25_lost(self) -> None:
+        self.bm25_sound = False
+        if self._repairing is None or self._repairing.done():
+            self._repairing = asyncio.create_task(self._repair_bm25())
+
+    async def _repair_bm25(self) -> None:
+        async with self._write_lock:
+            try:
+                if self._writer is not None:
+                    if self._writer.broken or self._writer.closed:  # the restart dropped it
+                        self._writer = await self._connect()
+                    await repair_bm25(self._writer)
+                self.bm25_sound = True
+            except psycopg.Error as exc:
+                log.warning("could not rebuild %s (%s); searching without it", BM25_INDEX, exc)
+                self.bm25_check_due = True
+
     async def close(self) -> None:
+        if self._repairing is not None and not self._repairing.done():
+            self._repairing.cancel()
+            with suppress(asyncio.CancelledError):
+                await self._repairing
         async with self._write_lock:
             conns = [
                 *self._all_readers,
@@ -495,6 +522,11 @@ class PostgresStore:
                 if attempt or not db.broken:
                     raise
         await db.execute(f"SET LOCAL lock_timeout = {self._busy_ms}")
+        if self.bulk_loads:
+            # a load's commits do not wait for the WAL flush (13 ms a commit, measured): the
+            # index is derived from the Markdown, and a server crash's lost commits leave
+            # those files' states behind too, so the next catch-up writes them again
+            await db.execute("SET LOCAL synchronous_commit = off")
         await db.execute("SELECT pg_advisory_xact_lock(%s)", (lock_key(self.namespace),))
         return db
 
