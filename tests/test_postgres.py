@@ -18,7 +18,8 @@ from memcore.core.errors import ConfigError, NotFound, StorageError
 from memcore.core.models import FileState, SearchFilters
 from memcore.core.settings import Settings, load_settings
 from memcore.storage.postgres.queries import as_list, nearest_query
-from memcore.storage.postgres.store import PostgresStore, uses_iterative_scan
+from memcore.storage.postgres.server import uses_iterative_scan
+from memcore.storage.postgres.store import PostgresStore
 from memcore.vault.chunker import chunk_markdown
 from tests.conftest import REPO, backend_env, make_service
 from tests.support import FakeEmbedder

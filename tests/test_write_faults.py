@@ -21,7 +21,7 @@ import pytest
 from memcore.compose import open_service
 from memcore.core.errors import InputError, StorageBusy, StorageError, VaultWriteError
 from memcore.core.settings import Settings, load_settings
-from memcore.storage.postgres.store import lock_key
+from memcore.storage.postgres.server import lock_key
 from memcore.vault import safe_file
 from tests.conftest import make_service
 from tests.support import FakeEmbedder

@@ -136,12 +136,12 @@ class KeywordQueries(Queries):
         scored against a document of that word alone scores its IDF (Lucene's, as ``idf``)
         times a factor of the average length, which gives the count back. Counting through
         GIN and the table instead took 80 ms a SciFact claim (measured). Over every namespace,
-        as the index ranks, so only where the index is (within a tenth) this namespace's; else,
-        or where the index's statistics cannot be read, the namespace's words are counted."""
-        stats, total = await self._bm25_stats(), await self._chunk_count()
-        if stats is None or abs(stats[0] - total) * 10 > total:
-            # the index is not (mostly) this namespace's: count the namespace's own
-            return terms, await self._counts_capped(terms, ANCHOR_CAP), total
+        as the index ranks, so only where the database holds this namespace alone; else, or
+        where the index's statistics cannot be read, the namespace's words are counted."""
+        stats = await self._bm25_stats()
+        if stats is None or not await self._alone():
+            # the index is not this namespace's alone: count the namespace's own
+            return terms, await self._counts_capped(terms, ANCHOR_CAP), await self._chunk_count()
         docs, length = stats
         rows = await self.all(
             f"SELECT u.t <@> to_bm25query(u.t, '{BM25_INDEX}') FROM unnest(%s::text[]) "
@@ -164,6 +164,12 @@ class KeywordQueries(Queries):
             if await lost_statistics(self.conn):
                 self._store.bm25_lost()
         return self._store.bm25_sound
+
+    async def _alone(self) -> bool:
+        """Whether no other namespace was ever opened in this database (its generation row)."""
+        rows = await self.all("SELECT NOT EXISTS (SELECT 1 FROM generation WHERE ns <> %s)",
+                              (self.ns,))  # fmt: skip
+        return bool(rows[0][0])
 
     async def _bm25_stats(self) -> tuple[int, float] | None:
         """(documents, average length) of the BM25 index, from its summary, at this

@@ -17,9 +17,7 @@ rows inside the filter instead (see ``PostgresReader.search_vectors``).
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
-import re
 import weakref
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager, suppress
@@ -27,65 +25,25 @@ from types import TracebackType
 from typing import Self
 
 import psycopg
-from psycopg import errors as pg_errors
-from psycopg import sql
 
-from memcore.core.errors import StorageBusy, StorageError
+from memcore.core.errors import StorageError
 from memcore.core.settings import redact_url
 from memcore.core.tokenize import CommonCounts
 from memcore.storage.migrations import load_migrations
-from memcore.storage.postgres.bm25 import INDEX as BM25_INDEX
 from memcore.storage.postgres.bm25 import enable_bm25
 from memcore.storage.postgres.bm25 import repair as repair_bm25
+from memcore.storage.postgres.bulk import build_missing_indexes, drop_small_indexes, settle
 from memcore.storage.postgres.file_rows import vector_dumper
-from memcore.storage.postgres.queries import vector_index_name
 from memcore.storage.postgres.reader import PostgresReader
+from memcore.storage.postgres.server import lock_key, translate, uses_iterative_scan
 from memcore.storage.postgres.writer import PostgresWriter
 from memcore.storage.rows import now
 
 log = logging.getLogger(__name__)
 
 READERS = 3
-MIN_PGVECTOR = (0, 5, 0)  # HNSW
-ITERATIVE_SCAN = (0, 8, 0)  # hnsw.iterative_scan
-# A bulk load rebuilds a vector index holding at most this many times the rows it expects to
-# add: inserting row by row costs ~0.45 ms a row, building ~0.08 (10k rows, 256 dimensions)
-REBUILD_SHARE = 4
-BUILD_MEMORY_MB = 1024  # at most this much maintenance_work_mem for a vector index's build
 EF_SEARCH = 400  # HNSW candidates a query looks at: recall@10 0.93 at 100, 0.99 at 400 (119k)
 _MIGRATION_LOCK = 0x6D656D636F7265  # "memcore": one process migrates a database at a time
-
-
-def translate(exc: psycopg.Error, what: str) -> StorageError:
-    """A driver error as a one-line StorageError (StorageBusy when a lock wait timed out)."""
-    text = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-    if isinstance(exc, pg_errors.LockNotAvailable | pg_errors.QueryCanceled):
-        return StorageBusy(f"index is busy ({what}): {text}; another process is writing to it")
-    return StorageError(f"index {what} failed: {text}")
-
-
-def parse_version(text: str) -> tuple[int, int, int]:
-    """ "0.6.2" -> (0, 6, 2); missing or non-numeric parts count as 0 ("16.2 (Debian)")."""
-    parts = [int(m.group()) if (m := re.match(r"\d+", p)) else 0 for p in text.split(".")]
-    major, minor, patch = (*parts, 0, 0, 0)[:3]
-    return major, minor, patch
-
-
-def uses_iterative_scan(created: str, shipped: str, where: str) -> bool:
-    """Whether pgvector ``shipped`` (the library) has the iterative index scan. ``created`` is
-    the version the extension's SQL objects were created at in the database: below 0.5 it has
-    no HNSW, a StorageError that says what to do."""
-    if parse_version(created) < MIN_PGVECTOR:
-        raise StorageError(
-            f"pgvector {created} in {where} is too old: memcore needs pgvector >= 0.5 (HNSW); "
-            "install a newer one and run ALTER EXTENSION vector UPDATE"
-        )
-    return parse_version(shipped) >= ITERATIVE_SCAN
-
-
-def lock_key(namespace: str) -> int:
-    """The advisory lock that one namespace's writers take turns on (a signed 64-bit key)."""
-    return int.from_bytes(hashlib.sha256(namespace.encode()).digest()[:8], "big", signed=True)
 
 
 class PostgresStore:
@@ -150,92 +108,47 @@ class PostgresStore:
     async def prepare_vectors(
         self, model_id: str, started: Callable[[int], None] | None = None
     ) -> None:
-        """Refresh the planner's statistics. pgvector's HNSW index is kept by the server as rows
-        are written, but until autovacuum analyzes a freshly filled table the planner can take
-        an exact scan for every search (~100 ms instead of ~5 at 12k chunks, measured)."""
-        if self._writer is None:
-            raise StorageError("index is not open")
+        """Build any vector index the namespace's vectors lack (one a bulk load owed when its
+        process died), and refresh the planner's statistics: until autovacuum analyzes a
+        freshly filled table the planner can take an exact scan for every search (~100 ms
+        instead of ~5 at 12k chunks, measured)."""
+        await build_missing_indexes(self)
+        await self.outside_transaction("ANALYZE memory_chunks")
+
+    async def outside_transaction(self, statement: str) -> list[tuple[object, ...]]:
+        """One statement on the writer's connection, outside any transaction (VACUUM must
+        be), while no write runs. Raises StorageError."""
         async with self._write_lock:
+            if self._writer is None:
+                raise StorageError("index is not open")
             try:
-                await self._writer.execute("ANALYZE memory_chunks")
+                cur = await self._writer.execute(statement)
+                return list(await cur.fetchall()) if cur.description else []
             except psycopg.Error as exc:
-                raise translate(exc, "analyze") from exc
+                raise translate(exc, "maintenance") from exc
 
     @asynccontextmanager
     async def bulk(self, expected: int = 0) -> AsyncIterator[None]:
         """Many writes follow (a batch add, a whole vault; ``expected``: about how many
         chunks): vector indexes are built once after them, over every row, where that is
-        cheaper than inserting row by row (pgvector builds a graph ~5x faster a row than it
-        inserts into one, measured): a model's index that does not exist yet, and one that
-        holds less than REBUILD_SHARE times what is expected (dropped now, built at the end).
-        Searches meanwhile compare vectors exactly. The planner's statistics are refreshed
-        at the end when the load was a large share of the table. Nests; the outermost ends
-        it. If the build fails (or the process dies), the next write of a vector, or
-        ``prepare_vectors``, builds the index."""
+        cheaper than inserting row by row: a model's index that does not exist yet, and one
+        that holds less than bulk.REBUILD_SHARE times what is expected (dropped now, built at
+        the end). Searches meanwhile compare vectors exactly. Bulk commits do not wait for
+        the WAL flush. Nests; the outermost ends it (``bulk.settle``). If the build fails
+        (or the process dies), the next write of a vector, or ``prepare_vectors``, builds
+        the index."""
         self.bulk_loads += 1
         try:
             if self.bulk_loads == 1 and expected:
-                await self._drop_small_indexes(expected)
+                await drop_small_indexes(self, expected)
             yield
         finally:
             self.bulk_loads -= 1
             if not self.bulk_loads and self._writer is not None:
                 try:
-                    await self._after_bulk()
+                    await settle(self)
                 except StorageError as exc:
                     log.warning("after a bulk load: %s; the next write tries again", exc)
-
-    async def _drop_small_indexes(self, expected: int) -> None:
-        async with self.transaction() as tx:
-            held = await tx.all(
-                "SELECT embedding_model, vector_dims(embedding), count(*) FROM memory_chunks "
-                "WHERE ns = %s AND embedding IS NOT NULL GROUP BY 1, 2",
-                (self.namespace,),
-            )
-            for model_id, dim, count in held:
-                if int(count) > REBUILD_SHARE * expected:
-                    continue
-                name = vector_index_name(self.namespace, str(model_id), int(dim))
-                await tx.conn.execute(
-                    sql.SQL("DROP INDEX IF EXISTS {}").format(sql.Identifier(name))
-                )
-                self.vector_indexes.discard(name)
-                self.owed_indexes[name] = (str(model_id), int(dim))
-
-    async def _after_bulk(self) -> None:
-        owed = dict(self.owed_indexes)
-        if owed:
-            async with self.transaction() as tx:
-                for model_id, dim in owed.values():
-                    rows = await tx.all(
-                        "SELECT count(*) FROM memory_chunks WHERE ns = %s AND embedding_model = %s",
-                        (self.namespace, model_id),
-                    )
-                    # pgvector builds fastest with the whole graph in memory: ~dims x 4 bytes
-                    # plus the links a vector, within bounds
-                    need = int(rows[0][0]) * (dim * 4 + 200) * 5 // 4 >> 20
-                    mb = min(BUILD_MEMORY_MB, max(64, need))
-                    await tx.conn.execute(f"SET LOCAL maintenance_work_mem = '{mb}MB'")
-                    await tx.create_vector_index(model_id, dim)
-        written, self.bulk_rows, self.bulk_analyzed = self.bulk_rows, 0, 0
-        async with self._write_lock:
-            if self._writer is None:
-                return
-            try:  # when the load is a large share of what the planner last counted
-                cur = await self._writer.execute(
-                    "SELECT reltuples FROM pg_class WHERE oid = 'memory_chunks'::regclass"
-                )
-                row = await cur.fetchone()
-                if row is None or float(str(row[0])) < 10 * written:
-                    # VACUUM, not only ANALYZE: a load leaves every new row for each search to
-                    # check and mark (hint bits) and the full-text indexes' write buffers (GIN's
-                    # pending list) for every search to read through; 24 ms a search right after
-                    # 20k rows instead of 9 (measured)
-                    await self._writer.execute("VACUUM (ANALYZE) memory_chunks, memories")
-                if self.bm25:  # its memtable, into a segment
-                    await self._writer.execute(f"SELECT bm25_spill_index('{BM25_INDEX}')")
-            except psycopg.Error as exc:
-                raise translate(exc, "analyze") from exc
 
     async def __aenter__(self) -> Self:
         await self.open()
@@ -315,7 +228,7 @@ class PostgresStore:
                     await repair_bm25(self._writer)
                 self.bm25_sound = True
             except psycopg.Error as exc:
-                log.warning("could not rebuild %s (%s); searching without it", BM25_INDEX, exc)
+                log.warning("could not rebuild the BM25 index (%s); searching without it", exc)
                 self.bm25_check_due = True
 
     async def close(self) -> None:
