@@ -125,8 +125,12 @@ class Queries:
         # the last words counted: (words, counts, chunks counted over: the index's or a scope's)
         self._counted: tuple[list[str], dict[str, int], int] | None = None
 
-    async def all(self, query: str | sql.Composed, params: Sequence[object] = ()) -> list[Any]:
-        cur = await self.conn.execute(query, params)
+    async def all(
+        self, query: str | sql.Composed, params: Sequence[object] = (), *, prepare: bool = True
+    ) -> list[Any]:
+        """The rows of one statement. ``prepare=False`` keeps the driver from preparing it
+        on the server after a few runs (see keywords.py: pg_textsearch's BM25 scan)."""
+        cur = await self.conn.execute(query, params, prepare=None if prepare else False)
         return list(await cur.fetchall())
 
     async def _ids_of(self, paths: Sequence[str]) -> list[int]:
