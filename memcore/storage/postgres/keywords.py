@@ -121,29 +121,17 @@ class KeywordQueries(Queries):
     ) -> list[tuple[int, float]]:
         """The k best by BM25 from pg_textsearch's index (its top-k scan stops early: a common
         word's matches are not all ranked). Its scores are negative, lower better; a filter
-        is applied as the scan goes, which goes on until k rows pass. Each row's score is
-        the one the scan computed (``bm25_get_current_score``): the operator in the select
-        list scores each row again from its text, 63 ms for 200 CMRC passages against 1
-        (measured). That helper is only right under the index scan; where the planner sorts
-        instead (a small table), it repeats one stale value, and the rows are scored again."""
+        is applied as the scan goes, which goes on until k rows pass. Never prepared: the
+        driver prepares a statement after five runs, and a prepared BM25 scan scores every
+        row it returns again from its text (92 ms a CMRC question against 1.3, measured)."""
         score = f"c.body <@> to_bm25query(%s, '{BM25_INDEX}')"
         query = " ".join(terms)
-        rows = await self.all(  # never prepared: a prepared BM25 scan scores every row it
-            # returns again from its text, as if the helper were not there (92 ms a CMRC
-            # question against 1.2, measured)
-            f"SELECT c.id, bm25_get_current_score() FROM memory_chunks c "
-            f"WHERE c.ns = %s{where} ORDER BY {score} LIMIT %s",
-            [self.ns, *params, query, k],
+        rows = await self.all(
+            f"SELECT c.id, {score} FROM memory_chunks c WHERE c.ns = %s{where} "
+            f"ORDER BY {score} LIMIT %s",
+            [query, self.ns, *params, query, k],
             prepare=False,
         )
-        if len(rows) < 2 or len({float(r[1]) for r in rows}) == 1:
-            again = dict(
-                await self.all(
-                    f"SELECT c.id, {score} FROM memory_chunks c WHERE c.id = ANY(%s)",
-                    [query, [r[0] for r in rows]],
-                )
-            )
-            rows = [(r[0], again[r[0]]) for r in rows]
         return [(int(r[0]), -float(r[1])) for r in rows if float(r[1]) < 0]
 
     async def _bm25_counts(self, terms: list[str]) -> tuple[list[str], dict[str, int], int]:
