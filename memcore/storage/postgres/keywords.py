@@ -166,6 +166,8 @@ class KeywordQueries(Queries):
             self._store.bm25_check_due = False
             if await lost_statistics(self.conn):
                 self._store.bm25_lost()
+            else:  # sound again (rebuilt here, or by another node)
+                self._store.bm25_sound = True
         return self._store.bm25_sound
 
     async def _alone(self) -> bool:
