@@ -142,8 +142,7 @@ class KeywordQueries(Queries):
         as the index ranks, so only where the database holds this namespace alone; else, or
         where the index's statistics cannot be read, the namespace's words are counted."""
         stats = await self._bm25_stats()
-        if stats is None or not await self._alone():
-            # the index is not this namespace's alone: count the namespace's own
+        if stats is None:  # the index is not this namespace's alone: count the namespace's own
             return terms, await self._counts_capped(terms, ANCHOR_CAP), await self._chunk_count()
         docs, length = stats
         rows = await self.all(
@@ -170,24 +169,25 @@ class KeywordQueries(Queries):
                 self._store.bm25_sound = True
         return self._store.bm25_sound
 
-    async def _alone(self) -> bool:
-        """Whether no other namespace was ever opened in this database (its generation row)."""
-        rows = await self.all("SELECT NOT EXISTS (SELECT 1 FROM generation WHERE ns <> %s)",
-                              (self.ns,))  # fmt: skip
-        return bool(rows[0][0])
-
     async def _bm25_stats(self) -> tuple[int, float] | None:
         """(documents, average length) of the BM25 index, from its summary, at this
-        generation; None when the summary does not say them."""
+        generation; None when the summary does not say them, or when another namespace was
+        ever opened in this database (its generation row): the index then counts its rows
+        too."""
         memo = self._store.count_memo
         if memo.get("bm25_at") != self.generation:
-            (text,), *_ = await self.all(f"SELECT bm25_summarize_index('{BM25_INDEX}')")
-            found = summary_docs(str(text))
-            if found is None or found[0] <= 0 or found[1] <= 0:
-                return None
-            memo.update(bm25_at=self.generation, bm25_docs=found[0],
-                        bm25_length=round(found[1] * 1000))  # fmt: skip
-        return memo["bm25_docs"], memo["bm25_length"] / 1000
+            (text, alone), *_ = await self.all(
+                f"SELECT bm25_summarize_index('{BM25_INDEX}'), "
+                "NOT EXISTS (SELECT 1 FROM generation WHERE ns <> %s)",
+                (self.ns,),
+            )
+            found = summary_docs(str(text)) if alone else None
+            usable = found is not None and found[0] > 0 and found[1] > 0
+            docs, length = found if found is not None and usable else (0, 0.0)
+            memo.update(bm25_at=self.generation, bm25_docs=docs, bm25_length=length)
+        if memo["bm25_docs"] <= 0:
+            return None
+        return int(memo["bm25_docs"]), memo["bm25_length"]
 
     async def keyword_coverage(self, query: str, ids: Sequence[int]) -> dict[int, float]:
         terms = (await search_terms(query))[:ANCHOR_MAX_TERMS]
@@ -215,7 +215,7 @@ class KeywordQueries(Queries):
         if memo.get("generation") != self.generation:
             rows = await self.all("SELECT count(*) FROM memory_chunks WHERE ns = %s", (self.ns,))
             memo.update(generation=self.generation, chunks=int(rows[0][0]))
-        return memo["chunks"]
+        return int(memo["chunks"])
 
     async def _counts_capped(self, terms: list[str], cap: int) -> dict[str, int]:
         """Each word's chunks in the namespace, counted up to ``cap`` (past it: cap + 1). A
@@ -282,24 +282,20 @@ class KeywordQueries(Queries):
         total = await self._chunk_count()
         memo = self._store.count_memo
         if total and abs(total - memo.get("length_at", -total)) * 10 <= total:
-            return memo["length"] / 1000
+            return memo["length"]
         share = min(100.0, 100.0 * 2000 / max(total, 1))
-        rows = await self.all(
-            "SELECT avg((SELECT sum(coalesce(array_length(u.positions, 1), 1)) "
-            "FROM unnest(c.fts) AS u)) FROM memory_chunks c TABLESAMPLE BERNOULLI (%s) "
-            "WHERE c.ns = %s",
-            (share, self.ns),
-        )
-        found = float(rows[0][0] or 0.0) if rows else 0.0
-        if found <= 0:  # a sample that missed every row of a small namespace
+        found = 0.0
+        for sample in (f"TABLESAMPLE BERNOULLI ({share:.6f})", ""):
             rows = await self.all(
                 "SELECT avg((SELECT sum(coalesce(array_length(u.positions, 1), 1)) "
-                "FROM unnest(c.fts) AS u)) FROM memory_chunks c WHERE c.ns = %s",
+                f"FROM unnest(c.fts) AS u)) FROM memory_chunks c {sample} WHERE c.ns = %s",
                 (self.ns,),
             )
-            found = float(rows[0][0] or 1.0)
-        memo.update(length_at=total, length=int(found * 1000))
-        return max(found, 1.0)
+            found = float(rows[0][0] or 0.0)
+            if found > 0:  # else a sample that missed every row of a small namespace
+                break
+        memo.update(length_at=total, length=max(found, 1.0))
+        return memo["length"]
 
     async def _few_ids(self, filters: SearchFilters) -> list[int] | None:
         """The chunks of a filter's scope when they are few (a user's among a fleet's), read

@@ -41,7 +41,7 @@ class StoreState(Protocol):
 
     vector_indexes: set[str]  # HNSW indexes known to exist
     pending_memo: dict[tuple[int, str], int]
-    count_memo: dict[str, int]
+    count_memo: dict[str, float]
     common_counts: CommonCounts  # chunk counts of common query words (see keywords.py)
     vector_oid: int  # the database's oid of pgvector's type, for binary COPY
     staged: weakref.WeakSet[Conn]  # connections that have their COPY staging table

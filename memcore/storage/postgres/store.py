@@ -76,7 +76,7 @@ class PostgresStore:
         self._write_lock = asyncio.Lock()
         self.vector_indexes: set[str] = set()  # HNSW indexes known to exist
         self.pending_memo: dict[tuple[int, str], int] = {}
-        self.count_memo: dict[str, int] = {}  # chunks of the namespace at one generation
+        self.count_memo: dict[str, float] = {}  # chunks of the namespace at one generation
         self.common_counts = CommonCounts()  # chunk counts of common query words, remembered
         self.server_version = ""  # read at open: "16.2", "18.1"
         self.pgvector_version = ""  # the vector library the server loads: "0.6.2", "0.8.2"

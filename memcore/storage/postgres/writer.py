@@ -67,14 +67,13 @@ class PostgresWriter(Queries):
     async def _replace(self, files: Sequence[FileRows], model_id: str) -> dict[str, list[int]]:
         """Every file in a few statements (file_rows.py); a path given twice goes in order."""
         out: dict[str, list[int]] = {}
-        run: list[FileRows] = []
+        run: dict[str, FileRows] = {}
         for f in [*files, None]:
-            if f is None or f.state.path in {r.state.path for r in run}:
-                if run:
-                    out |= await file_rows.replace_files(self, run, model_id, now())
-                run = []
+            if (f is None or f.state.path in run) and run:
+                out |= await file_rows.replace_files(self, list(run.values()), model_id, now())
+                run = {}
             if f is not None:
-                run.append(f)
+                run[f.state.path] = f
         return out
 
     async def stage(self) -> None:
