@@ -278,6 +278,8 @@ class MemoryService:
             "indexed": True,
             **(await self.status()).to_dict(),
             "readiness": self.readiness.to_dict(),
+            # a shared index's live nodes, each saying whether it holds the node roles
+            "nodes": [n.to_dict() for n in await self.store.nodes()],
         }
 
     async def status(self) -> IndexStatus:

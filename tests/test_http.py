@@ -359,7 +359,7 @@ async def test_a_scope_bound_token_never_sees_other_scopes(service: MemoryServic
 async def test_serve_beside_a_running_watcher_says_to_use_no_watch(
     settings: Settings, service: MemoryService
 ) -> None:
-    with vault_lock(settings):
+    with vault_lock(settings.state_dir, settings.vault):
         stop = asyncio.Event()
         daemon = Daemon(settings, service, stop)
         with pytest.raises(DaemonError, match=r"already watching .*--no-watch"):

@@ -180,7 +180,7 @@ async def test_a_status_file_that_cannot_be_written_is_not_a_deleted_index(
         raise OSError(errno.ENOSPC, "No space left on device")
 
     daemon = Daemon(settings, service, asyncio.Event(), kind="serve")
-    with vault_lock(settings):
+    with vault_lock(settings.state_dir, settings.vault):
         monkeypatch.setattr(daemon_module, "write_status", full)
         daemon.publish()
         daemon.publish()

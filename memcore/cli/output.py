@@ -103,6 +103,10 @@ def print_status(info: dict[str, Any]) -> None:
         for model, count in info["other_models"].items():
             table.add_row("", f"{plural(count, 'chunk')} still embedded with {model}")
     table.add_row("watcher", _watcher_line(info["daemon"]))
+    for node in info.get("nodes") or []:  # a shared index's nodes, on every machine
+        role = "holds the watcher" if node["roles"] else "standing by"
+        where = f" at {node['url']}" if node["url"] else ""
+        table.add_row("node", f"{node['node']} ({node['kind']}{where}): {role}")
     ready = info["readiness"]
     if ready["phase"] in ("starting", "catching_up"):
         table.add_row("catch-up", f"{ready['files_done']} of {ready['files_total']} files indexed")
@@ -117,7 +121,13 @@ def print_status(info: dict[str, Any]) -> None:
 def _watcher_line(daemon: dict[str, Any] | None) -> str:
     if not daemon:
         return "not running (`memcore watch --detach` starts it)"
-    state = "watching" if daemon.get("watching") else "catching up"
+    state = (
+        "standing by (another node watches)"
+        if daemon.get("role") == "standby"
+        else "watching"
+        if daemon.get("watching")
+        else "catching up"
+    )
     mode = ", polling" if daemon.get("polling") else ""
     retrying = daemon.get("retrying") or {}
     extra = f", {len(retrying)} retrying" if retrying else ""

@@ -80,7 +80,11 @@ def serve_command(
         install_signal_handlers(stop)
         while not stop.is_set():  # again after .memcore/ was deleted under it: a new index
             async with open_service(settings, catch_up=False) as service:
-                daemon = Daemon(settings, service, stop, kind="serve") if watch else None
+                daemon = (
+                    Daemon(settings, service, stop, kind="serve", url=f"http://{host}:{port}")
+                    if watch
+                    else None
+                )
                 await serve(
                     service, host, port, token, stop, daemon, scoped=scoped,
                     allowed_hosts=allowed_hosts or (),

@@ -115,7 +115,7 @@ def _detach(ctx: typer.Context, poll: bool, json_logs: bool) -> None:
         )
     while True:
         info = daemon_status(settings)
-        if info and info.get("watching"):
+        if info and (info.get("watching") or info.get("role") == "standby"):
             typer.echo(f"memcore watch is running (pid {proc.pid}); log: {log_path}")
             return
         if proc.poll() is not None:

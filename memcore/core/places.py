@@ -77,6 +77,24 @@ def resolve_vault(flag: str | Path | None, env: Mapping[str, str], cwd: Path | N
     return found
 
 
+def nodes_dir_of(vault: Path, env: Mapping[str, str] = os.environ) -> Path:
+    """Where the nodes of a vault whose index is shared (PostgreSQL) keep their lock, status
+    and socket on this machine, a folder each: outside the vault, so that nothing in a vault
+    on shared storage (NFS, SMB) must be local to be correct, and apart per process, so that
+    several nodes on one machine never meet. $XDG_RUNTIME_DIR/memcore, else the temp folder."""
+    import hashlib
+    import tempfile
+
+    runtime = env.get("XDG_RUNTIME_DIR")
+    root = (
+        Path(runtime) / "memcore"
+        if runtime
+        else Path(tempfile.gettempdir()) / (f"memcore-{os.getuid()}")
+    )
+    digest = hashlib.sha256(str(vault.resolve()).encode()).hexdigest()[:16]
+    return root / "nodes" / digest
+
+
 def state_dir_of(vault: Path) -> Path:
     """``<vault>/.memcore`` (the index, the daemon's lock, socket and log). A vault memcore
     cannot write to (a read-only checkout or mount) keeps them in the user's cache folder

@@ -136,6 +136,9 @@ class StorageSettings:
 class WatchSettings:
     debounce_ms: int = 250
     max_delay_ms: int = 2000
+    # "auto" = native file events, polling where the vault's file system gives none for other
+    # machines' writes (NFS, SMB, CephFS...) or the OS runs out of watches; "always" = polling
+    polling: str = "auto"
     poll_interval_s: float = 2.0
     retry_pending_s: float = 30.0
 
@@ -283,6 +286,7 @@ SECTIONS: dict[str, type[Any]] = {
 # memory to another endpoint, read another key, or move the database.
 _NAMESPACE = re.compile(r"[A-Za-z0-9._-]{1,64}")
 KEYWORD_INDEXES = ("auto", "builtin")
+POLLING = ("auto", "always")
 VAULT_FORBIDDEN = frozenset(
     {"ollama.host", "openai.base_url", "openai.api_key_env", "storage.db", "storage.url",
      "storage.namespace", "llm.host", "llm.base_url", "llm.api_key_env", "memory.base_url",
@@ -523,6 +527,7 @@ def _problems(s: Settings) -> Iterator[str]:
         "search.fusion": (s.search.fusion, FUSIONS),
         "memory.adapter": (s.memory.adapter, MEMORY_ADAPTERS),
         "storage.keyword_index": (s.storage.keyword_index, KEYWORD_INDEXES),
+        "watch.polling": (s.watch.polling, POLLING),
     }
     for name, (value, allowed) in choices.items():
         if value not in allowed:

@@ -21,14 +21,25 @@ from typing import TYPE_CHECKING
 
 from memcore.core.heap import freeze_heap
 from memcore.core.models import IndexReport
+from memcore.core.nodes import this_node
 from memcore.core.places import inputs_digest
 from memcore.core.settings import Settings, embedder_signature
-from memcore.fronts.daemon_state import LOCK_NAME, vault_lock, write_status
+from memcore.fronts.daemon_state import (
+    LOCK_NAME,
+    node_home,
+    remove_node_home,
+    vault_lock,
+    write_status,
+)
+from memcore.fronts.node import run_node
 from memcore.index.debounce import Debouncer
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from memcore.index.watcher import ObserverFactory, VaultWatcher
     from memcore.service import MemoryService
+    from memcore.storage.base import NodeRoles
 
 log = logging.getLogger("memcore.fronts.daemon")
 
@@ -77,6 +88,13 @@ class Daemon:
     _publish_failing: bool = False  # the status file could not be written (said once)
     socket: str | None = None  # where a front-end answers searches for the CLI (see server.py)
     kind: str = "watch"  # the command that runs it: watch, or serve
+    url: str = ""  # where a serve answers HTTP (for the list of nodes)
+    # with a shared index (PostgreSQL): the node roles, held through the database; None: this
+    # machine's own index, and the vault's lock file decides (a second watcher is refused)
+    roles: NodeRoles | None = field(init=False)
+    home: Path = field(init=False)  # the folder of its lock, status and socket
+    role: str | None = None  # "watcher" or "standby" with shared roles
+    demoted: bool = False  # lost the roles while on duty (the database out of reach)
     _wake: asyncio.Event = field(default_factory=asyncio.Event)
     _watcher: VaultWatcher | None = None
     _inflight: asyncio.Task[IndexReport] | None = None
@@ -86,6 +104,9 @@ class Daemon:
         w = self.settings.watch
         self.debouncer = Debouncer(w.debounce_ms / 1000, w.max_delay_ms / 1000)
         self.service.readiness.phase = "starting"  # until the catch-up in run() is done
+        self.roles = self.service.store.node_roles(this_node(self.kind, self.url))
+        shared = self.roles is not None
+        self.home = node_home(self.settings.vault) if shared else self.settings.state_dir
 
     # ---- events (on the loop) ----------------------------------------------------------------
 
@@ -100,26 +121,42 @@ class Daemon:
     # ---- main ------------------------------------------------------------------------------
 
     async def run(self) -> None:
-        """Watch, catch up, and index until stopped. Holds the vault lock throughout.
-
-        The watcher starts before the catch-up scan, so a save made during the scan is queued
-        rather than lost; files the scan already indexed are skipped by content hash.
-        """
+        """Watch, catch up, and index until stopped, holding the vault lock throughout; with
+        a shared index, hold this node's own lock, and watch whenever it holds the node roles
+        (fronts/node.py)."""
         # Worker threads (SQLite, chunking, scans) hold the GIL up to the switch interval each;
         # at the default 5 ms a few of them queue the loop for ~40 ms during a big catch-up
         # (bench/loop_lag.py: 37.7 -> 14.9 ms max stall at 8k files with 1 ms).
         switch = sys.getswitchinterval()
         sys.setswitchinterval(min(switch, 0.001))
         try:
-            await self._run_locked()
+            with vault_lock(self.home, self.settings.vault):
+                self.locked.set()
+                self.publish()
+                if self.roles is None:
+                    await self.on_duty()
+                else:
+                    await run_node(self, self.roles)
         finally:
             sys.setswitchinterval(switch)
+            if self.roles is not None:
+                remove_node_home(self.home)
             self.ended.set()
         log.info("stopped to rebuild the index" if self.lost else "stopped")
 
     @property
     def ending(self) -> bool:
         return self.stop.is_set() or self.lost
+
+    @property
+    def off_duty(self) -> bool:
+        """Time to stop the watcher's work: stopping, or the node roles were lost."""
+        return self.ending or self.demoted
+
+    def demote(self) -> None:
+        """The node roles may be another node's now: end the watcher's work at once."""
+        self.demoted = True
+        self._wake.set()
 
     def _lose(self, why: str) -> None:
         """The index folder is gone (deleted by hand): end this run; the caller rebuilds."""
@@ -130,56 +167,64 @@ class Daemon:
 
     def _state_gone(self) -> bool:
         s = self.settings
-        needed = [s.state_dir / LOCK_NAME]
+        needed = [self.home / LOCK_NAME]
         if not s.storage.db and not s.database_url:
             needed.append(s.db_path)
         return not all(p.exists() for p in needed)
 
     async def _state_loop(self) -> None:
         """Notice .memcore/ (the lock, the index) deleted under the running daemon."""
-        while not self.ending:
+        while not self.off_duty:
             await asyncio.sleep(min(self.settings.watch.poll_interval_s, 2.0))
             if await asyncio.to_thread(self._state_gone):
                 self._lose(f"{self.settings.state_dir} was deleted")
 
-    async def _run_locked(self) -> None:
-        with vault_lock(self.settings):
-            self.locked.set()
-            self.publish()
-            loop = asyncio.get_running_loop()
-            s = self.settings
-            from memcore.index.watcher import VaultWatcher
+    async def on_duty(self) -> None:
+        """The watcher's work, until stopped or ``demote``d: watch, catch up with the vault,
+        then index every change, retry what failed, archive and forget. The watcher starts
+        before the catch-up scan, so a save made during the scan is queued rather than lost;
+        files the scan already indexed are skipped by content hash."""
+        loop = asyncio.get_running_loop()
+        s = self.settings
+        from memcore.index.watcher import VaultWatcher, network_file_system
 
-            watcher = VaultWatcher(
-                s.vault, s.index.include, s.index.exclude, loop, self._on_path,
-                self._on_rescan, self.force_polling, s.watch.poll_interval_s, self.native_observer,
-            )  # fmt: skip
-            await asyncio.to_thread(watcher.start)
-            try:
-                # Before anything is served: loading jieba holds the GIL in long C calls
-                # (its dictionary cache), which would stall every caller for ~200 ms later.
+        polling = self.force_polling or s.watch.polling == "always"
+        if not polling and (remote := network_file_system(s.vault)) is not None:
+            log.info("%s is on %s, which reports no other machine's writes: polling", s.vault,
+                     remote)  # fmt: skip
+            polling = True
+        watcher = VaultWatcher(
+            s.vault, s.index.include, s.index.exclude, loop, self._on_path, self._on_rescan,
+            polling, s.watch.poll_interval_s, self.native_observer,
+        )  # fmt: skip
+        await asyncio.to_thread(watcher.start)
+        try:
+            # Before anything is served: loading jieba holds the GIL in long C calls
+            # (its dictionary cache), which would stall every caller for ~200 ms later.
+            if not self.warmed:
                 await self._warm()
-                report = await self.service.index(stop=self.stop, progress=self._progress)
-                self.service.readiness.phase = "ready"
-                self.publish()
-                log.info("caught up with the vault: %s", report.summary())
-                freeze_heap()
-                self._watcher = watcher
-                self._note_failures(report, None)
-                mode = "polling" if watcher.polling else "native events"
-                log.info("watching %s (%d folders, %s)", s.vault, watcher.watch_count, mode)
-                if not self.ending:
-                    async with asyncio.TaskGroup() as tg:
-                        flusher = tg.create_task(self._flush_loop())
-                        retry = tg.create_task(self._retry_pending_loop())
-                        forget = tg.create_task(self._forget_loop())
-                        state = tg.create_task(self._state_loop())
-                        await flusher  # until stopped, or the index folder is gone
-                        for task in (retry, forget, state):
-                            task.cancel()
-            finally:
-                await self._settle_inflight()
-                await asyncio.to_thread(watcher.stop)
+            report = await self.service.index(stop=self.stop, progress=self._progress)
+            self.service.readiness.phase = "ready"
+            self.publish()
+            log.info("caught up with the vault: %s", report.summary())
+            freeze_heap()
+            self._watcher = watcher
+            self._note_failures(report, None)
+            mode = "polling" if watcher.polling else "native events"
+            log.info("watching %s (%d folders, %s)", s.vault, watcher.watch_count, mode)
+            if not self.off_duty:
+                async with asyncio.TaskGroup() as tg:
+                    flusher = tg.create_task(self._flush_loop())
+                    retry = tg.create_task(self._retry_pending_loop())
+                    forget = tg.create_task(self._forget_loop())
+                    state = tg.create_task(self._state_loop())
+                    await flusher  # until stopped, demoted, or the index folder is gone
+                    for task in (retry, forget, state):
+                        task.cancel()
+        finally:
+            self._watcher = None
+            await self._settle_inflight()
+            await asyncio.to_thread(watcher.stop)
 
     def _progress(self, phase: str, done: int, total: int) -> None:
         """The catch-up's progress: kept on the service (/ready, status) and published for
@@ -199,7 +244,7 @@ class Daemon:
             waiting.cancel()
 
     async def _flush_until_ending(self) -> None:
-        while not self.ending:
+        while not self.off_duty:
             deadline = self.debouncer.next_deadline()
             timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
             self._wake.clear()
@@ -350,7 +395,7 @@ class Daemon:
             elif not self._publish_failing:
                 log.warning(
                     "cannot write %s (%s); serving on, will retry",
-                    self.settings.state_dir / "daemon.json",
+                    self.home / "daemon.json",
                     exc.strerror or exc,
                 )
             self._publish_failing = True
@@ -359,10 +404,11 @@ class Daemon:
 
     def _publish(self) -> None:
         write_status(
-            self.settings,
+            self.home,
             {
                 "pid": os.getpid(),
                 "kind": self.kind,
+                "role": self.role,
                 "vault": str(self.settings.vault),
                 "started_at": self.started_at,
                 "last_update": self.last_update,

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from memcore.core.errors import DaemonError
-from memcore.core.places import make_private_dir, open_private
+from memcore.core.places import make_private_dir, nodes_dir_of, open_private
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (type checkers read it)
 if TYPE_CHECKING:
@@ -24,10 +24,11 @@ STATUS_NAME = "daemon.json"
 
 
 @contextlib.contextmanager
-def vault_lock(settings: Settings) -> Iterator[IO[str]]:
-    """Hold the vault's daemon lock; raises DaemonError naming the process that has it."""
-    make_private_dir(settings.state_dir)
-    path = settings.state_dir / LOCK_NAME
+def vault_lock(home: Path, vault: Path) -> Iterator[IO[str]]:
+    """Hold the daemon lock in ``home`` (the vault's state folder, or a node's own folder);
+    raises DaemonError naming the process that has it."""
+    make_private_dir(home)
+    path = home / LOCK_NAME
     fh = os.fdopen(open_private(path, os.O_RDWR | os.O_APPEND), "a+", encoding="utf-8")
     try:
         fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -36,7 +37,7 @@ def vault_lock(settings: Settings) -> Iterator[IO[str]]:
         holder = fh.read().strip() or "another process"
         fh.close()
         raise DaemonError(
-            f"another memcore watch (pid {holder}) is already watching {settings.vault}"
+            f"another memcore watch (pid {holder}) is already watching {vault}"
         ) from None
     fh.seek(0)
     fh.truncate()
@@ -46,14 +47,58 @@ def vault_lock(settings: Settings) -> Iterator[IO[str]]:
         yield fh
     finally:
         with contextlib.suppress(OSError):
-            (settings.state_dir / STATUS_NAME).unlink()
+            (home / STATUS_NAME).unlink()
         fcntl.flock(fh, fcntl.LOCK_UN)
         fh.close()
 
 
+def node_home(vault: Path) -> Path:
+    """This process's own folder among the vault's nodes on this machine (places.nodes_dir_of),
+    made private level by level; the folders of nodes that died are removed."""
+    nodes = nodes_dir_of(vault)
+    home = nodes / str(os.getpid())
+    for level in (nodes.parent.parent, nodes.parent, nodes, home):
+        make_private_dir(level)
+        if level.stat().st_uid != os.getuid():
+            raise DaemonError(f"{level} belongs to another user; set XDG_RUNTIME_DIR")
+    for old in nodes.iterdir():
+        if old.is_dir() and old != home and status_in(old) is None:
+            remove_node_home(old)
+    return home
+
+
+def remove_node_home(home: Path) -> None:
+    """A node's folder, once it stopped (or died), and the vault's folder when it was the last."""
+    with contextlib.suppress(OSError):
+        for leftover in home.iterdir():
+            leftover.unlink()
+        home.rmdir()
+        home.parent.rmdir()  # fails while another node's folder is there
+
+
 def daemon_status(settings: Settings) -> dict[str, object] | None:
-    """What the running daemon last reported, or None when no daemon holds the vault."""
-    return status_in(settings.state_dir)
+    """What the running daemon last reported, or None when no daemon holds the vault. With a
+    shared index (PostgreSQL), a node of this machine: this process when it is one, else the
+    one holding the node roles when it runs here, else the first."""
+    if not settings.database_url:
+        return status_in(settings.state_dir)
+    return node_status(nodes_dir_of(settings.vault))
+
+
+def node_status(nodes: Path) -> dict[str, object] | None:
+    """``daemon_status`` of the vault whose nodes' folder (places.nodes_dir_of) this is."""
+    try:
+        homes = sorted(nodes.iterdir(), key=lambda p: p.name)
+    except OSError:
+        return None
+    found = [s for home in homes if home.is_dir() and (s := status_in(home)) is not None]
+    for status in found:  # asked from inside a node (its HTTP status): that node's own
+        if status.get("pid") == os.getpid():
+            return status
+    for status in found:
+        if status.get("role") == "watcher":
+            return status
+    return found[0] if found else None
 
 
 def local_daemon(settings: Settings) -> str | None:
@@ -95,9 +140,10 @@ def status_in(state_dir: Path) -> dict[str, object] | None:
     return {"running": True, "pid": int(pid) if pid.isdigit() else None, **info}
 
 
-def write_status(settings: Settings, info: dict[str, object]) -> None:
-    """Publish the daemon's state (0600: only this user reads it), replacing the last."""
-    target = settings.state_dir / STATUS_NAME
+def write_status(home: Path, info: dict[str, object]) -> None:
+    """Publish the daemon's state in its folder (0600: only this user reads it), replacing
+    the last."""
+    target = home / STATUS_NAME
     tmp = target.with_suffix(".tmp")
     with os.fdopen(open_private(tmp, os.O_WRONLY | os.O_TRUNC), "w", encoding="utf-8") as fh:
         fh.write(json.dumps(info))

@@ -119,9 +119,10 @@ SOCKET_NAME = "daemon.sock"
 MAX_SOCKET_PATH = 100  # AF_UNIX paths are limited to ~107 bytes
 
 
-def socket_path(settings: Settings) -> Path | None:
-    """Where the daemon answers this vault's CLI, or None when the path would be too long."""
-    path = settings.state_dir / SOCKET_NAME
+def socket_path(home: Path) -> Path | None:
+    """Where the daemon whose folder is ``home`` answers this vault's CLI, or None when the
+    path would be too long."""
+    path = home / SOCKET_NAME
     return path if len(str(path).encode()) <= MAX_SOCKET_PATH else None
 
 
@@ -152,7 +153,7 @@ async def serve_socket(service: MemoryService, daemon: Daemon) -> None:
     """memcore's own API on ``.memcore/daemon.sock`` while ``daemon`` runs, so a one-shot
     `memcore search` can ask it instead of loading the model and the index (no token: only
     this user can open the socket). Starts once the daemon holds the vault lock."""
-    path = socket_path(daemon.settings)
+    path = socket_path(daemon.home)
     locked = asyncio.ensure_future(daemon.locked.wait())
     stopped = asyncio.ensure_future(daemon.ended.wait())
     await asyncio.wait({locked, stopped}, return_when=asyncio.FIRST_COMPLETED)

@@ -11,6 +11,7 @@ import asyncio
 import errno
 import logging
 import os
+import re
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -61,6 +62,37 @@ def watch_roots(include: tuple[str, ...]) -> list[tuple[str, bool]]:
         recursive = len(literal) < len(parts) - 1
         roots[base] = roots.get(base, False) or recursive
     return sorted(roots.items())
+
+
+# File systems whose file events (inotify) miss other machines' writes: a vault on one of them
+# is polled. FUSE file systems are named "fuse.<name>".
+NETWORK_FILE_SYSTEMS = frozenset(
+    ("nfs", "nfs4", "cifs", "smb3", "smbfs", "ncpfs", "9p", "afs", "ceph", "glusterfs",
+     "lustre", "gpfs", "beegfs", "ocfs2", "gfs2", "fuse.sshfs", "fuse.glusterfs", "fuse.s3fs",
+     "fuse.gcsfuse", "fuse.rclone", "fuse.juicefs", "fuse.cephfs", "fuse.goofys")
+)  # fmt: skip
+
+
+def network_file_system(path: Path, mountinfo: str | None = None) -> str | None:
+    """The type of the network file system ``path`` lives on (``mountinfo``: the text of
+    /proc/self/mountinfo, read when not given), or None: a local one, or not Linux."""
+    if mountinfo is None:
+        try:
+            mountinfo = Path("/proc/self/mountinfo").read_text(encoding="utf-8")
+        except OSError:
+            return None
+    target = path.resolve().as_posix()
+    best, kind = "", ""
+    for line in mountinfo.splitlines():
+        fields, _, rest = line.partition(" - ")
+        parts = fields.split()
+        if len(parts) < 5 or not rest:
+            continue
+        point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), parts[4])  # \040
+        inside = target == point or target.startswith(point.rstrip("/") + "/")
+        if inside and len(point) >= len(best):
+            best, kind = point, rest.split()[0]
+    return kind if kind in NETWORK_FILE_SYSTEMS else None
 
 
 class _Handler(FileSystemEventHandler):

@@ -491,7 +491,7 @@ class MemoryWriter:
         if not is_memory_path(rel, ix.include, ix.exclude) or ".." in rel.split("/"):
             raise InputError(f"{rel} is not a memory file of this vault (see index.include)")
         target = check_writable(self.vault, rel)
-        async with self._files.hold([rel]):
+        async with self._files.hold([rel]), self.store.holding([rel]):
             before, after = await _until_it_lands(rel, partial(_transform, target, rel, transform))
         if after is None:
             return False
@@ -725,7 +725,9 @@ class MemoryWriter:
         is a VaultWriteError)."""
         target = check_writable(self.vault, rel)
         limit = self.indexer.settings.index.max_file_bytes
-        async with self._files.hold([rel]):
+        # this process's writers of the file take turns, then every node's (the database's
+        # lock: on shared storage a file lock is not to be trusted)
+        async with self._files.hold([rel]), self.store.holding([rel]):
             edit, before, after = await _until_it_lands(
                 rel, partial(_apply, target, rel, scope, category, change, limit)
             )

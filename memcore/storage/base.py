@@ -29,6 +29,7 @@ from memcore.core.models import (
     SearchFilters,
     SkippedFile,
 )
+from memcore.core.nodes import NodeCard, NodeInfo
 from memcore.core.tokenize import cuts_quickly, query_terms
 
 Vector = npt.NDArray[np.float32]
@@ -290,6 +291,31 @@ class IndexWriter(Protocol):
     async def set_meta(self, key: str, value: str) -> None: ...
 
 
+class NodeRoles(Protocol):
+    """The roles one node of a shared index holds alone: the watcher with its catch-up,
+    expiry archiving and the forgetting loop. They are held through the database every node
+    shares, so a node that dies (kill -9, a lost network) loses them within seconds and any
+    other node can take them over. Raises nothing: a database it cannot reach is a False."""
+
+    async def take(self) -> bool:
+        """Hold the roles unless a live node does; True when this node holds them now."""
+        ...
+
+    async def beat(self) -> bool:
+        """Tell the others this node is alive. True while it still holds what it took;
+        False once it may not (the database cannot be reached: another node may take over,
+        so this one must stop acting on the roles)."""
+        ...
+
+    async def give_up(self) -> None:
+        """Let another node take the roles (on a clean stop, or after ``beat`` said False)."""
+        ...
+
+    async def aclose(self) -> None:
+        """Give up the roles and leave the list of nodes."""
+        ...
+
+
 class Store(Protocol):
     """An index database. Constructing does no I/O; open it with ``async with``."""
 
@@ -323,6 +349,23 @@ class Store(Protocol):
         row by row, it builds when the outermost ``bulk`` ends (PostgreSQL: vector indexes
         small next to the load, and the planner's statistics). Writes and reads inside are as
         outside, only slower to search; a no-op where nothing is worth deferring."""
+        ...
+
+    def node_roles(self, card: NodeCard) -> NodeRoles | None:
+        """The node roles of this index, shared with every process that opens it, for the
+        node ``card`` names; None where the index is this machine's own (SQLite: the vault's
+        lock file decides, and a second watcher is refused)."""
+        ...
+
+    async def nodes(self) -> list[NodeInfo]:
+        """The live nodes of this index (empty where it is not shared)."""
+        ...
+
+    def holding(self, paths: Sequence[str]) -> AbstractAsyncContextManager[None]:
+        """Hold vault files for a read-change-replace, against every process that shares
+        this index on any machine (PostgreSQL: advisory locks; SQLite: nothing more than the
+        file's own flock, which processes on one machine share). Raises StorageBusy after
+        ``storage.busy_timeout_s``."""
         ...
 
     @property

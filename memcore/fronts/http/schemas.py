@@ -326,6 +326,11 @@ class StatusOut(Out):
     last_indexed: str | None
     skipped: dict[str, str]
     readiness: dict[str, Any]
+    nodes: list[JSONObject] = Field(
+        description="A shared (PostgreSQL) index's live nodes: node (host:pid), host, pid, "
+        "kind, url, started_at, seen_at, and roles: true for the one holding the watcher, "
+        "catch-up, expiry archiving and forgetting. Empty for a SQLite index."
+    )
     daemon: JSONObject | None
 
 

@@ -19,14 +19,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import weakref
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager, suppress
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, suppress
 from types import TracebackType
 from typing import Self
 
 import psycopg
 
 from memcore.core.errors import StorageError
+from memcore.core.nodes import NodeCard, NodeInfo
 from memcore.core.settings import redact_url
 from memcore.core.tokenize import CommonCounts
 from memcore.storage.migrations import load_migrations
@@ -35,6 +36,7 @@ from memcore.storage.postgres.bm25 import repair as repair_bm25
 from memcore.storage.postgres.bulk import build_missing_indexes, drop_small_indexes, settle
 from memcore.storage.postgres.file_rows import vector_dumper
 from memcore.storage.postgres.reader import PostgresReader
+from memcore.storage.postgres.roles import FileHolds, PostgresRoles, live_nodes
 from memcore.storage.postgres.server import lock_key, translate, uses_iterative_scan
 from memcore.storage.postgres.writer import PostgresWriter
 from memcore.storage.rows import now
@@ -94,6 +96,7 @@ class PostgresStore:
         self.bulk_rows = 0  # chunks a bulk load has written so far
         self.bulk_analyzed = 0  # bulk_rows when the planner's statistics were last refreshed
         self.owed_indexes: dict[str, tuple[str, int]] = {}
+        self._holds = FileHolds(url, namespace, busy_timeout_s)
 
     @property
     def engine(self) -> str:
@@ -104,6 +107,16 @@ class PostgresStore:
     @property
     def location(self) -> str:
         return f"{redact_url(self.url)} (namespace {self.namespace})"
+
+    def node_roles(self, card: NodeCard) -> PostgresRoles:
+        return PostgresRoles(self.url, self.namespace, card)
+
+    async def nodes(self) -> list[NodeInfo]:
+        async with self.snapshot() as reader:
+            return await live_nodes(reader.conn, self.namespace)
+
+    def holding(self, paths: Sequence[str]) -> AbstractAsyncContextManager[None]:
+        return self._holds.hold(paths)
 
     async def prepare_vectors(
         self, model_id: str, started: Callable[[int], None] | None = None
@@ -232,6 +245,7 @@ class PostgresStore:
                 self.bm25_check_due = True
 
     async def close(self) -> None:
+        await self._holds.aclose()
         if self._repairing is not None and not self._repairing.done():
             self._repairing.cancel()
             with suppress(asyncio.CancelledError):

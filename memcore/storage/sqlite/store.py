@@ -30,10 +30,11 @@ import numpy as np
 import numpy.typing as npt
 
 from memcore.core.errors import StorageBusy, StorageError
+from memcore.core.nodes import NodeCard, NodeInfo
 from memcore.core.places import open_private
 from memcore.core.tokenize import CommonCounts, segment
 from memcore.core.vectors import VectorIndex
-from memcore.storage.base import Vector
+from memcore.storage.base import NodeRoles, Vector
 from memcore.storage.migrations import load_migrations
 from memcore.storage.rows import now
 from memcore.storage.sqlite.file_rows import enqueue, on_thread
@@ -128,6 +129,16 @@ class SqliteStore:
     @property
     def location(self) -> str:
         return ":memory:" if self._in_memory else str(self.path)
+
+    def node_roles(self, card: NodeCard) -> NodeRoles | None:
+        return None  # this machine's own index: the vault's lock file decides
+
+    async def nodes(self) -> list[NodeInfo]:
+        return []
+
+    @asynccontextmanager
+    async def holding(self, paths: Sequence[str]) -> AsyncIterator[None]:
+        yield  # the processes sharing this file are on one machine: the files' flock serves
 
     @property
     def engine(self) -> str:

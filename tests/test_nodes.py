@@ -1,0 +1,298 @@
+"""Nodes that replace each other: `memcore serve` processes started alike on one vault and one
+PostgreSQL share the node roles through the database, keep every acknowledged write once, and
+hand the watcher over when its holder is killed. Plus the pieces: the roles and file holds on
+two connections (two nodes), and the watcher's choice to poll on a network file system."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import psycopg
+import pytest
+
+from memcore.core.errors import StorageBusy
+from memcore.core.nodes import NodeCard
+from memcore.index.watcher import network_file_system
+from memcore.storage.postgres.roles import FileHolds, PostgresRoles, live_nodes
+from tests.support import free_port, wait_until, write
+
+USERS = 6  # 600 adds over 6 users: every node writes every user's file
+
+
+def _env(url: str, namespace: str) -> dict[str, str]:
+    return {
+        **os.environ,
+        "MEMCORE_STORAGE_URL": url,
+        "MEMCORE_STORAGE_NAMESPACE": namespace,
+        "MEMCORE_EMBEDDER_PROVIDER": "static",
+    }
+
+
+def _status(port: int) -> dict[str, object] | None:
+    try:
+        got = httpx.get(f"http://127.0.0.1:{port}/api/status", timeout=5)
+    except httpx.HTTPError:
+        return None
+    return got.json() if got.status_code == 200 else None
+
+
+def _holders(port: int) -> list[int]:
+    status = _status(port) or {}
+    nodes = status.get("nodes")
+    assert isinstance(nodes, list)
+    return [n["pid"] for n in nodes if n["roles"]]
+
+
+@pytest.fixture
+def three_nodes(
+    postgres_url: str, namespace: str, vault: Path, tmp_path: Path
+) -> Iterator[dict[int, subprocess.Popen[bytes]]]:
+    """Three `memcore serve` on one vault and one namespace, started with the same command
+    (but for the port: they share this machine), port -> process."""
+    write(vault, "MEMORY.md", "# Team\n\nThe build runs on Tuesdays.\n")
+    env = _env(postgres_url, namespace)
+    nodes: dict[int, subprocess.Popen[bytes]] = {}
+    try:
+        for n in range(3):
+            port = free_port()
+            with (tmp_path / f"node{n}.log").open("wb") as log:
+                nodes[port] = subprocess.Popen(
+                    [sys.executable, "-m", "memcore", "--vault", str(vault), "serve",
+                     "--port", str(port)],
+                    env=env, stdout=log, stderr=subprocess.STDOUT,
+                )  # fmt: skip
+        for port, proc in nodes.items():
+            assert wait_until(lambda p=port: _status(p) is not None, timeout=60), (
+                f"node on {port} did not come up (exit {proc.poll()})"
+            )
+        yield nodes
+    finally:
+        for proc in nodes.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in nodes.values():
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+async def _add_everywhere(ports: list[int], count: int) -> list[str]:
+    """``count`` adds at once, spread over the nodes and USERS users; their ids."""
+    gate = asyncio.Semaphore(48)
+    async with httpx.AsyncClient(timeout=60) as client:
+
+        async def add(n: int) -> str:
+            port = ports[n % len(ports)]
+            async with gate:
+                got = await client.post(
+                    f"http://127.0.0.1:{port}/api/memories",
+                    json={"content": f"Fact {n}: the otter counted {n} pebbles.",
+                          "user_id": f"u{n % USERS}"},
+                )  # fmt: skip
+            assert got.status_code == 200, got.text
+            (record,) = got.json()["results"]
+            return str(record["id"])
+
+        return list(await asyncio.gather(*(add(n) for n in range(count))))
+
+
+def _listed(port: int) -> Counter[str]:
+    ids: Counter[str] = Counter()
+    for u in range(USERS):
+        got = httpx.get(
+            f"http://127.0.0.1:{port}/api/memories",
+            params={"user_id": f"u{u}", "limit": 10_000}, timeout=30,
+        )  # fmt: skip
+        assert got.status_code == 200, got.text
+        ids.update(r["id"] for r in got.json()["results"])
+    return ids
+
+
+def _in_markdown(vault: Path) -> Counter[str]:
+    """Memory ids as they stand in the vault's files (each memory's comment names its id)."""
+    found: Counter[str] = Counter()
+    for path in (vault / "memory").rglob("*.md"):
+        found.update(re.findall(r"\"id\": \"(m-[0-9a-f]+)\"", path.read_text(encoding="utf-8")))
+    return found
+
+
+def _search(port: int, query: str) -> list[dict[str, object]]:
+    got = httpx.post(
+        f"http://127.0.0.1:{port}/api/memory/search", json={"query": query, "limit": 5},
+        timeout=30,
+    )  # fmt: skip
+    assert got.status_code == 200, got.text
+    results = got.json()["results"]
+    assert isinstance(results, list)
+    return results
+
+
+def test_three_alike_nodes_keep_every_write_once_and_hand_the_watcher_over_on_kill(
+    three_nodes: dict[int, subprocess.Popen[bytes]], vault: Path
+) -> None:
+    ports = list(three_nodes)
+    # all three came up; exactly one holds the roles, and every node says which
+    assert wait_until(lambda: all(len(_holders(p)) == 1 for p in ports), timeout=30)
+    holder = _holders(ports[0])[0]
+    assert all(_holders(p) == [holder] for p in ports)
+    assert {p.pid for p in three_nodes.values()} == {
+        n["pid"]
+        for n in (_status(ports[1]) or {})["nodes"]  # type: ignore[union-attr]
+    }
+
+    # 600 concurrent adds over the three nodes: each kept once, in the index and the Markdown
+    acked = asyncio.run(_add_everywhere(ports, 600))
+    assert len(set(acked)) == 600
+    for port in ports:
+        assert _listed(port) == Counter(acked)
+    assert _in_markdown(vault) == Counter(acked)
+
+    # a write acknowledged by one node is found by a search on another right after
+    for n in range(60):
+        writer, reader = ports[n % 3], ports[(n + 1) % 3]
+        got = httpx.post(
+            f"http://127.0.0.1:{writer}/api/memories",
+            json={"content": f"Marker zq{n}x: the heron nests by lake {n}.", "user_id": "rw"},
+            timeout=30,
+        )  # fmt: skip
+        assert got.status_code == 200, got.text
+        (record,) = got.json()["results"]
+        acked.append(record["id"])
+        hits = _search(reader, f"zq{n}x heron lake {n}")
+        assert record["id"] in [h["memory_id"] for h in hits], (n, hits)
+
+    # kill -9 the node holding the watcher: another takes it and indexes a hand edit
+    victim = next(p for p, proc in three_nodes.items() if proc.pid == holder)
+    three_nodes[victim].kill()
+    three_nodes[victim].wait()
+    killed = time.monotonic()
+    write(vault, "memory/hand.md", "# Field notes\n\nThe kestrel hovered over Quarry Hill.\n")
+    rest = [p for p in ports if p != victim]
+
+    def found_everywhere() -> bool:
+        return all(
+            any(h["path"] == "memory/hand.md" for h in _search(p, "kestrel Quarry Hill"))
+            for p in rest
+        )
+
+    assert wait_until(found_everywhere, timeout=10, every=0.1)
+    took = time.monotonic() - killed
+    assert took < 10
+    new_holders = _holders(rest[0])
+    assert len(new_holders) == 1 and new_holders[0] != holder
+    assert _holders(rest[1]) == new_holders
+    # every acknowledged add survived the kill, once
+    everything = _listed(rest[0])
+    everything.update(
+        r["id"]
+        for r in httpx.get(
+            f"http://127.0.0.1:{rest[0]}/api/memories", params={"user_id": "rw"}, timeout=30
+        ).json()["results"]
+    )
+    assert everything == Counter(acked)
+
+
+async def test_roles_are_held_by_one_node_and_taken_over_when_its_connection_dies(
+    postgres_url: str, namespace: str
+) -> None:
+    first = PostgresRoles(postgres_url, namespace, NodeCard("a:1", "a", 1, "serve", "u1"))
+    second = PostgresRoles(postgres_url, namespace, NodeCard("b:2", "b", 2, "watch"))
+    try:
+        assert await first.take()
+        assert not await second.take()
+        assert await first.take()  # held: still its
+        async with await psycopg.AsyncConnection.connect(postgres_url, autocommit=True) as db:
+            nodes = {n.card.name: n.holds_roles for n in await live_nodes(db, namespace)}
+            assert nodes == {"a:1": True, "b:2": False}
+            # the holder's connection dies (a kill -9, a lost network): its lock goes with it
+            await db.execute(
+                "SELECT pg_terminate_backend(backend_pid) FROM memcore_nodes "
+                "WHERE ns = %s AND node = 'a:1'",
+                (namespace,),
+            )
+            assert await second.take()
+            assert not await first.beat()  # the old holder learns it lost the roles
+            assert not first.held
+            assert not await first.take()  # and stands by: the other holds them now
+            nodes = {n.card.name: n.holds_roles for n in await live_nodes(db, namespace)}
+            assert nodes == {"a:1": False, "b:2": True}
+            await second.aclose()  # a clean stop leaves the list and frees the roles
+            assert await first.take()
+            assert [n.card.name for n in await live_nodes(db, namespace)] == ["a:1"]
+    finally:
+        await first.aclose()
+        await second.aclose()
+
+
+async def test_a_file_held_by_one_node_waits_for_another_and_is_busy_past_the_timeout(
+    postgres_url: str, namespace: str
+) -> None:
+    one = FileHolds(postgres_url, namespace, busy_timeout_s=0.3)
+    other = FileHolds(postgres_url, namespace, busy_timeout_s=5.0)
+    impatient = FileHolds(postgres_url, namespace, busy_timeout_s=0.2)
+    try:
+        order: list[str] = []
+        async with one.hold(["memory/a.md"]):
+            with pytest.raises(StorageBusy, match=r"memory/a.md is being written by another"):
+                async with impatient.hold(["memory/a.md"]):
+                    pass
+            async with other.hold(["memory/b.md"]):  # another file: no wait
+                order.append("b")
+
+            async def wait_for_a() -> None:
+                async with other.hold(["memory/a.md", "memory/c.md"]):
+                    order.append("a, second")
+
+            waiting = asyncio.create_task(wait_for_a())
+            await asyncio.sleep(0.2)
+            order.append("a, first")
+        await waiting
+        assert order == ["b", "a, first", "a, second"]
+    finally:
+        for holds in (one, other, impatient):
+            await holds.aclose()
+
+
+MOUNTINFO = """\
+22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw
+40 22 0:40 / /mnt/team rw,relatime shared:20 - nfs4 fs.internal:/export/team rw,vers=4.2
+41 40 0:41 / /mnt/team/local\\040disk rw shared:21 - ext4 /dev/sdb1 rw
+42 22 0:42 / /srv/smb rw shared:22 - cifs //files/share rw
+43 22 0:43 / /home/me/gdrive rw shared:23 - fuse.rclone gdrive: rw
+"""
+
+
+@pytest.mark.parametrize(
+    ("path", "expected"),
+    [
+        ("/mnt/team/agent", "nfs4"),
+        ("/mnt/team", "nfs4"),
+        ("/mnt/team/local disk/agent", None),  # a local disk mounted inside the share
+        ("/mnt/teamwork", None),  # a sibling whose name starts alike is not inside
+        ("/srv/smb/vault", "cifs"),
+        ("/home/me/gdrive/vault", "fuse.rclone"),
+        ("/home/me/vault", None),
+    ],
+)
+def test_the_watcher_polls_a_vault_on_a_network_file_system(
+    path: str, expected: str | None
+) -> None:
+    assert network_file_system(Path(path), MOUNTINFO) == expected
+
+
+def test_this_machines_temp_folder_is_not_taken_for_a_network_file_system(
+    tmp_path: Path,
+) -> None:
+    assert network_file_system(tmp_path) is None
