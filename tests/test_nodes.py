@@ -139,7 +139,7 @@ def _search(port: int, query: str) -> list[dict[str, object]]:
     return results
 
 
-def test_three_alike_nodes_keep_every_write_once_and_hand_the_watcher_over_on_kill(
+def test_three_alike_nodes_on_postgres_keep_every_write_once_and_hand_over_on_kill(
     three_nodes: dict[int, subprocess.Popen[bytes]], vault: Path
 ) -> None:
     ports = list(three_nodes)
@@ -204,7 +204,7 @@ def test_three_alike_nodes_keep_every_write_once_and_hand_the_watcher_over_on_ki
     assert everything == Counter(acked)
 
 
-async def test_roles_are_held_by_one_node_and_taken_over_when_its_connection_dies(
+async def test_postgres_roles_are_held_by_one_node_and_taken_over_when_its_connection_dies(
     postgres_url: str, namespace: str
 ) -> None:
     first = PostgresRoles(postgres_url, namespace, NodeCard("a:1", "a", 1, "serve", "u1"))
@@ -236,7 +236,7 @@ async def test_roles_are_held_by_one_node_and_taken_over_when_its_connection_die
         await second.aclose()
 
 
-async def test_a_file_held_by_one_node_waits_for_another_and_is_busy_past_the_timeout(
+async def test_a_file_held_in_postgres_by_one_node_waits_for_another_and_is_busy_past_timeout(
     postgres_url: str, namespace: str
 ) -> None:
     one = FileHolds(postgres_url, namespace, busy_timeout_s=0.3)
