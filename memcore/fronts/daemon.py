@@ -26,6 +26,7 @@ from memcore.core.places import inputs_digest
 from memcore.core.settings import Settings, embedder_signature
 from memcore.fronts.daemon_state import (
     LOCK_NAME,
+    make_node_home,
     node_home,
     remove_node_home,
     vault_lock,
@@ -130,6 +131,8 @@ class Daemon:
         switch = sys.getswitchinterval()
         sys.setswitchinterval(min(switch, 0.001))
         try:
+            if self.roles is not None:
+                make_node_home(self.home)
             with vault_lock(self.home, self.settings.vault):
                 self.locked.set()
                 self.publish()

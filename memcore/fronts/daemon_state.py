@@ -53,10 +53,14 @@ def vault_lock(home: Path, vault: Path) -> Iterator[IO[str]]:
 
 
 def node_home(vault: Path) -> Path:
-    """This process's own folder among the vault's nodes on this machine (places.nodes_dir_of),
-    made private level by level; the folders of nodes that died are removed."""
-    nodes = nodes_dir_of(vault)
-    home = nodes / str(os.getpid())
+    """This process's own folder among the vault's nodes on this machine (places.nodes_dir_of)."""
+    return nodes_dir_of(vault) / str(os.getpid())
+
+
+def make_node_home(home: Path) -> None:
+    """Make a node's folder (``node_home``), private level by level, and remove the folders
+    of the vault's nodes that died."""
+    nodes = home.parent
     for level in (nodes.parent.parent, nodes.parent, nodes, home):
         make_private_dir(level)
         if level.stat().st_uid != os.getuid():
@@ -64,7 +68,6 @@ def node_home(vault: Path) -> Path:
     for old in nodes.iterdir():
         if old.is_dir() and old != home and status_in(old) is None:
             remove_node_home(old)
-    return home
 
 
 def remove_node_home(home: Path) -> None:
@@ -80,9 +83,10 @@ def daemon_status(settings: Settings) -> dict[str, object] | None:
     """What the running daemon last reported, or None when no daemon holds the vault. With a
     shared index (PostgreSQL), a node of this machine: this process when it is one, else the
     one holding the node roles when it runs here, else the first."""
-    if not settings.database_url:
-        return status_in(settings.state_dir)
-    return node_status(nodes_dir_of(settings.vault))
+    local, nodes = settings.state_dir, nodes_dir_of(settings.vault)
+    if settings.database_url:  # then the other place: a daemon started with other settings
+        return node_status(nodes) or status_in(local)  # (`watch --db URL`, then `stop`)
+    return status_in(local) or node_status(nodes)
 
 
 def node_status(nodes: Path) -> dict[str, object] | None:

@@ -281,12 +281,38 @@ class MemoryWriter:
                 self._drains.add(task := asyncio.create_task(self._drain(rel)))
                 task.add_done_callback(self._drains.discard)
             waits.append((group, done))
+        # Every file's round settles before an answer (a caller told of one file's failure
+        # must not find another file's memories appear after it closed the service).
+        settled = await asyncio.gather(*(done for _, done in waits), return_exceptions=True)
+        failed = next((r for r in settled if isinstance(r, BaseException)), None)
+        if failed is not None:
+            await self._take_back(waits, settled)
+            raise failed
         # The records as the index held them when the write was confirmed: read again, one
         # could already be gone (archived or deleted by another caller), and the add did happen.
         by_id: dict[str, MemoryRecord] = {}
-        for group, done in waits:
-            by_id |= {m.id: r for m, r in zip(group, await done, strict=True)}
+        for (group, _), records in zip(waits, settled, strict=True):
+            assert not isinstance(records, BaseException)
+            by_id |= {m.id: r for m, r in zip(group, records, strict=True)}
         return [by_id[m.id] for m in checked]
+
+    async def _take_back(
+        self,
+        waits: Sequence[tuple[list[NewMemory], object]],
+        settled: Sequence[list[MemoryRecord] | BaseException],
+    ) -> None:
+        """A batch is applied whole or not at all: when one file refused its memories, the
+        new memories the other files took are deleted again (an upsert's replaced text is not
+        brought back: it is kept as the batch left it, as a person would see it)."""
+        added = [
+            r
+            for (group, _), records in zip(waits, settled, strict=True)
+            if not isinstance(records, BaseException)
+            for m, r in zip(group, records, strict=True)
+            if m.key is None
+        ]
+        with contextlib.suppress(MemcoreError):
+            await self.delete_many(added)
 
     async def _add_many(
         self, by_file: Mapping[str, list[NewMemory]], checked: list[NewMemory], request: str | None

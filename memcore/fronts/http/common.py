@@ -26,6 +26,7 @@ from memcore.core.errors import (
     MemcoreError,
     NotFound,
     StorageBusy,
+    StorageError,
     VaultError,
     WriteConflict,
     validation_message,
@@ -120,6 +121,7 @@ STATUS: list[tuple[type[Exception], int]] = [
     (WriteConflict, 409),
     (VaultError, 409),
     (StorageBusy, 503),
+    (StorageError, 503),  # the index cannot be reached (a database down): not the caller's fault
     (LLMError, 502),
     (MemcoreError, 500),
 ]
