@@ -6,6 +6,7 @@ two connections (two nodes), and the watcher's choice to poll on a network file 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import re
 import signal
@@ -15,6 +16,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
 
 import httpx
 import psycopg
@@ -53,6 +55,15 @@ def _holders(port: int) -> list[int]:
     return [n["pid"] for n in nodes if n["roles"]]
 
 
+def _serve(vault: Path, port: int, env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    """`memcore serve` on ``vault`` and ``port``, its output in ``log``."""
+    with log.open("wb") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "memcore", "--vault", str(vault), "serve", "--port", str(port)],
+            env=env, stdout=out, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+
+
 @pytest.fixture
 def three_nodes(
     postgres_url: str, namespace: str, vault: Path, tmp_path: Path
@@ -63,14 +74,9 @@ def three_nodes(
     env = _env(postgres_url, namespace)
     nodes: dict[int, subprocess.Popen[bytes]] = {}
     try:
-        for n in range(3):
+        for _ in range(3):
             port = free_port()
-            with (tmp_path / f"node{n}.log").open("wb") as log:
-                nodes[port] = subprocess.Popen(
-                    [sys.executable, "-m", "memcore", "--vault", str(vault), "serve",
-                     "--port", str(port)],
-                    env=env, stdout=log, stderr=subprocess.STDOUT,
-                )  # fmt: skip
+            nodes[port] = _serve(vault, port, env, tmp_path / f"node{port}.log")
         for port, proc in nodes.items():
             assert wait_until(lambda p=port: _status(p) is not None, timeout=60), (
                 f"node on {port} did not come up (exit {proc.poll()})"
@@ -296,3 +302,62 @@ def test_this_machines_temp_folder_is_not_taken_for_a_network_file_system(
     tmp_path: Path,
 ) -> None:
     assert network_file_system(tmp_path) is None
+
+
+def test_nodes_on_postgres_outlive_the_database_going_away_and_catch_up_after(
+    tmp_path: Path, vault: Path, namespace: str
+) -> None:
+    """PostgreSQL stops under two nodes: a search answers 503 with one line, the holder
+    leaves its duty; when the server is back, a node holds the roles again and a note
+    written by hand during the outage becomes searchable. On a server of its own."""
+    import warnings
+
+    with warnings.catch_warnings():  # it asks platformdirs for a runtime dir (as pg_server.py)
+        warnings.simplefilter("ignore")
+        import pgserver  # type: ignore[import-untyped]
+        from pgserver._commands import pg_ctl  # type: ignore[import-untyped]
+
+        server = pgserver.get_server(tmp_path / "pg", cleanup_mode="stop")
+    write(vault, "MEMORY.md", "# Team\n\nThe build runs on Tuesdays.\n")
+    env = _env(server.get_uri(), namespace)
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        ports = [free_port(), free_port()]
+        procs = [_serve(vault, port, env, tmp_path / f"node{port}.log") for port in ports]
+        assert wait_until(lambda: all(len(_holders(p)) == 1 for p in ports if _status(p)), 60)
+        assert wait_until(lambda: all(_status(p) for p in ports), 60)
+
+        pg_ctl(["-w", "-m", "fast", "stop"], pgdata=tmp_path / "pg", user=server.system_user)
+        write(vault, "memory/outage.md", "# Outage\n\nThe ibis landed during the outage.\n")
+        down = httpx.post(
+            f"http://127.0.0.1:{ports[0]}/api/memory/search", json={"query": "ibis"}, timeout=30
+        )
+        assert down.status_code == 503, down.text
+        message = down.json()["error"]["message"]
+        assert "\n" not in message and "index" in message
+
+        socket_dir = parse_qs(urlsplit(server.get_uri()).query)["host"][0]
+        pg_ctl(  # as pgserver starts it: its socket folder, no TCP
+            ["-w", "-o", '-h ""', "-o", f"-k {socket_dir}", "-l", str(server.log), "start"],
+            pgdata=tmp_path / "pg", user=server.system_user,
+        )  # fmt: skip
+
+        def caught_up() -> bool:
+            with contextlib.suppress(httpx.HTTPError, AssertionError, KeyError):
+                hits = _search(ports[1], "ibis landed outage")
+                return any(h["path"] == "memory/outage.md" for h in hits)
+            return False
+
+        assert wait_until(caught_up, timeout=30, every=0.2)
+        assert wait_until(lambda: len(_holders(ports[0])) == 1, timeout=30)
+        assert all(p.poll() is None for p in procs)  # nobody died of it
+    finally:
+        for proc in procs:
+            proc.send_signal(signal.SIGTERM)
+        for proc in procs:
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        server.cleanup()

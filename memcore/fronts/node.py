@@ -16,6 +16,8 @@ import contextlib
 import logging
 from typing import TYPE_CHECKING, Protocol
 
+from memcore.core.errors import StorageError
+
 if TYPE_CHECKING:
     from memcore.service import MemoryService
     from memcore.storage.base import NodeRoles
@@ -71,6 +73,9 @@ async def _on_duty(daemon: Daemon, roles: NodeRoles) -> None:
     beating = asyncio.create_task(_beat(daemon, roles))
     try:
         await daemon.on_duty()
+    except* StorageError as failed:  # the database went away under the catch-up: stand by
+        log.warning("left the watcher's work: %s", failed.exceptions[0])
+        daemon.demote()
     finally:
         beating.cancel()
         with contextlib.suppress(asyncio.CancelledError):
