@@ -14,7 +14,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
@@ -149,14 +149,17 @@ def test_three_alike_nodes_on_postgres_keep_every_write_once_and_hand_over_on_ki
     three_nodes: dict[int, subprocess.Popen[bytes]], vault: Path
 ) -> None:
     ports = list(three_nodes)
-    # all three came up; exactly one holds the roles, and every node says which
+    pids = {p.pid for p in three_nodes.values()}
+
+    def listed(port: int) -> set[int]:
+        return {n["pid"] for n in (_status(port) or {}).get("nodes", [])}  # type: ignore[attr-defined]
+
+    # all three came up and are listed everywhere (once warm); exactly one holds the roles,
+    # and every node says which
+    assert wait_until(lambda: all(listed(p) == pids for p in ports), timeout=30)
     assert wait_until(lambda: all(len(_holders(p)) == 1 for p in ports), timeout=30)
     holder = _holders(ports[0])[0]
     assert all(_holders(p) == [holder] for p in ports)
-    assert {p.pid for p in three_nodes.values()} == {
-        n["pid"]
-        for n in (_status(ports[1]) or {})["nodes"]  # type: ignore[union-attr]
-    }
 
     # 600 concurrent adds over the three nodes: each kept once, in the index and the Markdown
     acked = asyncio.run(_add_everywhere(ports, 600))
@@ -208,6 +211,58 @@ def test_three_alike_nodes_on_postgres_keep_every_write_once_and_hand_over_on_ki
         ).json()["results"]
     )
     assert everything == Counter(acked)
+
+
+async def _add_with_retries(
+    ports: list[int], count: int, kill_after: int, victim: int, kill: Callable[[], None]
+) -> list[str]:
+    """``count`` adds, each with an Idempotency-Key, spread over the nodes; once
+    ``kill_after`` are acknowledged, ``kill`` kills the node on ``victim`` (adds to it are in
+    flight), and an add that failed is sent again, with its key, to the next node."""
+    gate = asyncio.Semaphore(24)
+    acked: list[str] = []
+    dead: set[int] = set()
+    async with httpx.AsyncClient(timeout=60) as client:
+
+        async def add(n: int) -> str:
+            for attempt in range(len(ports) * 3):
+                port = ports[(n + attempt) % len(ports)]
+                if port in dead:
+                    continue
+                try:
+                    async with gate:
+                        got = await client.post(
+                            f"http://127.0.0.1:{port}/api/memories",
+                            json={"content": f"Retry {n}: the wren sang {n} times.",
+                                  "user_id": f"u{n % USERS}"},
+                            headers={"Idempotency-Key": f"k-{n}"},
+                        )  # fmt: skip
+                except httpx.TransportError:
+                    continue  # the node died under it: the same key, on another node
+                assert got.status_code == 200, got.text
+                (record,) = got.json()["results"]
+                acked.append(str(record["id"]))
+                if len(acked) == kill_after:
+                    kill()
+                    dead.add(victim)
+                return str(record["id"])
+            raise AssertionError(f"add {n} was never acknowledged")
+
+        ids = await asyncio.gather(*(add(n) for n in range(count)))
+    assert sorted(ids) == sorted(acked)
+    return list(ids)
+
+
+def test_a_node_killed_mid_write_on_postgres_loses_no_acknowledged_add_and_doubles_none(
+    three_nodes: dict[int, subprocess.Popen[bytes]], vault: Path
+) -> None:
+    ports = list(three_nodes)
+    victim = ports[2]
+    ids = asyncio.run(_add_with_retries(ports, 300, 60, victim, three_nodes[victim].kill))
+    assert three_nodes[victim].wait(timeout=10) == -signal.SIGKILL
+    assert len(set(ids)) == 300  # one memory a key, wherever its retry landed
+    assert _listed(ports[0]) == Counter(ids)
+    assert _in_markdown(vault) == Counter(ids)
 
 
 async def test_postgres_roles_are_held_by_one_node_and_taken_over_when_its_connection_dies(

@@ -204,8 +204,7 @@ class Daemon:
         try:
             # Before anything is served: loading jieba holds the GIL in long C calls
             # (its dictionary cache), which would stall every caller for ~200 ms later.
-            if not self.warmed:
-                await self._warm()
+            await self.warm()
             report = await self.service.index(stop=self.stop, progress=self._progress)
             self.service.readiness.phase = "ready"
             self.publish()
@@ -258,7 +257,10 @@ class Daemon:
             paths, rescan = self.debouncer.take_due(time.monotonic())
             await self._index(None if rescan else paths)
 
-    async def _warm(self) -> None:
+    async def warm(self) -> None:
+        """Load the model and jieba's dictionary before serving (once a process)."""
+        if self.warmed:
+            return
         try:
             await self.service.warm()
         except Exception:

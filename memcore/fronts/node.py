@@ -43,6 +43,8 @@ class Daemon(Protocol):
 
     def demote(self) -> None: ...
 
+    async def warm(self) -> None: ...
+
     async def on_duty(self) -> None: ...
 
 
@@ -52,8 +54,9 @@ BEAT_S = 1.0  # the holder says it is alive this often
 
 async def run_node(daemon: Daemon, roles: NodeRoles) -> None:
     """Stand by or hold the roles, until the daemon stops."""
-    daemon.service.readiness.phase = "ready"  # the index is shared: it serves at once
     try:
+        await daemon.warm()  # a standby node answers searches too: load what they need
+        daemon.service.readiness.phase = "ready"  # the index is shared: it serves at once
         while not daemon.ending:
             if await roles.take():
                 await _on_duty(daemon, roles)
