@@ -160,6 +160,10 @@ def test_three_alike_nodes_on_postgres_keep_every_write_once_and_hand_over_on_ki
     assert wait_until(lambda: all(len(_holders(p)) == 1 for p in ports), timeout=30)
     holder = _holders(ports[0])[0]
     assert all(_holders(p) == [holder] for p in ports)
+    page = httpx.get(f"http://127.0.0.1:{ports[1]}/status", timeout=10).text  # the web page
+    assert page.count("holds the watcher") == 1 and page.count("): standing by") == 2
+    holding_line = page.split("holds the watcher")[0].rsplit("<li>", 1)[-1]
+    assert f":{holder} (serve at http://127.0.0.1:" in holding_line
 
     # 600 concurrent adds over the three nodes: each kept once, in the index and the Markdown
     acked = asyncio.run(_add_everywhere(ports, 600))
