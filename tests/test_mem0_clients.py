@@ -65,7 +65,8 @@ def check_session(out: dict[str, Any]) -> None:
     page = out["list_v2"]
     # 6 memories match the OR: page 2 of size 4 holds the last 2, and says so exactly
     assert page["count"] == 6 and len(page["results"]) == 2, page
-    assert page["next"] is None and page["previous"] == "?page=1&page_size=4"
+    assert page["next"] is None
+    assert page["previous"].endswith("/memories/?page=1&page_size=4"), page["previous"]
     assert len(results(out["list_v2_scope"])) == 5
     assert [r["memory"] for r in results(out["search_v2"])] == ["Erin sails on weekends"]
     got = out["get"]

@@ -200,7 +200,8 @@ async def test_mem0_answers_have_mem0s_shape(
         await http.post("/v1/memories/", json={"messages": f"fact {n}", "user_id": f"p{n}"})
     page = (await http.get("/v1/entities/", params={"page": 2, "page_size": 2})).json()
     assert page["count"] == 4 and len(page["results"]) == 2
-    assert page["previous"] == "?page=1&page_size=2" and page["next"] is None
+    assert page["previous"] == f"{http.base_url}/v1/entities/?page=1&page_size=2"
+    assert page["next"] is None
     assert set(page["results"][0]) >= {"owner", "organization", "metadata", "total_memories"}
     gone = await http.delete("/v2/entities/user/nobody/")
     assert gone.status_code == 200 and gone.json()["deleted"] == 0

@@ -190,6 +190,15 @@ class MemorySettings:
 
 
 @dataclass(frozen=True, slots=True)
+class Mem0Settings:
+    """How the Mem0 REST routes answer what Mem0 would do and memcore cannot as asked."""
+
+    # infer=true (Mem0's default) where no LLM is set: "verbatim" = store the messages as Mem0
+    # does with infer=false (each non-system message a memory) and say so; "refuse" = a 400
+    infer_without_llm: str = "verbatim"
+
+
+@dataclass(frozen=True, slots=True)
 class Settings:
     vault: Path
     index: IndexSettings = field(default_factory=IndexSettings)
@@ -204,6 +213,7 @@ class Settings:
     hook: HookSettings = field(default_factory=HookSettings)
     llm: LLMSettings = field(default_factory=LLMSettings)
     memory: MemorySettings = field(default_factory=MemorySettings)
+    mem0: Mem0Settings = field(default_factory=Mem0Settings)
     # what these settings were read from (places.config_inputs), as JSON text: a daemon
     # publishes it, and a one-shot command whose own inputs are the same asks that daemon
     # without reading any config itself. "" for settings made in code.
@@ -287,6 +297,7 @@ SECTIONS: dict[str, type[Any]] = {
 _NAMESPACE = re.compile(r"[A-Za-z0-9._-]{1,64}")
 KEYWORD_INDEXES = ("auto", "builtin")
 POLLING = ("auto", "always")
+INFER_WITHOUT_LLM = ("verbatim", "refuse")
 VAULT_FORBIDDEN = frozenset(
     {"ollama.host", "openai.base_url", "openai.api_key_env", "storage.db", "storage.url",
      "storage.namespace", "llm.host", "llm.base_url", "llm.api_key_env", "memory.base_url",
@@ -528,6 +539,7 @@ def _problems(s: Settings) -> Iterator[str]:
         "memory.adapter": (s.memory.adapter, MEMORY_ADAPTERS),
         "storage.keyword_index": (s.storage.keyword_index, KEYWORD_INDEXES),
         "watch.polling": (s.watch.polling, POLLING),
+        "mem0.infer_without_llm": (s.mem0.infer_without_llm, INFER_WITHOUT_LLM),
     }
     for name, (value, allowed) in choices.items():
         if value not in allowed:

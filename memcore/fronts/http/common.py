@@ -85,7 +85,7 @@ CODES = {
 
 
 def entities_page(
-    entities: Sequence[Entity], page: int = 1, size: int | None = None
+    entities: Sequence[Entity], request: Request, page: int = 1, size: int | None = None
 ) -> dict[str, Any]:
     """Mem0's users() answer (the entities the caller may see: ScopedMemory.entities), one
     page of ``size`` (all of them without one); ``count`` is the total."""
@@ -93,14 +93,23 @@ def entities_page(
     part = entities[(page - 1) * size : page * size]
     rows = [{"id": e.name, **e.to_dict(), "owner": None, "organization": None, "metadata": {}}
             for e in part]  # fmt: skip
-    return {"count": len(entities), "results": rows, **links(page, size, len(entities))}
+    return {"count": len(entities), "results": rows, **links(page, size, len(entities), request)}
 
 
-def links(page: int, size: int, total: int, name: str = "page_size") -> dict[str, str | None]:
-    """A page's ``next`` and ``previous`` (relative URLs; None past either end)."""
+def links(
+    page: int, size: int, total: int, request: Request, name: str = "page_size"
+) -> dict[str, str | None]:
+    """A page's ``next`` and ``previous``: this request's full URL, every query parameter
+    kept, on the other page (None past either end). A listing whose filters came in its body
+    (POST) is continued by sending the same body to that URL, as on Mem0's platform."""
+
+    def at(n: int) -> str:
+        url = request.url.include_query_params(page=n, **{name: size})
+        return str(url.replace(scheme=request.url.scheme))
+
     return {
-        "next": f"?page={page + 1}&{name}={size}" if page * size < total else None,
-        "previous": f"?page={page - 1}&{name}={size}" if page > 1 else None,
+        "next": at(page + 1) if page * size < total else None,
+        "previous": at(page - 1) if page > 1 else None,
     }
 
 

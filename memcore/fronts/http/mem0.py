@@ -171,20 +171,30 @@ def mem0_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a route 
         """Add messages (or a text) as memories of a scope."""
         data = await parsed(request, Mem0AddBody)
         params = query_of(request, Mem0Params)
-        messages: str | list[dict[str, Any]] = (
+        messages: list[dict[str, Any]] = (
             [{"role": "user", "content": data.messages}]
             if isinstance(data.messages, str)
             else message_dicts(data.messages)
         )
-        # Mem0 infers by default; here only when an LLM is configured
-        infer = service.llm is not None if data.infer is None else data.infer
+        scope, skipped = add_scope(data)
+        metadata = dict(data.metadata or {})
+        if data.source is not None:
+            metadata.setdefault("source", data.source)
+        infer, warned = inference(service, data.infer)
+        if not infer:  # as Mem0 stores messages it does not infer from: the system's are not
+            messages = [m for m in messages if m.get("role") != "system"] or messages
         records = await memories_of(service, request).add(
-            messages, metadata=data.metadata, infer=infer, **scope_fields(data),
+            messages, metadata=metadata or None, infer=infer, **scope,
             idempotency_key=request.headers.get("idempotency-key"), created=data.timestamp,
             expiration_date=data.expiration_date, immutable=bool(data.immutable),
         )  # fmt: skip
-        out = [{**record(r), "event": r.event or "ADD"} for r in records]
-        return reply(Mem0MemoriesOut, {"results": out}, headers=ignored(data, params))
+        out: dict[str, Any] = {"results": [{**record(r), "event": r.event or "ADD"}
+                                           for r in records]}  # fmt: skip
+        headers = ignored(data, params, filters=skipped)
+        if warned:
+            out["warnings"] = [warned]
+            headers["Memcore-Warning"] = warned
+        return reply(Mem0MemoriesOut, out, headers=headers)
 
     async def page_of(
         request: Request, filters: Any, page: int, size: int, show_expired: bool, *given: Any
@@ -197,7 +207,7 @@ def mem0_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a route 
             **scope, filters=meta, limit=size, offset=(page - 1) * size,
             show_expired=show_expired,
         )  # fmt: skip
-        out: dict[str, Any] = {"count": total, **links(page, size, total),
+        out: dict[str, Any] = {"count": total, **links(page, size, total, request),
                                "results": [record(r) for r in rows]}  # fmt: skip
         if warned := scope_warnings(scope, meta, rows):
             out["warnings"] = warned
@@ -209,7 +219,10 @@ def mem0_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a route 
         """A page of the memories the filters match (v2 and v3 listings)."""
         data = await parsed(request, Mem0ListBody)
         q = query_of(request, Mem0PageQuery)
-        filters = with_scope(data.filters, scope_fields(data))
+        filters = with_conditions(
+            with_scope(data.filters, scope_fields(data)),
+            [*metadata_conditions(data.metadata), *created_between(data.start_date, data.end_date)],
+        )
         page, size = q.page or data.page or 1, q.page_size or data.page_size or 100
         return await page_of(request, filters, page, size, bool(data.show_expired), data, q)
 
@@ -232,7 +245,9 @@ def mem0_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a route 
         data = await parsed(request, Mem0SearchBody)
         params = query_of(request, Mem0Params)
         read, rest = split_read_filters(data.filters)
-        given, meta, skipped = split_filters(rest)
+        given, meta, skipped = split_filters(
+            with_conditions(rest, metadata_conditions(data.metadata))
+        )
         for key, value in scope_fields(data).items():
             if value is not None and given.get(key, value) != value:
                 raise BadRequest(f"{key} differs between the body and its filters")
@@ -298,7 +313,8 @@ def mem0_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a route 
         unknown = set(q.model_extra or {}) - IGNORED
         if unknown:
             raise BadRequest(f"unknown parameter(s): {', '.join(sorted(unknown))}")
-        gone = await memories_of(service, request).delete_all(**scope_fields(q))
+        scope = joined_scope(scope_fields(q), parsed_filters(q.filters))
+        gone = await memories_of(service, request).delete_all(**scope)
         return reply(
             DeletedCountOut, {"message": "Memories deleted successfully!", "deleted": gone},
             headers=ignored(q),
@@ -312,7 +328,7 @@ def mem0_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a route 
         q = query_of(request, Mem0PageQuery)
         found = await memories_of(service, request).entities()
         return reply(
-            EntitiesOut, entities_page(found, q.page or 1, q.page_size), headers=ignored(q)
+            EntitiesOut, entities_page(found, request, q.page or 1, q.page_size), headers=ignored(q)
         )
 
     @contract(DeletedCountOut, query=Mem0Params)
@@ -462,3 +478,85 @@ def mem0_event(
         "metadata": dict(was.get("metadata") or {}),
         "updated_at": e.get("created_at"),
     }  # fmt: skip
+
+
+def inference(service: MemoryService, asked: bool | None) -> tuple[bool, str]:
+    """Whether an add infers, and the warning when it cannot as asked. Mem0 infers by
+    default; memcore only with an LLM. ``infer: true`` without one stores the messages as
+    Mem0 does with ``infer: false``, unless ``mem0.infer_without_llm = "refuse"`` (then the
+    memory layer refuses it: 400)."""
+    if service.llm is not None:
+        return (True if asked is None else asked), ""
+    if not asked or service.settings.mem0.infer_without_llm == "refuse":
+        return bool(asked), ""
+    return False, (
+        "infer=true needs an LLM (llm.provider) and none is set: the messages were stored as "
+        "given, one memory each, as Mem0 does with infer=false (mem0.infer_without_llm)"
+    )
+
+
+def add_scope(data: Mem0AddBody) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """An add's scope: its top-level ids (0.x and 1.x clients) joined with those in
+    ``filters`` (the 2.x client), and the names of the filters an add cannot use."""
+    split = split_filters(data.filters)
+    rest = split.rest["AND"] if split.rest else []
+    named = tuple(dict.fromkeys([*split.ignored, *(k for part in rest for k in part)]))
+    return joined_scope(scope_fields(data), split.scope), named
+
+
+def joined_scope(given: Mapping[str, Any], more: Mapping[str, Any]) -> dict[str, Any]:
+    """A scope named in two places (parameters and filters): one scope, or a 400."""
+    scope = {k: v for k, v in given.items() if v is not None}
+    for key, value in more.items():
+        if scope.get(key, value) != value:
+            raise BadRequest(f"{key} differs between the request and its filters")
+        scope[key] = value
+    return scope
+
+
+def parsed_filters(text: str | None) -> dict[str, Any]:
+    """The scope of delete_all's ``filters`` parameter: JSON, or a Python dict's text (the
+    2.x client sends ``str(dict)``). Only scope ids: a delete_all by anything else is a 400."""
+    if text is None:
+        return {}
+    import ast
+    import json
+
+    try:
+        value = json.loads(text)
+    except ValueError:
+        try:
+            value = ast.literal_eval(text)
+        except (ValueError, SyntaxError, MemoryError, RecursionError):
+            raise BadRequest("filters must be an object, as JSON") from None
+    split = split_filters(value)
+    if split.rest is not None:
+        raise BadRequest("delete_all's filters name a scope only (user_id, agent_id, ...)")
+    return split.scope
+
+
+def metadata_conditions(metadata: Mapping[str, Any] | None) -> list[dict[str, Any]]:
+    """Mem0 v1's ``metadata`` on a search or a listing: memories whose metadata holds each
+    key with that value."""
+    return [{k: v} for k, v in (metadata or {}).items()]
+
+
+def created_between(start: Any, end: Any) -> list[dict[str, Any]]:
+    """``start_date`` / ``end_date`` of a listing: created_at on or after, on or before."""
+    bounds = {op: v for op, v in (("gte", start), ("lte", end)) if v is not None}
+    return [{"created_at": bounds}] if bounds else []
+
+
+def with_conditions(filters: Any, conditions: list[dict[str, Any]]) -> Any:
+    """Mem0 filters and more conditions, all of which must hold."""
+    if not conditions:
+        return filters
+    if filters is None:
+        return {"AND": conditions}
+    if (
+        isinstance(filters, Mapping)
+        and set(filters) == {"AND"}
+        and isinstance(filters["AND"], list)
+    ):
+        return {"AND": [*filters["AND"], *conditions]}
+    return {"AND": [filters, *conditions]}

@@ -184,7 +184,9 @@ def native_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a rout
     @handle
     async def entities(request: Request) -> Response:
         """Every user, agent and run that holds memories, with how many."""
-        return reply(EntitiesOut, entities_page(await memories_of(service, request).entities()))
+        return reply(
+            EntitiesOut, entities_page(await memories_of(service, request).entities(), request)
+        )
 
     def session_of(request: Request) -> str:
         return str(request.path_params["session_id"])

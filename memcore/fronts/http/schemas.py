@@ -359,6 +359,11 @@ class Mem0Body(Body):
     fields: Any = None
     filter_memories: Any = None
     categories: Any = None
+    # the 2.x client's options that shape inference or versions memcore does not keep
+    custom_instructions: Any = None
+    agent_custom_instructions: Any = None
+    structured_data_schema: Any = None
+    reference_date: Any = None
 
 
 # Mem0 fields memcore accepts and has no use for (they change nothing here)
@@ -368,6 +373,12 @@ MEM0_IGNORED = tuple(Mem0Body.model_fields)
 class Mem0AddBody(Mem0Body):
     messages: Content | Annotated[list[Message], Field(min_length=1)]
     metadata: JSONObject | None = None
+    filters: JSONObject | None = Field(
+        None, description="the scope, as the 2.x client sends it: {'user_id': ...}"
+    )
+    source: Annotated[str, Field(max_length=256)] | None = Field(
+        None, description="who sent it (mem0-strands: STRANDS): kept as metadata.source"
+    )
     infer: bool | None = None
     user_id: ScopeId | None = None
     agent_id: ScopeId | None = None
@@ -380,6 +391,10 @@ class Mem0AddBody(Mem0Body):
 
 class Mem0ListBody(Mem0Body):
     filters: JSONObject | None = None
+    metadata: JSONObject | None = Field(None, description="memories whose metadata holds these")
+    start_date: Moment | None = Field(None, description="created on or after (ISO 8601)")
+    end_date: Moment | None = Field(None, description="created on or before (ISO 8601)")
+    latest_only: bool | None = Field(None, description="always true here (nothing superseded)")
     page: Annotated[int, Field(ge=1, le=1_000_000), WHOLE] | None = None
     page_size: Annotated[int, Field(ge=1, le=10_000), WHOLE] | None = None
     show_expired: bool | None = None
@@ -410,6 +425,7 @@ class Mem0PageQuery(Mem0Params):
 class Mem0SearchBody(Mem0Body):
     query: Text
     filters: JSONObject | None = None
+    metadata: JSONObject | None = Field(None, description="memories whose metadata holds these")
     user_id: ScopeId | None = None  # Mem0's v1 search (and seed 000's adapter) name the scope here
     agent_id: ScopeId | None = None
     run_id: ScopeId | None = None
@@ -433,6 +449,11 @@ class Mem0UpdateBody(Mem0Body):
 class Mem0DeleteQuery(Mem0Params):
     model_config = ConfigDict(extra="allow")  # Mem0's ignored fields come as parameters too
 
+    filters: Annotated[str, Field(max_length=4096)] | None = Field(
+        None,
+        description="the scope as JSON, or as the 2.x client sends it: "
+        "{'user_id': 'alice'} (a Python dict's text)",
+    )
     user_id: ScopeId | None = None
     agent_id: ScopeId | None = None
     run_id: ScopeId | None = None
