@@ -176,6 +176,10 @@ async def run_vault(
                 if getattr(args, "calibrate", None):
                     gold = set(q["gold_files"])  # type: ignore[call-overload]
                     CALIBRATION.hits += [(h.score, h.path in gold) for h in result.hits[:10]]
+                    CALIBRATION.cosines += [
+                        h.vector_score for h in result.hits[:10]
+                        if h.path in gold and h.vector_score is not None
+                    ]  # fmt: skip
                     CALIBRATION.top.append(result.hits[0].score if result.hits else 0.0)
                 continue
             # every method ranks the same candidates: retrieve once, fuse many times
@@ -200,6 +204,7 @@ class Calibration:
     top: list[float] = field(default_factory=list)
     other_top: list[float] = field(default_factory=list)  # another set's questions
     nonsense_top: list[float] = field(default_factory=list)  # made-up words
+    cosines: list[float] = field(default_factory=list)  # relevant hits' cosine, as Mem0's score
 
     def report(self) -> str:
         lines = ["score     hits  relevant"]
@@ -219,6 +224,13 @@ class Calibration:
                 f"{floor:.2f}   {kept(self.top, floor)}           "
                 f"{kept(self.other_top, floor)}             {kept(self.nonsense_top, floor)}"
             )
+        # what a framework's Mem0-calibrated threshold keeps: relevant top-10 hits at or over
+        # it, by memcore's score and by the cosine a Mem0 vector store would report
+        relevant = [sc for sc, rel in self.hits if rel]
+        lines.append("threshold  relevant hits kept (memcore score)  (cosine)")
+        for t in (0.3, 0.5, 0.6, 0.7):
+            lines.append(f"{t:.1f}        {kept(relevant, t)}                          "
+                         f"{kept(self.cosines, t)}")  # fmt: skip
         return "\n".join(lines)
 
 
