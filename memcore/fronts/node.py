@@ -60,6 +60,7 @@ async def run_node(daemon: Daemon, roles: NodeRoles) -> None:
         while not daemon.ending:
             if await roles.take():
                 await _on_duty(daemon, roles)
+                daemon.service.readiness.phase = "ready"  # a catch-up cut short: still serving
             elif daemon.role != "standby":
                 daemon.role = "standby"
                 daemon.publish()

@@ -76,7 +76,9 @@ class PostgresRoles:
     async def beat(self) -> bool:
         """Refresh the node's row; True while the node is in touch with the database. On the
         roles' own connection: a statement that returns proves that the session, and the
-        lock it holds, are still there."""
+        lock it holds, are still there (a connection made again holds nothing: False for a
+        node that held the roles on the old one)."""
+        held = self.held
         try:
             conn = await self._connection()
             await asyncio.wait_for(
@@ -89,7 +91,7 @@ class PostgresRoles:
         except (psycopg.Error, OSError, TimeoutError) as exc:
             await self._lost(exc)
             return False
-        return True
+        return self.held or not held
 
     async def give_up(self) -> None:
         if self.held and self._conn is not None and not self._conn.closed:
@@ -119,6 +121,7 @@ class PostgresRoles:
     async def _connection(self) -> psycopg.AsyncConnection[tuple[object, ...]]:
         if self._conn is not None and not self._conn.closed and not self._conn.broken:
             return self._conn
+        self.held = False  # a new session holds no lock
         c = self.card
         conn = await psycopg.AsyncConnection.connect(
             self.url, autocommit=True, connect_timeout=int(BEAT_TIMEOUT_S) + 2,
