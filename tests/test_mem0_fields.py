@@ -212,3 +212,41 @@ async def test_next_visits_every_memory_of_the_listing_once_and_no_other(
     previous = httpx.URL(back["previous"])
     assert str(previous.copy_with(query=None)) == f"{http.base_url}/v1/memories/"
     assert dict(previous.params) == {"user_id": "pg1", "page_size": "3", "page": "2"}
+
+
+async def test_a_frameworks_threshold_over_the_ceiling_is_applied_as_the_ceiling(
+    tmp_path: Path,
+) -> None:
+    from tests.conftest import make_service
+    from tests.support import FakeEmbedder
+
+    (tmp_path / "memory").mkdir()
+    crewai = {"query": "the deploy runs on Fridays", "user_id": "crew", "limit": 5,
+              "threshold": 0.6, "version": "v2", "output_format": "v1.1"}  # fmt: skip
+    found: dict[float, list[dict[str, Any]]] = {}
+    for ceiling in (1.0, 0.35):
+        settings = load_settings(tmp_path, {"mem0.threshold_ceiling": ceiling})
+        async with (
+            make_service(settings, FakeEmbedder()) as service,
+            server(service) as url,
+            httpx.AsyncClient(base_url=url) as client,
+        ):
+            if ceiling == 1.0:
+                text = "The deploy runs on Fridays after lunch"
+                await client.post("/v1/memories/", json={"messages": text, "user_id": "crew"})
+            got = await client.post("/v1/memories/search/", json=crewai)
+            assert got.status_code == 200, got.text
+            found[ceiling] = got.json()["results"]
+            scores = [r["score"] for r in found[ceiling]]
+            if ceiling == 1.0:  # as sent
+                assert all(s >= 0.6 for s in scores) and "Memcore-Warning" not in got.headers
+            else:
+                assert all(s >= 0.35 for s in scores)
+                assert got.headers["Memcore-Warning"].startswith(
+                    "threshold 0.6 was applied as 0.35 (mem0.threshold_ceiling)"
+                )
+                assert got.headers["Memcore-Warning"] in got.json()["warnings"]
+    assert len(found[0.35]) >= len(found[1.0])
+    assert [r["memory"] for r in found[0.35]] == ["The deploy runs on Fridays after lunch"]
+    with pytest.raises(Exception, match=r"mem0.threshold_ceiling: must be between 0 and 1"):
+        load_settings(tmp_path, {"mem0.threshold_ceiling": 1.5})

@@ -196,6 +196,10 @@ class Mem0Settings:
     # infer=true (Mem0's default) where no LLM is set: "verbatim" = store the messages as Mem0
     # does with infer=false (each non-system message a memory) and say so; "refuse" = a 400
     infer_without_llm: str = "verbatim"
+    # a search threshold over this is applied as this, and the answer says so: frameworks pass
+    # thresholds calibrated on Mem0's cosine (crewai 0.6), which memcore's fused score rarely
+    # reaches (docs/mem0.md has the measurement). 1.0 = every threshold as sent
+    threshold_ceiling: float = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -565,6 +569,8 @@ def _problems(s: Settings) -> Iterator[str]:
     for name, number in positive.items():
         if number <= 0:
             yield f"{name}: must be positive, got {number}"
+    if not 0 <= s.mem0.threshold_ceiling <= 1:
+        yield f"mem0.threshold_ceiling: must be between 0 and 1, got {s.mem0.threshold_ceiling}"
     if not 0 <= s.strength.weight <= 1:
         yield f"strength.weight: must be between 0 and 1, got {s.strength.weight}"
     if not 0 <= s.strength.forget_below < 1:

@@ -253,6 +253,14 @@ def mem0_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a route 
                 raise BadRequest(f"{key} differs between the body and its filters")
             given.setdefault(key, value)
         threshold = DEFAULT_THRESHOLD if data.threshold is None else data.threshold
+        ceiling = service.settings.mem0.threshold_ceiling
+        lowered = (
+            f"threshold {threshold:g} was applied as {ceiling:g} (mem0.threshold_ceiling): "
+            "memcore's scores run lower than Mem0's cosine for the same hits"
+            if threshold > ceiling
+            else ""
+        )
+        threshold = min(threshold, ceiling)
         rows = await memories_of(service, request).search(
             data.query, **given, **read, filters=meta, limit=data.top_k or data.limit or 10,
             threshold=threshold, show_expired=bool(data.show_expired),
@@ -262,9 +270,13 @@ def mem0_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a route 
         warned = scope_warnings(given, meta, rows)
         if (pending := service.readiness.warning()) is not None:
             warned.append(pending)
+        headers = ignored(data, params, filters=skipped)
+        if lowered:
+            warned.append(lowered)
+            headers["Memcore-Warning"] = lowered
         if warned:
             out["warnings"] = warned
-        return reply(Mem0MemoriesOut, out, headers=ignored(data, params, filters=skipped))
+        return reply(Mem0MemoriesOut, out, headers=headers)
 
     @contract(Mem0MemoryOut, query=Mem0Params)
     @handle
