@@ -188,7 +188,7 @@ CRASHING_ADD = """
 import asyncio, os, signal, sys
 from memcore import load_settings, open_service
 from memcore.index import indexer
-from memcore.memory import writer
+from memcore.memory import file_writes, writer
 from memcore.vault import history
 
 vault, step = sys.argv[1], sys.argv[2]
@@ -197,7 +197,7 @@ def die(*args, **kwargs):
     os.kill(os.getpid(), signal.SIGKILL)
 
 if step == "after-plan":  # PENDING logged, the Markdown not yet written
-    writer.replace_if_unchanged = die
+    file_writes.replace_if_unchanged = die
 if step == "after-markdown":  # the Markdown written, its ADD not yet logged
     append = history.HistoryLog.append
     async def append_or_die(self, events):

@@ -18,7 +18,8 @@ from typing import Any
 from memcore.core.errors import NotFound
 from memcore.core.models import MemoryRecord
 from memcore.core.moments import utc_today
-from memcore.memory.writer import Change, FileEdit, MemoryWriter, api_event
+from memcore.memory.file_writes import Change, FileEdit, api_event
+from memcore.memory.writer import MemoryWriter
 from memcore.vault.chunker import memory_file_of
 from memcore.vault.history import now
 from memcore.vault.memory_format import (

@@ -29,7 +29,8 @@ from typing import Any
 
 from memcore.core.errors import InputError
 from memcore.core.models import TURNS_CATEGORY, MemoryRecord
-from memcore.memory.writer import Change, FileEdit, MemoryWriter, NewMemory, api_event
+from memcore.memory.file_writes import Change, FileEdit, api_event
+from memcore.memory.writer import MemoryWriter, NewMemory
 from memcore.vault.chunker import memory_file_of
 from memcore.vault.files import leads_out
 from memcore.vault.history import now

@@ -1,10 +1,10 @@
 """MemoryWriter: add, update and delete memories by editing Markdown, then indexing it.
 
-Every write reads the memory file, changes only the lines of the memories it touches, and
-replaces the file atomically (temp file + rename) only if nobody changed the file since it was
-read; otherwise it reads again and re-applies the change (a person's edit is never overwritten).
-The file is indexed before the call returns, so the memory is searchable at once, and the
-history log gets one event per change.
+Every write is a change to a memory file (file_writes.py: read, change only the lines of the
+memories it touches, replace atomically if nobody changed the file meanwhile, else again). The
+file is indexed before the call returns, so the memory is searchable at once, and the history
+log gets one event per change. This module decides what to write: adds (grouped per file,
+paged, keyed, idempotent), updates, deletes, and reading back what the index holds.
 
 A write is applied and acknowledged, or refused and not applied: input is checked before any
 file is touched, and when the index cannot take the change (busy, broken, a full disk) the
@@ -18,12 +18,10 @@ import contextlib
 import dataclasses
 import datetime as dt
 import logging
-import secrets
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
-from typing import TypeVar, cast
+from typing import TypeVar
 
 from memcore.core.channel import via
 from memcore.core.errors import (
@@ -31,21 +29,25 @@ from memcore.core.errors import (
     InputError,
     MemcoreError,
     NotFound,
-    StorageBusy,
-    StorageError,
-    VaultError,
     VaultWriteError,
     WriteConflict,
 )
-from memcore.core.models import TURNS_CATEGORY, FileFailure, MemoryQuery, MemoryRecord
+from memcore.core.models import TURNS_CATEGORY, MemoryQuery, MemoryRecord
 from memcore.index.indexer import Indexer, PathLocks
+from memcore.memory.file_writes import (
+    WRITE_ATTEMPTS,
+    Change,
+    FileEdit,
+    FileWrites,
+    Written,
+    api_event,
+)
 from memcore.storage.base import Store
 from memcore.vault.chunker import memory_embed_text, memory_file_of
-from memcore.vault.files import append_text, check_writable, is_memory_path
+from memcore.vault.files import append_text, is_memory_path
 from memcore.vault.history import (
     Appended,
     ByRequest,
-    Event,
     HistoryEvent,
     HistoryLog,
     fields_of,
@@ -58,20 +60,14 @@ from memcore.vault.memory_format import (
     check_content,
     check_metadata,
     check_name,
-    edit_lines,
     new_id,
-    new_memory_file,
     render_item,
 )
 from memcore.vault.pages import PAGE_ITEMS, list_pages, open_page, page_of, page_path
 from memcore.vault.safe_file import (
-    decode,
     read_or_none,
-    replace_if_unchanged,
-    restore_if_unchanged,
 )
 
-WRITE_ATTEMPTS = 20
 UNPAGED = ("daily", TURNS_CATEGORY)  # a file per day; transcripts page themselves
 MANY_FILES = 8  # an add touching more files than this writes them all, then indexes once
 WRITERS = 4  # files such an add writes at a time (their fsyncs overlap)
@@ -103,33 +99,7 @@ class NewMemory:
     immutable: bool = False
 
 
-@dataclass(slots=True)
-class FileEdit:
-    """What one write does to a file: items to replace (empty list = delete), lines to append,
-    and the history events it makes."""
-
-    replace: dict[str, list[str]] = field(default_factory=dict)
-    append: list[list[str]] = field(default_factory=list)
-    events: list[HistoryEvent] = field(default_factory=list)
-    ids: list[str] = field(default_factory=list)
-
-
-Change = Callable[[MemoryFile], FileEdit]
-
-
 Queued = tuple[list["NewMemory"], "asyncio.Future[list[MemoryRecord]]", str | None]
-
-
-@dataclass(frozen=True, slots=True)
-class Written:
-    """One write applied to a memory file, with what it takes to undo it."""
-
-    rel: str
-    before: bytes | None  # None: the write created the file
-    after: bytes
-    ids: list[str]
-    logged: Appended | None
-    events: tuple[HistoryEvent, ...] = ()  # what it did, to log (see MemoryWriter._write)
 
 
 class MemoryWriter:
@@ -140,7 +110,7 @@ class MemoryWriter:
         self.store = store
         self.indexer = indexer
         self.history = indexer.history or HistoryLog(vault)  # one log: it knows what it wrote
-        self._files = PathLocks()
+        self.files = FileWrites(vault, store, indexer, self.history)
         self._queued: dict[str, list[Queued]] = {}
         self._requests = PathLocks()  # one call per idempotency key at a time
         self._draining: set[str] = set()
@@ -344,7 +314,9 @@ class MemoryWriter:
                     items = [group[n] for n in idxs]
                     change = _adder(items, page, requests)
                     writes.append(
-                        await self._write(page, items[0].scope, items[0].category, change, False)
+                        await self.files.write(
+                            page, items[0].scope, items[0].category, change, False
+                        )
                     )
                     for m, mid in zip(items, writes[-1].ids, strict=True):
                         ids[m.id], pages[m.id] = mid, page
@@ -360,10 +332,10 @@ class MemoryWriter:
         except OSError as exc:
             failed = VaultWriteError(f"cannot write {self.history.path.name}: {exc.strerror}")
         if failed is not None:
-            await self._undo(writes)
+            await self.files.undo(writes)
             raise failed
         try:
-            await self._commit(writes)
+            await self.files.commit(writes)
         except MemcoreError:
             await self.history.retract(logged)  # _commit put the files back already
             raise
@@ -417,14 +389,14 @@ class MemoryWriter:
             try:
                 for page, group in await self._place(rel, [(n, items[n]) for n in todo]):
                     change = _adder([items[n] for n in group], page, requests)
-                    writes.append(await self._write(page, scope, category, change))
+                    writes.append(await self.files.write(page, scope, category, change))
                     for n, mid in zip(group, writes[-1].ids, strict=True):
                         ids.setdefault(n, mid)
                         pages.setdefault(n, page)
             except MemcoreError:
-                await self._undo(writes)
+                await self.files.undo(writes)
                 raise
-            await self._commit(writes)
+            await self.files.commit(writes)
             wanted = [ids[n] for n in todo]
             seen |= {r.id: r for r in await self._records(wanted, missing_ok=True, writing=True)}
             # An editor that saved a buffer read before our write drops our lines: add again.
@@ -516,12 +488,10 @@ class MemoryWriter:
         ix = self.indexer.settings.index
         if not is_memory_path(rel, ix.include, ix.exclude) or ".." in rel.split("/"):
             raise InputError(f"{rel} is not a memory file of this vault (see index.include)")
-        target = check_writable(self.vault, rel)
-        async with self._files.hold([rel]), self.store.holding([rel]):
-            before, after = await _until_it_lands(rel, partial(_transform, target, rel, transform))
+        before, after = await self.files.transform(rel, transform)
         if after is None:
             return False
-        await self._commit([Written(rel, before, after, [], None)])
+        await self.files.commit([Written(rel, before, after, [], None)])
         return True
 
     # --- reading ------------------------------------------------------------------------
@@ -649,16 +619,16 @@ class MemoryWriter:
         writes: list[Written] = []
         try:
             for rel, scope, category, change in edits:
-                writes.append(await self._write(rel, scope, category, change))
+                writes.append(await self.files.write(rel, scope, category, change))
         except MemcoreError:
-            await self._undo(writes)
+            await self.files.undo(writes)
             raise
         changed = [w for w in writes if w.before != w.after]
         made = sum(len(w.logged.events) for w in changed if w.logged is not None)
         if background_over is not None and made > background_over:
             self.index_later([w.rel for w in changed])
         else:
-            await self._commit(changed)
+            await self.files.commit(changed)
         return writes
 
     def index_later(self, rels: Sequence[str]) -> None:
@@ -729,107 +699,13 @@ class MemoryWriter:
     ) -> list[str]:
         """Apply ``change`` to one memory file (created for ``scope`` and ``category`` when
         missing) as every write does, then index it. Returns the ids the change names."""
-        written = await self._write(rel, scope, category, change)
+        written = await self.files.write(rel, scope, category, change)
         if index:
-            await self._commit([written])
+            await self.files.commit([written])
         return written.ids
 
     async def _change(self, record: MemoryRecord, change: Change) -> None:
-        await self._commit([await self._write(record.path, None, None, change)])
-
-    async def _write(
-        self,
-        rel: str,
-        scope: Scope | None,
-        category: str | None,
-        change: Change,
-        log: bool = True,
-    ) -> Written:
-        """Apply ``change`` to a memory file and replace it atomically, re-reading and retrying
-        while someone else changes it, then log its events (unless ``log`` is False: then
-        the caller logs ``Written.events``). Nothing is changed when it raises (a full disk
-        is a VaultWriteError)."""
-        target = check_writable(self.vault, rel)
-        limit = self.indexer.settings.index.max_file_bytes
-        # this process's writers of the file take turns, then every node's (the database's
-        # lock: on shared storage a file lock is not to be trusted)
-        async with self._files.hold([rel]), self.store.holding([rel]):
-            edit, before, after = await _until_it_lands(
-                rel, partial(_apply, target, rel, scope, category, change, limit)
-            )
-            written = Written(rel, before, after, edit.ids, None, tuple(edit.events))
-            if not log:
-                return written
-            try:
-                logged = await self.history.append(edit.events)
-            except OSError as exc:
-                await self._undo([written])
-                raise VaultWriteError(
-                    f"cannot write {self.history.path.name}: {exc.strerror or exc}"
-                ) from exc
-            return dataclasses.replace(written, logged=logged)
-
-    async def _commit(self, writes: Sequence[Written]) -> None:
-        """Index what ``writes`` changed. If the index cannot take it, undo the writes (the
-        Markdown and the history as they were) and raise why: nothing was applied."""
-        rels = [w.rel for w in writes]
-        try:  # with history: a person's edit the write carried along is logged as theirs
-            report = await self.indexer.index(rels, count_pending=False)
-        except StorageError as exc:  # e.g. the embedding cache's write found the index busy
-            failure = FileFailure(rels[0], str(exc), True, isinstance(exc, StorageBusy))
-            raise _refusal(failure, await self._undo(writes)) from exc
-        failed = [f for f in report.failed if f.path in rels]
-        if failed:
-            raise _refusal(failed[0], await self._undo(writes))
-
-    async def _undo(self, writes: Sequence[Written]) -> list[str]:
-        """Put files back as they were before ``writes`` and take their events back; then
-        index them again, where the index took part of it. Returns the files that a person
-        changed since, which are left as they are."""
-        kept = []
-        for w in reversed(writes):
-            target = self.vault / w.rel
-            try:
-                restored = await asyncio.to_thread(restore_if_unchanged, target, w.before, w.after)
-            except OSError:
-                restored = False
-            if not restored:
-                kept.append(w.rel)
-                continue
-            await self.history.retract(w.logged)
-        with contextlib.suppress(MemcoreError):  # the index follows the files; else the daemon
-            await self.indexer.index([w.rel for w in writes], history=False)
-        return kept
-
-
-async def _until_it_lands(rel: str, attempt: Callable[[], T | None]) -> T:
-    """Run a blocking read-change-replace ``attempt`` in a worker thread until it is not None
-    (None: the file changed under it, so read again); a full disk is a VaultWriteError."""
-    for _ in range(WRITE_ATTEMPTS):
-        try:
-            done = await asyncio.to_thread(attempt)
-        except OSError as exc:
-            raise VaultWriteError(f"cannot write {rel}: {exc.strerror or exc}") from exc
-        if done is not None:
-            return done
-        await asyncio.sleep(0.005 + secrets.randbelow(20) / 1000)  # let the other edit land
-    raise WriteConflict(f"{rel} kept changing while memcore tried to write it; try again")
-
-
-def _refusal(failure: FileFailure, kept: Sequence[str]) -> MemcoreError:
-    """The error a write refused by the index raises: busy, broken index, or a file the index
-    will not take; and whether the Markdown could be put back."""
-    after = (
-        f"; {', '.join(kept)} changed meanwhile and keeps its new text"
-        if kept
-        else "; nothing was written"
-    )
-    message = f"{failure.path} could not be indexed: {failure.reason}{after}"
-    if failure.busy:
-        return StorageBusy(message)
-    if failure.transient:
-        return StorageError(message)
-    return VaultError(message)
+        await self.files.commit([await self.files.write(record.path, None, None, change)])
 
 
 def _in_files(vault: Path, where: Mapping[str, str]) -> dict[str, tuple[str, str]]:
@@ -865,50 +741,6 @@ def _item_bytes(m: NewMemory) -> int:
 def _as_done(memory_id: str) -> MemoryRecord:
     """A memory an earlier call with the same idempotency key added, since removed."""
     return MemoryRecord(id=memory_id, text="", path="", start_line=0, end_line=0, category="")
-
-
-def _apply(
-    target: Path, rel: str, scope: Scope | None, category: str | None, change: Change, limit: int
-) -> tuple[FileEdit, bytes | None, bytes] | None:
-    """Read, parse, change and replace a memory file (blocking: run in a worker thread):
-    the edit, and the file's bytes before and after. None when the file changed under us and
-    the write must be tried again."""
-    before = read_or_none(target)
-    if before is None and scope is None:
-        raise NotFound(f"{rel} is gone (deleted by hand?)")
-    text = (
-        decode(before, rel)
-        if before is not None
-        else new_memory_file(scope or Scope(), category or "core")
-    )
-    parsed = memory_file_of(rel, text)
-    if parsed is None:
-        raise VaultError(f"{rel} exists and is not a memory file; memcore leaves it")
-    edit = change(parsed)
-    _record_unrecorded(parsed, edit)
-    new_text = edit_lines(parsed.lines, edit.replace, parsed.items, edit.append)
-    after = new_text.encode("utf-8")
-    if len(after) > limit and len(after) > len(before or b""):
-        raise InputError(
-            f"{rel} would grow to {len(after) / 1e6:.1f} MB, over index.max_file_bytes "
-            f"({limit / 1e6:.1f} MB); nothing was written"
-        )
-    if after == before:  # nothing to change: the file stays as it is, untouched
-        return edit, before, after
-    return (edit, before, after) if replace_if_unchanged(target, new_text, before) else None
-
-
-def _transform(
-    target: Path, rel: str, transform: Callable[[str], str | None]
-) -> tuple[bytes | None, bytes | None] | None:
-    """Read, transform and replace a file (blocking): its bytes before and after (after None:
-    nothing to change), or None when it changed under us and must be tried again."""
-    before = read_or_none(target)
-    text = decode(before, rel) if before is not None else ""
-    new = transform(text)
-    if new is None or new == text:
-        return before, None
-    return (before, new.encode("utf-8")) if replace_if_unchanged(target, new, before) else None
 
 
 def _adder(group: Sequence[NewMemory], rel: str, requests: Mapping[str, str]) -> Change:
@@ -973,31 +805,6 @@ def _as_written(m: NewMemory, mid: str, rel: str) -> MemoryRecord:
         user_id=m.scope.user_id, agent_id=m.scope.agent_id, run_id=m.scope.run_id, key=m.key,
         metadata=m.metadata or {},
     )  # fmt: skip
-
-
-def _record_unrecorded(parsed: MemoryFile, edit: FileEdit) -> None:
-    """Items added by hand get their (derived) id written down now that the file is rewritten."""
-    stamp = now()
-    for item in parsed.items:
-        if not item.recorded and item.id not in edit.replace:
-            edit.replace[item.id] = render_item(
-                dataclasses.replace(item, created=item.created or stamp, updated=stamp)
-            )
-
-
-def api_event(
-    mid: str,
-    kind: str,
-    old: str | None,
-    new: str | None,
-    path: str,
-    request: str | None = None,
-    at: str | None = None,
-) -> HistoryEvent:
-    """A history event made through the API now, or ``at`` (ADD, UPDATE, DELETE, ARCHIVE,
-    RESTORE)."""
-    event = cast(Event, kind)  # one of them, as the callers name it
-    return HistoryEvent(mid, event, old, new, "api", at or now(), path, request, via=via())
 
 
 def _must_find(f: MemoryFile, memory_id: str) -> MemoryItem:
