@@ -21,8 +21,8 @@ from memcore.core.errors import InputError, NotFound, VaultError, WriteConflict
 from memcore.core.models import IndexReport, MemoryRecord, SearchFilters
 from memcore.core.settings import Settings
 from memcore.memory import conversations
+from memcore.memory.adding import NewMemory
 from memcore.memory.conversations import as_messages
-from memcore.memory.writer import NewMemory
 from memcore.search.filters import read_filters
 from memcore.service import MemoryService
 from memcore.vault.memory_format import Scope

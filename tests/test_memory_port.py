@@ -17,9 +17,9 @@ from mcp import Client
 from memcore.compose import open_service
 from memcore.core.errors import MemcoreError, NotFound, NotSupported
 from memcore.core.settings import load_settings
+from memcore.memory.adding import NewMemory
 from memcore.memory.mem0_remote import Mem0Memory
 from memcore.memory.port import Memory
-from memcore.memory.writer import NewMemory
 from memcore.vault.memory_format import Scope
 from tests.conftest import make_service
 from tests.support import FakeEmbedder

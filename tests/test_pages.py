@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from memcore.memory.writer import NewMemory
+from memcore.memory.adding import NewMemory
 from memcore.service import MemoryService
 from memcore.vault.memory_format import Scope
 from memcore.vault.pages import PAGE_ITEMS, list_pages, page_of, page_path

@@ -213,12 +213,12 @@ if step == "after-history":  # logged, not yet indexed
         return await index(self, paths, **kw)
     indexer.Indexer.index = index_or_die
 if step == "after-index":  # indexed, not yet answered
-    records = writer.MemoryWriter._records
+    records = writer.MemoryWriter.records
     async def records_or_die(self, ids, missing_ok=False, writing=False):
         if writing:
             die()
         return await records(self, ids, missing_ok, writing)
-    writer.MemoryWriter._records = records_or_die
+    writer.MemoryWriter.records = records_or_die
 
 async def main():
     async with open_service(load_settings(vault, {"embedder.provider": "static"})) as svc:

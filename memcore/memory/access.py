@@ -31,8 +31,8 @@ from memcore.core.models import (
 from memcore.memory.port import Memory, Message
 
 if TYPE_CHECKING:
+    from memcore.memory.adding import NewMemory
     from memcore.memory.conversations import Conversations
-    from memcore.memory.writer import NewMemory
     from memcore.storage.base import Vector
 
 MAX_KEY = 256  # an idempotency key: 1-256 characters of text

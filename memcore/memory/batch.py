@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from memcore.core.errors import InputError
 from memcore.core.ids import check_id
 from memcore.core.models import SCOPE_KEYS
-from memcore.memory.writer import NewMemory
+from memcore.memory.adding import NewMemory
 from memcore.vault.memory_format import Scope, check_content, check_metadata, check_name
 
 TEXT_FIELDS = ("memory", "content", "text")

@@ -29,8 +29,9 @@ from typing import Any
 
 from memcore.core.errors import InputError
 from memcore.core.models import TURNS_CATEGORY, MemoryRecord
+from memcore.memory.adding import NewMemory
 from memcore.memory.file_writes import Change, FileEdit, api_event
-from memcore.memory.writer import MemoryWriter, NewMemory
+from memcore.memory.writer import MemoryWriter
 from memcore.vault.chunker import memory_file_of
 from memcore.vault.files import leads_out
 from memcore.vault.history import now

@@ -17,8 +17,8 @@ from typing import Any, TypeVar
 
 from memcore.core.errors import ConfigError, InputError, MemcoreError, NotFound
 from memcore.core.models import Entity, MemoryRecord, scope_ids
+from memcore.memory.adding import NewMemory
 from memcore.memory.port import Memory, Message
-from memcore.memory.writer import NewMemory
 from memcore.storage.base import Vector
 
 T = TypeVar("T")

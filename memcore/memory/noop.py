@@ -9,8 +9,8 @@ from typing import Any
 
 from memcore.core.errors import NotFound
 from memcore.core.models import Entity, MemoryRecord
+from memcore.memory.adding import NewMemory
 from memcore.memory.port import Memory, Message
-from memcore.memory.writer import NewMemory
 
 
 class NoopMemory(Memory):

@@ -17,10 +17,11 @@ from memcore.core.models import Entity, Hit, MemoryQuery, MemoryRecord, scope_id
 from memcore.core.moments import utc_today
 from memcore.llm.base import LLM
 from memcore.memory import infer
+from memcore.memory.adding import NewMemory
 from memcore.memory.archive import Archive
 from memcore.memory.conversations import message_text
 from memcore.memory.port import Memory
-from memcore.memory.writer import MemoryWriter, NewMemory
+from memcore.memory.writer import MemoryWriter
 from memcore.search.filters import read_filters
 from memcore.search.recall import Recall, note_key
 from memcore.search.searcher import Searcher

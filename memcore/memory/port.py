@@ -16,7 +16,7 @@ from memcore.core.errors import NotSupported
 from memcore.core.models import Entity, Hit, MemoryRecord
 
 if TYPE_CHECKING:
-    from memcore.memory.writer import NewMemory
+    from memcore.memory.adding import NewMemory
     from memcore.storage.base import Vector
 
 Message = Mapping[str, Any]

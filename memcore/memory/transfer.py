@@ -23,8 +23,9 @@ from memcore.core.errors import InputError, MemcoreError, NotFound
 from memcore.core.ids import check_id
 from memcore.core.lines import split_lines
 from memcore.core.models import SCOPE_KEYS, MemoryQuery, MemoryRecord
+from memcore.memory.adding import NewMemory
 from memcore.memory.port import Memory
-from memcore.memory.writer import MemoryWriter, NewMemory
+from memcore.memory.writer import MemoryWriter
 from memcore.vault.memory_format import Scope, check_content, check_expiry, check_name
 
 PAGE = 1000  # memories read, or written, at a time
