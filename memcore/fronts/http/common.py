@@ -104,8 +104,7 @@ def links(
     (POST) is continued by sending the same body to that URL, as on Mem0's platform."""
 
     def at(n: int) -> str:
-        url = request.url.include_query_params(page=n, **{name: size})
-        return str(url.replace(scheme=request.url.scheme))
+        return str(request.url.include_query_params(page=n, **{name: size}))
 
     return {
         "next": at(page + 1) if page * size < total else None,
