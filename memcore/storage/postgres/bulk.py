@@ -52,7 +52,11 @@ async def build_missing_indexes(store: BulkStore) -> None:
     by a load, or lost with a process that died during one), built over every row, with the
     memory to build it fast."""
     async with store.transaction() as tx:
-        for model_id, dim, count in await _vector_counts(tx, store.namespace):
+        counts = await _vector_counts(tx, store.namespace)
+        wanted = {vector_index_name(store.namespace, m, d) for m, d, _ in counts}
+        for gone in set(store.owed_indexes) - wanted:  # its vectors went before it was built
+            del store.owed_indexes[gone]
+        for model_id, dim, count in counts:
             name = vector_index_name(store.namespace, model_id, dim)
             found = await tx.all("SELECT to_regclass(%s) IS NOT NULL", (name,))
             if found[0][0]:
