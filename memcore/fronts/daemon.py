@@ -180,7 +180,7 @@ class Daemon:
         while not self.off_duty:
             await asyncio.sleep(min(self.settings.watch.poll_interval_s, 2.0))
             if await asyncio.to_thread(self._state_gone):
-                self._lose(f"{self.settings.state_dir} was deleted")
+                self._lose(f"{self.home} was deleted")
 
     async def on_duty(self) -> None:
         """The watcher's work, until stopped or ``demote``d: watch, catch up with the vault,
@@ -396,7 +396,7 @@ class Daemon:
             self._publish()
         except OSError as exc:
             if self._state_gone():
-                self._lose(f"{self.settings.state_dir} was deleted")
+                self._lose(f"{self.home} was deleted")
             elif not self._publish_failing:
                 log.warning(
                     "cannot write %s (%s); serving on, will retry",
