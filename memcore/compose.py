@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from memcore.core.errors import ConfigError, MemcoreError, VaultError
 from memcore.core.places import make_private_dir
+from memcore.core.redact import keep_secret
 from memcore.core.settings import MEMORY_DB, Settings
 from memcore.embedders.prefixes import task_prefixes
 
@@ -53,6 +54,7 @@ def build_embedder(settings: Settings, *, preload: bool = False) -> Embedder:
 
     oa = settings.openai
     api_key = os.environ.get(oa.api_key_env)
+    keep_secret(api_key)
     if not api_key and not oa.base_url:
         raise ConfigError(
             f"the openai embedder needs an API key: set {oa.api_key_env} "
@@ -80,6 +82,7 @@ def build_llm(settings: Settings) -> LLM | None:
         from memcore.llm.openai import OpenAILLM
 
         key = os.environ.get(s.api_key_env)
+        keep_secret(key)
         if not key and not s.base_url:
             raise ConfigError(f"llm.provider = openai needs an API key: set {s.api_key_env}")
         return OpenAILLM(s.model or "gpt-4o-mini", key or "not-needed", s.base_url, s.timeout)
@@ -158,6 +161,7 @@ def build_memory(settings: Settings) -> Memory | None:
         from memcore.memory.mem0_remote import Mem0Memory
 
         key = os.environ.get(m.api_key_env)
+        keep_secret(key)
         if not key:
             raise ConfigError(
                 f"memory.adapter = mem0 needs the server's API key: set {m.api_key_env} "

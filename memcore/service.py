@@ -26,6 +26,7 @@ from memcore.core.models import (
     SearchFilters,
     SearchResult,
 )
+from memcore.core.redact import redacted
 from memcore.core.settings import Settings
 from memcore.embedders.base import EmbeddingRunner
 from memcore.index.indexer import Indexer, Progress, no_progress
@@ -271,8 +272,8 @@ class MemoryService:
     async def status_document(self) -> dict[str, object]:
         """The one status document (`memcore status --json`, /api/status, MCP ``status``):
         the vault, what the index holds, and how far the catch-up is. The fronts add the
-        daemon's own state (``daemon``) where they know it."""
-        return {
+        daemon's own state (``daemon``) where they know it. No credential is in it."""
+        document: dict[str, object] = {
             "vault": str(self.settings.vault),
             "memory": self.memories.kind,
             "indexed": True,
@@ -281,6 +282,7 @@ class MemoryService:
             # a shared index's live nodes, each saying whether it holds the node roles
             "nodes": [n.to_dict() for n in await self.store.nodes()],
         }
+        return dict(redacted(document))
 
     async def status(self) -> IndexStatus:
         async with self.store.snapshot() as reader:

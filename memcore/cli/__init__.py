@@ -92,6 +92,9 @@ def configure_logging(verbose: bool) -> None:
     memcore (aiosqlite, asyncio) stay at warnings."""
     import logging
 
+    from memcore.core.redact import redact_log_records
+
+    redact_log_records()
     logging.basicConfig(
         level=logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

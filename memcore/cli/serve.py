@@ -16,6 +16,7 @@ from memcore.compose import open_service
 from memcore.core.errors import InputError
 from memcore.core.ids import check_id
 from memcore.core.models import SCOPE_KEYS
+from memcore.core.redact import keep_secret
 from memcore.fronts.daemon import Daemon, install_signal_handlers
 
 
@@ -72,6 +73,8 @@ def serve_command(
     token = _token(ctx, token, token_file)
 
     scoped = _parse_scoped(_scoped_specs(scoped_tokens or [], scoped_token_file))
+    for secret in (token, *scoped):
+        keep_secret(secret)  # masked in every log line, status and error
 
     async def job() -> None:
         check_binding(host, token, scoped)

@@ -22,6 +22,7 @@ import typer
 from memcore.cli.app import app, fail, run, settings_of
 from memcore.compose import ensure_state_dir, open_service
 from memcore.core.places import open_private, user_config_dir
+from memcore.core.redact import redact_log_records
 from memcore.core.settings import Settings
 from memcore.fronts.daemon import Daemon, install_signal_handlers
 from memcore.fronts.daemon_state import daemon_status
@@ -36,7 +37,7 @@ class _JsonFormatter(logging.Formatter):
             "msg": record.getMessage(),
         }
         if record.exc_info:
-            out["exc"] = self.formatException(record.exc_info)
+            out["exc"] = record.exc_text or self.formatException(record.exc_info)
         return json.dumps(out, ensure_ascii=False)
 
 
@@ -47,6 +48,7 @@ def _configure_logging(verbose: bool, json_logs: bool) -> None:
         if json_logs
         else logging.Formatter("%(asctime)s %(levelname)s %(message)s")
     )
+    redact_log_records()
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(logging.WARNING)

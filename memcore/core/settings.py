@@ -26,6 +26,7 @@ from memcore.core.places import (
     state_dir_of,
     user_config_path,
 )
+from memcore.core.redact import redact_url
 
 PROVIDERS = ("local", "static", "ollama", "openai")
 SPLITS = ("window", "paragraph")
@@ -268,13 +269,6 @@ class Settings:
 MEMORY_DB = ":memory:"
 
 
-def redact_url(url: str) -> str:
-    """A URL without its password: none in ``user:password@`` (the last @ ends the user
-    part, as URL parsers read it) nor in a ``password=`` / ``sslpassword=`` parameter."""
-    url = re.sub(r"(://[^:/@]*):[^/]*@", r"\1:***@", url)
-    return re.sub(r"(?i)\b((?:ssl)?password=)[^&#]*", r"\1***", url)
-
-
 def is_postgres_url(value: str) -> bool:
     return value.startswith(("postgresql://", "postgres://"))
 
@@ -285,10 +279,11 @@ def embedder_signature(s: Settings) -> str:
     e = s.embedder.provider
     if e == "ollama":
         o = s.ollama
-        return f"ollama:{o.model}|{o.query_prefix}|{o.document_prefix}|{o.host}"
+        return f"ollama:{o.model}|{o.query_prefix}|{o.document_prefix}|{redact_url(o.host)}"
     if e == "openai":
         a = s.openai
-        return f"openai:{a.model}@{a.dimensions}|{a.query_prefix}|{a.document_prefix}|{a.base_url}"
+        where = redact_url(a.base_url)  # the vector space is the same whoever logs in
+        return f"openai:{a.model}@{a.dimensions}|{a.query_prefix}|{a.document_prefix}|{where}"
     return e
 
 

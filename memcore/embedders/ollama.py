@@ -10,6 +10,7 @@ import numpy.typing as npt
 import ollama
 
 from memcore.core.errors import EmbedderError, EmbedderUnavailable
+from memcore.core.redact import redact_url
 from memcore.core.vectors import normalize_rows
 
 _TRANSIENT_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504})
@@ -28,6 +29,7 @@ class OllamaEmbedder:
         keep_alive: str = "10m",
     ) -> None:
         self.host = host
+        self.where = redact_url(host)  # for messages: no password
         self.model = model
         self.timeout = timeout
         self.concurrency = concurrency
@@ -54,16 +56,16 @@ class OllamaEmbedder:
         except ollama.ResponseError as exc:
             if exc.status_code == 404:
                 raise EmbedderError(
-                    f"Ollama at {self.host} has no model {self.model!r}; "
+                    f"Ollama at {self.where} has no model {self.model!r}; "
                     f"run `ollama pull {self.model}`"
                 ) from exc
             if exc.status_code in _TRANSIENT_STATUS or exc.status_code < 0:
                 raise EmbedderUnavailable(
-                    f"Ollama at {self.host} answered {exc.status_code}: {exc.error}"
+                    f"Ollama at {self.where} answered {exc.status_code}: {exc.error}"
                 ) from exc
-            raise EmbedderError(f"Ollama at {self.host} refused the request: {exc.error}") from exc
+            raise EmbedderError(f"Ollama at {self.where} refused the request: {exc.error}") from exc
         except (httpx.HTTPError, ConnectionError, OSError) as exc:
-            raise EmbedderUnavailable(f"Ollama at {self.host} is unreachable: {exc}") from exc
+            raise EmbedderUnavailable(f"Ollama at {self.where} is unreachable: {exc}") from exc
         vectors = resp.embeddings
         if not vectors or len(vectors) != len(texts):
             raise EmbedderUnavailable(

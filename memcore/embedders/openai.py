@@ -9,6 +9,7 @@ import numpy.typing as npt
 import openai
 
 from memcore.core.errors import EmbedderError, EmbedderUnavailable
+from memcore.core.redact import redact_url
 from memcore.core.vectors import normalize_rows
 
 
@@ -56,7 +57,7 @@ class OpenAIEmbedder:
         return self._client
 
     async def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
-        where = self.base_url or "OpenAI"
+        where = redact_url(self.base_url) or "OpenAI"
         try:
             if self.dimensions:
                 resp = await self._get_client().embeddings.create(

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from memcore.core.errors import DaemonError
 from memcore.core.places import make_private_dir, nodes_dir_of, open_private
+from memcore.core.redact import redacted
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (type checkers read it)
 if TYPE_CHECKING:
@@ -150,5 +151,5 @@ def write_status(home: Path, info: dict[str, object]) -> None:
     target = home / STATUS_NAME
     tmp = target.with_suffix(".tmp")
     with os.fdopen(open_private(tmp, os.O_WRONLY | os.O_TRUNC), "w", encoding="utf-8") as fh:
-        fh.write(json.dumps(info))
+        fh.write(json.dumps(redacted(info)))  # no credential in a file
     os.replace(tmp, target)

@@ -10,6 +10,7 @@ from typing import Any
 
 from memcore.core.errors import InputError, MemcoreError, NotFound
 from memcore.core.models import Hit, MemoryRecord, SearchFilters, SearchResult, Strength
+from memcore.core.redact import redact_url
 from memcore.fronts.unix_http import DaemonGone, error_message, post_unix
 
 __all__ = ["DaemonGone", "add", "context", "search"]
@@ -31,7 +32,7 @@ async def _post(
         where = "the running daemon"
     else:
         status, reason, raw = await _post_http(url, token, path, payload, headers)
-        where = url
+        where = redact_url(url)
     try:
         data = json.loads(raw)
     except ValueError:

@@ -8,11 +8,13 @@ from typing import Any
 import ollama
 
 from memcore.core.errors import LLMError
+from memcore.core.redact import redact_url
 
 
 class OllamaLLM:
     def __init__(self, host: str, model: str, timeout: float) -> None:
         self.host, self.model = host, model
+        self.where = redact_url(host)  # for messages: no password
         self.model_id = f"ollama:{model}"
         self._client = ollama.AsyncClient(host=host, timeout=timeout)
 
@@ -25,9 +27,9 @@ class OllamaLLM:
                 options={"temperature": 0},
             )
         except ollama.ResponseError as exc:
-            raise LLMError(f"Ollama at {self.host} ({self.model}): {exc.error}") from exc
+            raise LLMError(f"Ollama at {self.where} ({self.model}): {exc.error}") from exc
         except Exception as exc:  # connection refused, timeouts: httpx errors under ollama
-            raise LLMError(f"Ollama at {self.host} is unreachable: {exc}") from exc
+            raise LLMError(f"Ollama at {self.where} is unreachable: {exc}") from exc
         return _object(resp.message.content or "", self.model_id)
 
     async def aclose(self) -> None:

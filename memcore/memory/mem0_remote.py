@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 from memcore.core.errors import ConfigError, InputError, MemcoreError, NotFound
 from memcore.core.models import Entity, MemoryRecord, scope_ids
+from memcore.core.redact import redact_url
 from memcore.memory.adding import NewMemory
 from memcore.memory.port import Memory, Message
 from memcore.storage.base import Vector
@@ -76,7 +77,7 @@ class Mem0Memory(Memory):
             return NotFound(message)
         if kind == "ValidationError" or isinstance(exc, ValueError):
             return InputError(message)
-        return MemcoreError(f"the Mem0 server at {self.base_url} failed: {message}")
+        return MemcoreError(f"the Mem0 server at {redact_url(self.base_url)} failed: {message}")
 
     async def aclose(self) -> None:
         if self._client is not None:

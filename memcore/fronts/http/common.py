@@ -32,6 +32,7 @@ from memcore.core.errors import (
     validation_message,
 )
 from memcore.core.models import LOCAL, SCOPE_KEYS, Caller, Entity
+from memcore.core.redact import redact
 from memcore.storage.base import Vector
 
 if TYPE_CHECKING:
@@ -114,7 +115,7 @@ def links(
 
 def error(status: int, message: str) -> JSONResponse:
     """The one error shape: ``{"error": {"code": "not_found", "message": "one line"}}``."""
-    line = " ".join(message.split()) or CODES.get(status, "error")
+    line = redact(" ".join(message.split())) or CODES.get(status, "error")
     body = {"error": {"code": CODES.get(status, "error"), "message": line}}
     return JSONResponse(body, status_code=status)
 

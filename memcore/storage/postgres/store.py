@@ -29,7 +29,7 @@ import psycopg
 
 from memcore.core.errors import StorageError
 from memcore.core.nodes import NodeCard, NodeInfo
-from memcore.core.settings import redact_url
+from memcore.core.redact import redact_url
 from memcore.core.tokenize import CommonCounts
 from memcore.storage.migrations import load_migrations
 from memcore.storage.postgres.bm25 import enable_bm25
