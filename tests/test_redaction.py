@@ -7,6 +7,7 @@ in the server's log."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import os
@@ -21,6 +22,7 @@ import pytest
 from memcore.core.redact import keep_secret, redact, redact_log_records, redacted
 from memcore.core.settings import SECTIONS
 from tests.support import free_port, wait_ready, write
+from tests.test_via import mcp_call
 
 URL_FIELDS = re.compile(r"(^|_)(url|host)$")
 
@@ -90,11 +92,8 @@ def serve_with(vault: Path, env: dict[str, str]) -> tuple[dict[str, str], str]:
                 "/api/memory/context", json={"query": "bees"}, headers=admin
             ).text
             seen["bad"] = http.post("/api/memories", json={"nope": 1}, headers=admin).text
-            seen["mcp_status"] = http.post(
-                "/mcp", headers={**admin, "Accept": "application/json, text/event-stream"},
-                json={"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-                      "params": {"name": "status", "arguments": {}}},
-            ).text  # fmt: skip
+        seen["mcp_status"] = asyncio.run(mcp_call(url, "admin-token-1", "status", {}))
+        assert '"vault"' in seen["mcp_status"], seen["mcp_status"]
         status = subprocess.run(
             [sys.executable, "-m", "memcore", "--vault", str(vault), "status", "--json"],
             env=env, capture_output=True, text=True, timeout=120,

@@ -266,7 +266,7 @@ def _context(sock: str, query: str, options: dict[str, object]) -> int | None:
 def _add(sock: str, text: str, options: dict[str, object]) -> int | None:
     body = {"content": text, **_scope(options), "category": "core", "infer": False}
     try:
-        status, reason, raw = post_unix(sock, "/api/memories", body)
+        status, reason, raw = post_unix(sock, "/api/memories", body, {"Memcore-Via": "cli"})
     except DaemonGone:
         return None  # nothing was sent: the typer command adds it
     except MemcoreError as exc:  # sent, and the outcome is unknown: not again

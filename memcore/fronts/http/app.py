@@ -144,9 +144,11 @@ class Guard:
         if length is not None and (not length.isdigit() or int(length) > limit):
             await error(413, f"request body over {limit:,} bytes")(scope, receive, send)
             return
-        said = headers.get("memcore-via")  # the CLI, through the daemon's private socket
-        if self.hosts is None and said in VIAS:
-            VIA.set(said)
+        # every request says which front took it: the CLI through the daemon's private socket
+        # says so; anything else is the API (the page and MCP say web and agent themselves).
+        # Never the context the server was started in (`memcore serve` is a CLI command).
+        said = headers.get("memcore-via")
+        VIA.set(said if self.hosts is None and said in VIAS else "api")
         await self.app(scope, _capped(receive, limit), send)
 
 
