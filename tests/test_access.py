@@ -277,7 +277,11 @@ async def test_idempotency_keys_belong_to_their_caller(service: MemoryService) -
             assert len({*alices, *bobs, *admins}) == 3
             assert await post("alice-t", "alice ordered tea") == alices
             assert await post("bob-t", "bob ordered coffee", "/v1/memories/") == bobs
-            assert await post("admin", "again", "/v1/memories/") == admins
+            assert await post("admin", "the admin's own order", "/v1/memories/") == admins
+            other = await http.post("/api/memories", json={"content": "again"},
+                                    headers={"Authorization": "Bearer admin",
+                                             "Idempotency-Key": "order-42"})  # fmt: skip
+            assert other.status_code == 422, other.text  # the key, with another request
     assert [r.text for r in await service.memories.get_all(user_id="bob")] == ["bob ordered coffee"]
     assert await service.memories.count() == 3
 

@@ -617,3 +617,16 @@ def test_an_index_in_memory_catches_up_for_a_read(static_vault: Path) -> None:
     code, out, err = cli("--vault", str(static_vault), "--db", ":memory:", "search", "DX12")
     assert code == 0 and "DiveAdstra" in out, err
     assert not (static_vault / ".memcore").exists()
+
+
+def test_an_idempotency_key_reused_for_another_memory_is_refused(static_vault: Path) -> None:
+    """`add --idempotency-key` again with other text: refused in one line, nothing added."""
+    v = ("--vault", str(static_vault))
+    code, first, err = cli(*v, "add", "--idempotency-key", "k-1", "Dana rides a bike")
+    assert code == 0, err
+    code, again, _ = cli(*v, "add", "--idempotency-key", "k-1", "Dana rides a bike")
+    assert code == 0 and again == first  # a retry: the first call's memory
+    code, _, err = cli(*v, "add", "--idempotency-key", "k-1", "Dana drives a car")
+    assert code != 0 and "idempotency key was used with another request" in err
+    assert len(err.strip().splitlines()) == 1, err
+    assert "Dana drives a car" not in (static_vault / "memory" / "core.md").read_text()

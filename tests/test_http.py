@@ -25,6 +25,11 @@ from tests.conftest import REPO
 from tests.support import error_message, free_port, write
 
 
+async def caught_up(service: MemoryService) -> None:
+    while service.readiness.phase != "ready":  # noqa: ASYNC110 - readiness has no event
+        await asyncio.sleep(0.01)
+
+
 @asynccontextmanager
 async def server(
     service: MemoryService,
@@ -37,6 +42,7 @@ async def server(
         serve(service, "127.0.0.1", port, token, stop, started=started, scoped=scoped)
     )
     await asyncio.wait_for(started.wait(), 10)
+    await asyncio.wait_for(caught_up(service), 60)  # else a search may say "still starting"
     try:
         yield f"http://127.0.0.1:{port}"
     finally:
@@ -394,6 +400,39 @@ async def test_an_idempotency_key_makes_a_retried_add_apply_once_on_both_apis(
         assert ids[0] and ids.count(ids[0]) == 3
     assert await service.memories.count(user_id="alice") == 1
     assert await service.memories.count(user_id="bob") == 1
+
+
+async def test_a_reused_idempotency_key_with_another_request_is_a_422_on_every_route(
+    service: MemoryService,
+) -> None:
+    """The same key with other content, another user or other metadata is another request:
+    422 that says so, nothing written, the first memory untouched (IETF Idempotency-Key
+    draft). The same request again still answers the first call's memories."""
+    routes = {
+        "native": ("/api/memories", lambda text, user, meta: {
+            "content": text, "user_id": user, "metadata": meta}),
+        "mem0": ("/v1/memories/", lambda text, user, meta: {
+            "messages": [{"role": "user", "content": text}], "user_id": user, "metadata": meta}),
+    }  # fmt: skip
+    async with server(service) as url, httpx.AsyncClient(base_url=url) as http:
+        for name, (path, body) in routes.items():
+            key = {"Idempotency-Key": f"reused-{name}"}
+            first = await http.post(path, json=body("Cara sings", "cara", {"a": 1}), headers=key)
+            assert first.status_code == 200, first.text
+            others = [body("Cara dances", "cara", {"a": 1}), body("Cara sings", "dan", {"a": 1}),
+                      body("Cara sings", "cara", {"a": 2})]  # fmt: skip
+            for other in others:
+                got = await http.post(path, json=other, headers=key)
+                assert got.status_code == 422, got.text
+                assert (
+                    "idempotency key was used with another request"
+                    in got.json()["error"]["message"]
+                )
+            again = await http.post(path, json=body("Cara sings", "cara", {"a": 1}), headers=key)
+            assert again.json()["results"][0]["id"] == first.json()["results"][0]["id"]
+    kept = await service.memories.get_all(user_id="cara")
+    assert [m.text for m in kept] == ["Cara sings"] * 2
+    assert await service.memories.count(user_id="dan") == 0
 
 
 @pytest.mark.parametrize(

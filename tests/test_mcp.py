@@ -54,6 +54,11 @@ async def test_tools_over_streamable_http(vault: Path, service: MemoryService) -
             payload(await client.call_tool("update", change))
             events = payload(await client.call_tool("history", {"memory_id": mid}))
             assert [e["event"] for e in events] == ["ADD", "UPDATE"]
+            keyed = {"content": "Alice likes tea", "user_id": "alice", "idempotency_key": "k"}
+            kept = payload(await client.call_tool("add", keyed))[0]["id"]
+            reused = await client.call_tool("add", {**keyed, "content": "Alice likes coffee"})
+            assert reused.is_error and "used with another request" in reused.content[0].text
+            await client.call_tool("forget", {"memory_id": kept})
             bad = await client.call_tool("add", {"content": "x", "user_id": " "})
             assert bad.is_error and "user_id is empty" in bad.content[0].text
             gone = await client.call_tool("forget", {"memory_id": mid})

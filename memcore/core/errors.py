@@ -52,6 +52,11 @@ class InputError(MemcoreError):
     was changed."""
 
 
+class KeyReused(InputError):
+    """An idempotency key given again with another request (HTTP 422, as the IETF
+    Idempotency-Key draft answers)."""
+
+
 class NotSupported(InputError):
     """The configured memory adapter cannot do this (a Mem0 server keeps no FSRS strength,
     memory switched off keeps nothing); nothing was changed."""

@@ -13,6 +13,8 @@ import asyncio
 import contextlib
 import dataclasses
 import datetime as dt
+import hashlib
+import json
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -23,6 +25,7 @@ from memcore.core.channel import via
 from memcore.core.errors import (
     ImmutableMemory,
     InputError,
+    KeyReused,
     MemcoreError,
     VaultWriteError,
     WriteConflict,
@@ -94,6 +97,18 @@ class NewMemory:
 Queued = tuple[list["NewMemory"], "asyncio.Future[list[MemoryRecord]]", str | None]
 
 
+def fingerprint(memories: Sequence[NewMemory]) -> str:
+    """What a keyed add asks for (every field but the ids it is given), as a digest: the
+    same idempotency key with another fingerprint is another request (KeyReused)."""
+    asked = [
+        [m.content, m.scope.to_dict(), m.category, m.key, dict(m.metadata or {}), m.created,
+         m.file, m.expires, m.immutable]
+        for m in memories
+    ]  # fmt: skip
+    text = json.dumps(asked, sort_keys=True, ensure_ascii=False, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
 class Writer(Protocol):
     """What adds need of the MemoryWriter they serve."""
 
@@ -143,11 +158,18 @@ class Adds:
             return await self._add_checked(checked, None)
         if not isinstance(request, str) or not request.strip() or len(request) > MAX_REQUEST:
             raise InputError("an idempotency key is 1-256 characters of text")
+        print_ = fingerprint(checked)
         async with self._requests.hold([request]):
             known = await self.history.by_request(request)
-            if known.pending or known.logged:
-                return await self._replay(checked, request, known)
-            return await self._add_planned(checked, request)
+            if known and known.fingerprints and print_ not in known.fingerprints:
+                raise KeyReused(
+                    "this idempotency key was used with another request (other content, scope "
+                    "or metadata): use a new key for a new request"
+                )
+            stamped = f"{request}\n{print_}"  # the log keeps both (HistoryEvent.to_dict)
+            if known:
+                return await self._replay(checked, stamped, known)
+            return await self._add_planned(checked, stamped)
 
     async def _add_planned(self, todo: list[NewMemory], request: str) -> list[MemoryRecord]:
         """``_add_checked`` behind its plan; a refused write takes its plan back too, so the

@@ -57,8 +57,13 @@ class HistoryEvent:
             "created_at": self.at,
             "path": self.path,
         }
-        if self.request is not None:
-            out["request"] = self.request
+        if self.request is not None:  # "key\nfingerprint" in a write: two fields in the log
+            key, fingerprint = self.request, ""
+            if "\n" in key:  # the fingerprint, hex, has none: the last one splits the two
+                key, _, fingerprint = key.rpartition("\n")
+            out["request"] = key
+            if fingerprint:
+                out["fingerprint"] = fingerprint
         if self.undo:
             out["undo"] = True
         if self.record is not None:
@@ -78,6 +83,10 @@ class ByRequest:
 
     logged: dict[str, str]
     pending: dict[str, str]
+    fingerprints: frozenset[str] = frozenset()  # of the requests that used the key
+
+    def __bool__(self) -> bool:
+        return bool(self.logged or self.pending)
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,9 +252,12 @@ class HistoryLog:
         needle = json.dumps(request, ensure_ascii=False)
         logged: dict[str, str] = {}
         pending: dict[str, str] = {}
+        prints: set[str] = set()
         for e in self._tail(REQUEST_WINDOW, needle):
             if e.get("request") != request or e.get("actor") != "api":
                 continue
+            if isinstance(print_ := e.get("fingerprint"), str):
+                prints.add(print_)
             mid, path = str(e.get("memory_id")), str(e.get("path"))
             if e.get("event") == "PENDING":
                 if e.get("undo"):  # a refused write's plan, taken back
@@ -258,7 +270,7 @@ class HistoryLog:
                 logged.pop(mid, None)
             else:
                 logged[mid] = path
-        return ByRequest(logged, pending)
+        return ByRequest(logged, pending, frozenset(prints))
 
     async def append_new(self, events: Sequence[HistoryEvent]) -> None:
         """Append events not already at the end of the log: an API write in another process
@@ -342,5 +354,6 @@ class HistoryLog:
                     and event.get("memory_id") == memory_id
                     and event.get("event") != "PENDING"  # an intent, not a change
                 ):
+                    event.pop("fingerprint", None)  # the idempotency check's own
                     out.append(event)
         return out

@@ -22,6 +22,7 @@ from memcore.core.errors import (
     ConfigError,
     Forbidden,
     InputError,
+    KeyReused,
     LLMError,
     MemcoreError,
     NotFound,
@@ -79,8 +80,8 @@ def memories_of(service: MemoryService, request: Request) -> Memory:
 CODES = {
     400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
     405: "method_not_allowed", 409: "conflict", 413: "too_large", 415: "unsupported_media_type",
-    421: "misdirected_request", 500: "internal", 501: "not_implemented", 502: "upstream_failed",
-    503: "busy",
+    421: "misdirected_request", 422: "key_reused", 500: "internal", 501: "not_implemented",
+    502: "upstream_failed", 503: "busy",
     507: "insufficient_storage",
 }  # fmt: skip
 
@@ -123,6 +124,7 @@ def error(status: int, message: str) -> JSONResponse:
 STATUS: list[tuple[type[Exception], int]] = [
     (TooLarge, 413),
     (BadRequest, 400),
+    (KeyReused, 422),
     (Forbidden, 403),
     (InputError, 400),
     (ConfigError, 400),
