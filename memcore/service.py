@@ -279,6 +279,8 @@ class MemoryService:
             "indexed": True,
             **(await self.status()).to_dict(),
             "readiness": self.readiness.to_dict(),
+            # reads whose review (a use, for strength) could not be written: a full disk
+            "reviews_skipped": self.recall.log.skipped,
             # a shared index's live nodes, each saying whether it holds the node roles
             "nodes": [n.to_dict() for n in await self.store.nodes()],
         }

@@ -35,6 +35,10 @@ class StorageBusy(StorageError):
     """Another writer held the index for too long; retrying later may work."""
 
 
+class StorageFull(StorageError):
+    """The index's disk (or the database server's) is full: HTTP 507, as a full vault disk."""
+
+
 class EmbedderError(MemcoreError):
     """The embedder failed in a way retrying will not fix (bad model, bad key)."""
 

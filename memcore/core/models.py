@@ -330,6 +330,7 @@ class FileFailure:
     reason: str
     transient: bool = False
     busy: bool = False  # another process held the index's write lock
+    full: bool = False  # the index's disk is full
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,7 +23,13 @@ from collections.abc import (
 )
 from pathlib import Path
 
-from memcore.core.errors import EmbedderError, StorageBusy, StorageError, VaultError
+from memcore.core.errors import (
+    EmbedderError,
+    StorageBusy,
+    StorageError,
+    StorageFull,
+    VaultError,
+)
 from memcore.core.lru import LRU
 from memcore.core.models import (
     Chunk,
@@ -480,8 +486,10 @@ class Indexer:
                 await job(tx)
         except StorageError as exc:
             log.warning("could not write %s: %s", ", ".join(paths), exc)
-            busy = isinstance(exc, StorageBusy)
-            tally.failed += [FileFailure(p, str(exc), transient=True, busy=busy) for p in paths]
+            busy, full = isinstance(exc, StorageBusy), isinstance(exc, StorageFull)
+            tally.failed += [
+                FileFailure(p, str(exc), transient=True, busy=busy, full=full) for p in paths
+            ]
             return False
         return True
 

@@ -27,6 +27,7 @@ from memcore.core.errors import (
     NotFound,
     StorageBusy,
     StorageError,
+    StorageFull,
     VaultError,
     VaultWriteError,
     WriteConflict,
@@ -178,6 +179,8 @@ def _refusal(failure: FileFailure, kept: Sequence[str]) -> MemcoreError:
         else "; nothing was written"
     )
     message = f"{failure.path} could not be indexed: {failure.reason}{after}"
+    if failure.full:
+        return StorageFull(message)
     if failure.busy:
         return StorageBusy(message)
     if failure.transient:

@@ -173,7 +173,7 @@ class MemoryApi(Memory):
         """Count a use of each memory (an FSRS review); returns them with their new strength.
         Raises NotFound for an id that is not a memory."""
         records = [await self.writer.get(mid) for mid in memory_ids]
-        await self.recall.review([r.id for r in records])
+        await self.recall.review([r.id for r in records], strict=True)
         return await self.with_strength(records)
 
     async def feedback(self, memory_id: str, feedback: str | None) -> MemoryRecord:
@@ -186,7 +186,7 @@ class MemoryApi(Memory):
             raise InputError(f"feedback must be one of {', '.join(grades)} or null")
         record = await self.writer.get(memory_id)
         if feedback is not None:
-            await self.recall.review([record.id], grade=grades[feedback.upper()])
+            await self.recall.review([record.id], grade=grades[feedback.upper()], strict=True)
         return (await self.with_strength([record]))[0]
 
     async def entities(self) -> list[Entity]:

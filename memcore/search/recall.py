@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import errno
 import json
 import logging
 import os
@@ -52,12 +53,20 @@ class ReviewLog:
         self._offset = 0
         self._inode: int | None = None
         self._warned = False
+        self.skipped = 0  # reviews a read could not record (a full disk, a read-only vault)
 
     async def append(
-        self, keys: Sequence[str], at: dt.datetime | None = None, grade: int = GOOD
+        self,
+        keys: Sequence[str],
+        at: dt.datetime | None = None,
+        grade: int = GOOD,
+        strict: bool = False,
     ) -> None:
         """Record one review of each key (now, unless ``at``), rated ``grade`` (FSRS 1-4; a
-        line without "rating" is a Good one, as every line written before ratings was)."""
+        line without "rating" is a Good one, as every line written before ratings was).
+        A read's reviews are a side effect: when they cannot be written (a full disk, a
+        read-only vault) they are skipped and counted (``skipped``). ``strict``, a review
+        the caller asked for (reinforce, feedback): the error is raised instead."""
         if not keys:
             return
         stamp = (at or dt.datetime.now(dt.UTC)).isoformat(timespec="seconds")
@@ -66,22 +75,31 @@ class ReviewLog:
             json.dumps({"id": k, "at": stamp, **rated}) + "\n" for k in dict.fromkeys(keys)
         )
         async with self._lock:
-            await asyncio.to_thread(self._append, data.encode("utf-8"))
+            try:
+                await asyncio.to_thread(self._append, data.encode("utf-8"))
+            except (OSError, VaultError) as exc:
+                if strict:
+                    raise
+                # a read still answers (a read-only vault, a full disk); its memories just
+                # do not strengthen this time
+                self.skipped += len(dict.fromkeys(keys))
+                if not self._warned:
+                    why = exc.strerror if isinstance(exc, OSError) else str(exc)
+                    log.warning("cannot record reviews in %s: %s (counted in status as "
+                                "reviews_skipped)", self.path, why)  # fmt: skip
+                    self._warned = True
 
     def _append(self, data: bytes) -> None:
+        check_writable(self.path.parent.parent, REVIEWS_PATH)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
-            check_writable(self.path.parent.parent, REVIEWS_PATH)
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        except (OSError, VaultError) as exc:
-            # A read-only vault still answers searches; its memories just do not strengthen.
-            if not self._warned:
-                why = exc.strerror if isinstance(exc, OSError) else str(exc)
-                log.warning("cannot record reviews in %s: %s", self.path, why)
-                self._warned = True
-            return
-        try:
-            os.write(fd, data)
+            size = os.fstat(fd).st_size
+            written = os.write(fd, data)  # all or nothing, but on a disk filling up
+            if written < len(data):
+                if os.fstat(fd).st_size == size + written:  # no one appended since: take the
+                    os.ftruncate(fd, size)  # half line back, or the next append joins it
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         finally:
             os.close(fd)
 
@@ -131,9 +149,14 @@ class Recall:
         self.log = ReviewLog(vault)
 
     async def review(
-        self, keys: Sequence[str], at: dt.datetime | None = None, grade: int = GOOD
+        self,
+        keys: Sequence[str],
+        at: dt.datetime | None = None,
+        grade: int = GOOD,
+        strict: bool = False,
     ) -> None:
-        await self.log.append(keys, at, grade)
+        """Record a use of each key (see ReviewLog.append: a read's are best effort)."""
+        await self.log.append(keys, at, grade, strict)
 
     async def curve(
         self, record: MemoryRecord, now: dt.datetime | None = None

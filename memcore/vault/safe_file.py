@@ -72,6 +72,24 @@ def replace_if_unchanged(path: Path, text: str, expected: bytes | None) -> bool:
         tmp.unlink(missing_ok=True)
 
 
+def _truncate_if_unchanged(path: Path, size: int, expected: bytes) -> bool:
+    """Cut ``path`` back to its first ``size`` bytes if it holds ``expected``. A person's save
+    replaces the file (a new inode): the check sees it, and after the check the cut only
+    reaches the file memcore wrote."""
+    try:
+        current = path.open("r+b")
+    except FileNotFoundError:
+        return False
+    with current:
+        fcntl.flock(current, fcntl.LOCK_EX)
+        if current.read() != expected:
+            return False
+        current.truncate(size)
+        current.flush()
+        os.fsync(current.fileno())
+    return True
+
+
 _RENAME_EXCHANGE = 2
 _AT_FDCWD = -100
 _renameat2: Any
@@ -96,7 +114,11 @@ def _exchange(a: Path, b: Path) -> bool:
 
 def restore_if_unchanged(path: Path, before: bytes | None, after: bytes) -> bool:
     """Undo a write: put ``before`` back (None: remove the file) if ``path`` still holds
-    ``after``, what the write left. False when someone changed it since."""
+    ``after``, what the write left. False when someone changed it since. A write that only
+    appended is cut back in place: that needs no free space, so an add is undone even on the
+    full disk that made the index refuse it."""
+    if before is not None and after.startswith(before):
+        return _truncate_if_unchanged(path, len(before), after)
     if before is not None:
         return replace_if_unchanged(path, before.decode("utf-8"), after)
     try:

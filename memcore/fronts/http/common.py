@@ -28,6 +28,7 @@ from memcore.core.errors import (
     NotFound,
     StorageBusy,
     StorageError,
+    StorageFull,
     VaultError,
     WriteConflict,
     validation_message,
@@ -131,6 +132,7 @@ STATUS: list[tuple[type[Exception], int]] = [
     (NotFound, 404),
     (WriteConflict, 409),
     (VaultError, 409),
+    (StorageFull, 507),
     (StorageBusy, 503),
     (StorageError, 503),  # the index cannot be reached (a database down): not the caller's fault
     (LLMError, 502),

@@ -326,6 +326,11 @@ class StatusOut(Out):
     last_indexed: str | None
     skipped: dict[str, str]
     readiness: dict[str, Any]
+    reviews_skipped: int = Field(
+        0,
+        description="Reads since start whose review (a use, for strength) could not be "
+        "recorded (a full disk, a read-only vault): skipped, the read answered",
+    )
     nodes: list[JSONObject] = Field(
         description="A shared (PostgreSQL) index's live nodes: node (host:pid), host, pid, "
         "kind, url, started_at, seen_at, and roles: true for the one holding the watcher, "

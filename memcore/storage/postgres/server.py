@@ -10,7 +10,7 @@ import re
 import psycopg
 from psycopg import errors as pg_errors
 
-from memcore.core.errors import StorageBusy, StorageError
+from memcore.core.errors import StorageBusy, StorageError, StorageFull
 
 MIN_PGVECTOR = (0, 5, 0)  # HNSW
 ITERATIVE_SCAN = (0, 8, 0)  # hnsw.iterative_scan
@@ -21,6 +21,8 @@ def translate(exc: psycopg.Error, what: str) -> StorageError:
     text = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
     if isinstance(exc, pg_errors.LockNotAvailable | pg_errors.QueryCanceled):
         return StorageBusy(f"index is busy ({what}): {text}; another process is writing to it")
+    if isinstance(exc, pg_errors.DiskFull):  # SQLSTATE 53100, the database server's disk
+        return StorageFull(f"index {what} failed: the database server's disk is full ({text})")
     return StorageError(f"index {what} failed: {text}")
 
 

@@ -29,7 +29,7 @@ import aiosqlite
 import numpy as np
 import numpy.typing as npt
 
-from memcore.core.errors import StorageBusy, StorageError
+from memcore.core.errors import StorageBusy, StorageError, StorageFull
 from memcore.core.nodes import NodeCard, NodeInfo
 from memcore.core.places import open_private
 from memcore.core.tokenize import CommonCounts, segment
@@ -67,6 +67,8 @@ def translate(exc: sqlite3.Error, what: str) -> StorageError:
     text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     if isinstance(exc, sqlite3.OperationalError) and ("locked" in text or "busy" in text):
         return StorageBusy(f"index is busy ({what}): {text}; another process is writing to it")
+    if isinstance(exc, sqlite3.OperationalError) and "disk is full" in text:  # SQLITE_FULL
+        return StorageFull(f"index {what} failed: the disk is full ({text})")
     return StorageError(f"index {what} failed: {text}")
 
 
