@@ -146,11 +146,13 @@ class WatchSettings:
 
 @dataclass(frozen=True, slots=True)
 class ServerSettings:
-    """Limits of `memcore serve`'s HTTP listener (fronts/serve.py, guarded_protocol)."""
+    """Limits of `memcore serve`'s HTTP listener (fronts/listener.py)."""
 
     header_timeout_s: float = 10.0  # a request's head must arrive within this (slowloris)
     idle_timeout_s: float = 5.0  # a kept-alive connection with no next request closes
-    max_connections: int = 1000  # open connections at once; more are closed at once
+    max_connections: int = 1000  # open connections at once; past it the stalest goes
+    body_timeout_s: float = 10.0  # no byte of a request's body for this long closes it
+    min_body_rate: int = 1024  # bytes/s a body must average once header_timeout_s has passed
 
 
 @dataclass(frozen=True, slots=True)
@@ -560,6 +562,8 @@ def _problems(s: Settings) -> Iterator[str]:
         "server.header_timeout_s": s.server.header_timeout_s,
         "server.idle_timeout_s": s.server.idle_timeout_s,
         "server.max_connections": s.server.max_connections,
+        "server.body_timeout_s": s.server.body_timeout_s,
+        "server.min_body_rate": s.server.min_body_rate,
     }
     for name, number in positive.items():
         if number <= 0:

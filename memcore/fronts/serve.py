@@ -10,19 +10,16 @@ import logging
 import os
 import socket
 import tempfile
-import time
 from collections.abc import Collection, Iterator, Mapping
 from pathlib import Path
-from typing import Any
 
 import uvicorn
-from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from memcore.core.errors import ConfigError, DaemonError, MemcoreError
 from memcore.core.heap import freeze_after
-from memcore.core.settings import ServerSettings, Settings
 from memcore.fronts.daemon import Daemon
 from memcore.fronts.http.app import LOOPBACK_NAMES, build_app
+from memcore.fronts.listener import AcceptFailures, limits_of
 from memcore.fronts.mcp import build_mcp
 from memcore.service import MemoryService
 
@@ -44,67 +41,6 @@ def check_binding(host: str, token: str | None, scoped: Mapping[str, object] | N
         raise ConfigError(
             f"serving on {host} (not loopback) needs a token: pass --token or set MEMCORE_TOKEN"
         )
-
-
-# The listener's limits that uvicorn lacks (server.* settings). uvicorn's h11 protocol arms
-# its keep-alive timer only after a response, so a connection that never sends a request, or
-# sends its head a byte at a time (slowloris), was held for ever, and nothing bounded how many
-# were open: 20,000 idle sockets made new clients time out.
-WARN_EVERY_S = 10.0  # a flood of refused connections is said once in so long
-
-
-def guarded_protocol(limits: ServerSettings) -> type[H11Protocol]:
-    """uvicorn's h11 protocol with ``limits``: pass it as ``uvicorn.Config(http=...)``."""
-
-    class Guarded(H11Protocol):
-        _head_timer: asyncio.TimerHandle | None = None
-        _warned_at = 0.0
-
-        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-            super().connection_made(transport)
-            if len(self.connections) > limits.max_connections:
-                now = time.monotonic()
-                if now - Guarded._warned_at > WARN_EVERY_S:
-                    Guarded._warned_at = now
-                    log.warning(
-                        "over server.max_connections (%d open): closing new connections",
-                        limits.max_connections,
-                    )
-                transport.close()
-                return
-            self._arm_head_timer()
-
-        def on_response_complete(self) -> None:
-            super().on_response_complete()
-            self._arm_head_timer()  # the next request's head has the same deadline
-
-        def connection_lost(self, exc: Exception | None) -> None:
-            if self._head_timer is not None:
-                self._head_timer.cancel()
-            super().connection_lost(exc)
-
-        def _arm_head_timer(self) -> None:
-            if self._head_timer is not None:
-                self._head_timer.cancel()
-            armed = self.cycle
-            self._head_timer = self.loop.call_later(
-                limits.header_timeout_s, self._head_expired, armed
-            )
-
-        def _head_expired(self, armed: Any) -> None:
-            """No request began since the timer was armed: the head never came in time."""
-            idle = armed is None or armed.response_complete
-            if self.cycle is armed and idle and not self.transport.is_closing():
-                self.transport.close()
-
-    return Guarded
-
-
-def limits_of(settings: Settings) -> dict[str, Any]:
-    """uvicorn's options for the ``server.*`` limits: a deadline for a request's head and a
-    cap on open connections (guarded_protocol), and the keep-alive idle timeout."""
-    limits = settings.server
-    return {"http": guarded_protocol(limits), "timeout_keep_alive": limits.idle_timeout_s}
 
 
 class _Server(uvicorn.Server):
@@ -259,6 +195,7 @@ async def serve(
     Requests must name this server in their Host header: a loopback name, the bound address,
     or one of ``allowed_hosts``."""
     check_binding(host, token, scoped)
+    asyncio.get_running_loop().set_exception_handler(AcceptFailures())
     hosts = {*LOOPBACK_NAMES, *allowed_hosts}
     if host not in ("0.0.0.0", "::", ""):
         hosts.add(f"[{host}]" if ":" in host else host)

@@ -19,7 +19,7 @@ from typing import Any
 from pydantic import TypeAdapter
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -149,7 +149,10 @@ class Guard:
         # Never the context the server was started in (`memcore serve` is a CLI command).
         said = headers.get("memcore-via")
         VIA.set(said if self.hosts is None and said in VIAS else "api")
-        await self.app(scope, _capped(receive, limit), send)
+        try:
+            await self.app(scope, _capped(receive, limit), send)
+        except ClientDisconnect:  # gone before its body came (closed too slow): no one to answer
+            log.debug("%s %s: the client left before its body came", scope["method"], scope["path"])
 
 
 def _static(path: str) -> bool:
