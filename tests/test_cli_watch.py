@@ -96,6 +96,7 @@ def test_service_install_can_print_a_launchd_agent(vault: Path) -> None:
     result = memcore("service", "install", "--launchd", "--print", vault=vault)
     assert result.returncode == 0
     assert "<key>ProgramArguments</key>" in result.stdout and str(vault.resolve()) in result.stdout
+    assert "<key>ExitTimeOut</key><integer>30</integer>" in result.stdout
 
 
 def test_the_launchd_agent_is_well_formed_xml_for_any_path(tmp_path: Path) -> None:
@@ -310,6 +311,7 @@ def test_service_install_serve_writes_a_unit_whose_command_serves(
     unit = Path(os.environ["XDG_CONFIG_HOME"]) / "systemd" / "user" / f"{name}.service"
     text = unit.read_text()
     assert "Description=memcore: serve the memory of" in text and "s3cret" not in text
+    assert "TimeoutStopSec=30" in text  # covers server.stop_timeout_s (8 s)
     (exec_start,) = [line for line in text.splitlines() if line.startswith("ExecStart=")]
     words = shlex.split(exec_start.removeprefix("ExecStart="))
     assert words[words.index("serve") :] == [

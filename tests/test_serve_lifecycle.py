@@ -253,3 +253,55 @@ def test_the_listening_socket_says_tcp_so_answers_are_not_held_back() -> None:
 
     with listening("127.0.0.1", 0) as sock:
         assert sock.proto == socket.IPPROTO_TCP and sock.type == socket.SOCK_STREAM
+
+
+def test_sigterm_while_a_large_transcript_is_indexed_exits_by_the_stop_timeout(
+    tmp_path: Path,
+) -> None:
+    """After a 60,000-message transcript is saved, the watcher indexes its pages in batches
+    that take seconds each; SIGTERM then must not wait for them (it took 97 s after a 215k
+    one): the process leaves by server.stop_timeout_s, and the next start catches up, so the
+    transcript and its index are whole."""
+    vault = tmp_path / "vault"
+    write(vault, "MEMORY.md", "# M\n")
+    port = free_port()
+    env = {
+        **os.environ,
+        "MEMCORE_EMBEDDER_PROVIDER": "static",
+        "MEMCORE_SERVER_STOP_TIMEOUT_S": "2",
+    }
+    cmd = [sys.executable, "-m", "memcore", "--vault", str(vault), "serve", "--port", str(port)]
+    url = f"http://127.0.0.1:{port}"
+    roles = ("user", "assistant")
+    messages = [{"role": roles[n % 2], "content": f"turn {n} of a longer talk"}
+                for n in range(60_000)]  # fmt: skip
+    proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        assert wait_ready(url)
+        saved = httpx.put(f"{url}/api/conversations/long", json={"messages": messages}, timeout=120)
+        assert saved.status_code == 200, saved.text
+        proc.send_signal(signal.SIGTERM)
+        began = asyncio.run(_now())
+        _, log = proc.communicate(timeout=30)
+        took = asyncio.run(_now()) - began
+        assert proc.returncode == 0, log[-2000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate(timeout=10)
+    assert took < 2 + 3, (took, log[-2000:])  # the deadline, and the interpreter's exit
+    assert "still stopping after 2 s" in log, log[-2000:]  # it was busy, and did not wait
+    again = subprocess.Popen(cmd, env=env, stderr=subprocess.DEVNULL)
+    try:
+        assert wait_ready(url)
+        loaded = httpx.get(f"{url}/api/conversations/long", timeout=60).json()
+        assert len(loaded["messages"]) == 60_000
+        status = httpx.get(f"{url}/api/status", timeout=60).json()
+        assert status["vectors_pending"] == 0 and status["chunks"] >= 60_000, status
+    finally:
+        again.terminate()
+        again.wait(30)
+
+
+async def _now() -> float:
+    return asyncio.get_running_loop().time()

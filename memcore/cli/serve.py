@@ -80,7 +80,7 @@ def serve_command(
         check_binding(host, token, scoped)
         settings = settings_of(ctx)
         stop = asyncio.Event()
-        install_signal_handlers(stop)
+        install_signal_handlers(stop, settings.server.stop_timeout_s)
         while not stop.is_set():  # again after .memcore/ was deleted under it: a new index
             async with open_service(settings, catch_up=False) as service:
                 daemon = (

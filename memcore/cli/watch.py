@@ -79,7 +79,7 @@ def watch(
 
         settings = settings_of(ctx)
         stop = asyncio.Event()
-        install_signal_handlers(stop)
+        install_signal_handlers(stop, settings.server.stop_timeout_s)
         while not stop.is_set():  # again after .memcore/ was deleted under it: a new index
             async with open_service(settings, catch_up=False) as service:
                 daemon = Daemon(settings, service, stop, force_polling=poll)
@@ -167,6 +167,8 @@ Type=simple
 ExecStart={command}
 Restart=on-failure
 RestartSec=5
+# memcore leaves within server.stop_timeout_s (8 s) of SIGTERM whatever it is doing
+TimeoutStopSec=30
 
 [Install]
 WantedBy=default.target
@@ -181,6 +183,7 @@ LAUNCHD_PLIST = """<?xml version="1.0" encoding="UTF-8"?>
   <array>{arguments}</array>
   <key>RunAtLoad</key><true/>
   <key>KeepAlive</key><true/>
+  <key>ExitTimeOut</key><integer>30</integer>
   <key>StandardErrorPath</key><string>{log}</string>
 </dict>
 </plist>

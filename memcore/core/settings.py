@@ -153,6 +153,7 @@ class ServerSettings:
     max_connections: int = 1000  # open connections at once; past it the stalest goes
     body_timeout_s: float = 10.0  # no byte of a request's body for this long closes it
     min_body_rate: int = 1024  # bytes/s a body must average once header_timeout_s has passed
+    stop_timeout_s: float = 8.0  # after SIGTERM, serve and watch leave by then whatever runs
 
 
 @dataclass(frozen=True, slots=True)
@@ -564,6 +565,7 @@ def _problems(s: Settings) -> Iterator[str]:
         "server.max_connections": s.server.max_connections,
         "server.body_timeout_s": s.server.body_timeout_s,
         "server.min_body_rate": s.server.min_body_rate,
+        "server.stop_timeout_s": s.server.stop_timeout_s,
     }
     for name, number in positive.items():
         if number <= 0:

@@ -14,6 +14,7 @@ import logging
 import os
 import signal
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -445,7 +446,26 @@ def published_inputs(inputs: str) -> dict[str, object] | None:
     return {"digest": inputs_digest(given), "cwd": given.get("cwd") is not None}
 
 
-def install_signal_handlers(stop: asyncio.Event) -> None:
+def install_signal_handlers(stop: asyncio.Event, deadline_s: float) -> None:
+    """SIGINT and SIGTERM set ``stop``: requests in flight finish, the watcher stops. A process
+    still not gone ``deadline_s`` later leaves at once (an index write of a large batch can
+    take a minute to finish): what it abandons is a transaction, rolled back, while the
+    Markdown already holds every acknowledged write, and the next start catches up."""
     loop = asyncio.get_running_loop()
+
+    def asked() -> None:
+        if not stop.is_set():
+            stop.set()
+            threading.Thread(target=_leave_after, args=(deadline_s,), daemon=True,
+                             name="memcore-stop-deadline").start()  # fmt: skip
+
     for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(sig, asked)
+
+
+def _leave_after(seconds: float) -> None:
+    time.sleep(seconds)
+    said = "still stopping after %.0f s (server.stop_timeout_s): leaving now; the index write "
+    log.warning(said + "in progress is rolled back and the next start catches up", seconds)
+    logging.shutdown()
+    os._exit(0)
