@@ -60,9 +60,11 @@ def run_hook(
             if not githook.marked(commit, settings.hook.markers):
                 return
             entry = githook.summary(commit, settings.hook.markers)
+            later = githook.later_commits(settings.vault, commit.sha)
             async with open_service(settings) as service:
                 added = await service.writer.rewrite_note(
-                    settings.hook.file, lambda text: githook.with_entry(text, commit.sha, entry)
+                    settings.hook.file,
+                    lambda text: githook.with_entry(text, commit.sha, entry, later),
                 )
             done = "added to" if added else "already in"
             githook.log_line(settings.state_dir, f"{commit.short}: {done} {settings.hook.file}")

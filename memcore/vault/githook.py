@@ -21,7 +21,7 @@ import shlex
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -222,10 +222,20 @@ def entry_span(text: str, sha: str) -> tuple[int, int] | None:
     return None
 
 
-def with_entry(text: str, sha: str, entry: str) -> str | None:
-    """``text`` with the commit's entry appended, or None when it already has one."""
+def later_commits(repo: Path, sha: str) -> set[str]:
+    """The commits made after ``sha`` on the branch (its descendants up to HEAD): hooks run in
+    the background and race, so a later commit's entry may already be written."""
+    return set(split_lines(git(repo, "rev-list", f"{sha}..HEAD")))
+
+
+def with_entry(text: str, sha: str, entry: str, later: Collection[str] = ()) -> str | None:
+    """``text`` with the commit's entry in commit order: before the first entry of a commit
+    in ``later`` (made after it), else at the end; None when it already has one."""
     if entry_span(text, sha) is not None:
         return None
+    for m in _ENTRY.finditer(text):
+        if any(full.startswith(m.group(1)) for full in later):
+            return text[: m.start()] + entry + "\n\n" + text[m.start() :]
     return append_text(text, entry)
 
 
