@@ -349,8 +349,11 @@ class Adds:
         failed = next((e for e in done if isinstance(e, BaseException)), None)
         logged = None
         try:  # the history of every file in one append (not one a file)
-            if failed is None:
-                logged = await self.history.append([e for w in writes for e in w.events])
+            if failed is None:  # a memory put back after a stale save: its ADD not twice
+                events = [e for w in writes for e in w.events]
+                logged = await self.history.append(
+                    [e for e in events if not self.history.logged_last(e)]
+                )
         except OSError as exc:
             failed = VaultWriteError(f"cannot write {self.history.path.name}: {exc.strerror}")
         if failed is not None:
@@ -407,12 +410,15 @@ class Adds:
         seen: dict[str, MemoryRecord] = {}
         todo = list(range(len(items)))
         scope, category = items[0].scope, items[0].category
-        for _ in range(WRITE_ATTEMPTS):
+        for attempt in range(WRITE_ATTEMPTS):
             writes: list[Written] = []
             try:
                 for page, group in await self._place(rel, [(n, items[n]) for n in todo]):
                     change = _adder([items[n] for n in group], page, requests)
-                    writes.append(await self.files.write(page, scope, category, change))
+                    again = attempt > 0  # putting back what a stale save dropped: logged once
+                    writes.append(
+                        await self.files.write(page, scope, category, change, True, again)
+                    )
                     for n, mid in zip(group, writes[-1].ids, strict=True):
                         ids.setdefault(n, mid)
                         pages.setdefault(n, page)

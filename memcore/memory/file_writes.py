@@ -88,11 +88,13 @@ class FileWrites:
         category: str | None,
         change: Change,
         log: bool = True,
+        again: bool = False,
     ) -> Written:
         """Apply ``change`` to a memory file and replace it atomically, re-reading and retrying
         while someone else changes it, then log its events (unless ``log`` is False: then
-        the caller logs ``Written.events``). Nothing is changed when it raises (a full disk
-        is a VaultWriteError)."""
+        the caller logs ``Written.events``). ``again``: the change puts back what an editor's
+        stale save dropped, so events already logged as they are are not logged twice.
+        Nothing is changed when it raises (a full disk is a VaultWriteError)."""
         target = check_writable(self.vault, rel)
         limit = self.indexer.settings.index.max_file_bytes
         # this process's writers of the file take turns, then every node's (the database's
@@ -104,8 +106,9 @@ class FileWrites:
             written = Written(rel, before, after, edit.ids, None, tuple(edit.events))
             if not log:
                 return written
+            events = [e for e in edit.events if not (again and self.history.logged_last(e))]
             try:
-                logged = await self.history.append(edit.events)
+                logged = await self.history.append(events)
             except OSError as exc:
                 await self.undo([written])
                 raise VaultWriteError(

@@ -184,6 +184,11 @@ class HistoryLog:
             self._written.popitem(last=False)  # the slots deleted before it (103 ms a page)
         return Appended(start, size, digest, tuple(events))
 
+    def logged_last(self, e: HistoryEvent) -> bool:
+        """Whether ``e`` is what this process last logged of its memory (a memory written
+        again after an editor's stale save dropped it was added once, not twice)."""
+        return self._written.get(e.memory_id) == _seen_as(e)
+
     def _append(self, events: Sequence[HistoryEvent]) -> tuple[int, int, bytes]:
         data = "".join(json.dumps(e.to_dict(), ensure_ascii=False) + "\n" for e in events)
         raw = data.encode("utf-8")
