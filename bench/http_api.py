@@ -79,6 +79,14 @@ def peak_rss_mb(pid: int) -> float:
     return float("nan")
 
 
+def rss_mb(pid: int) -> float:
+    """The process's resident memory now."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
 async def load(url: str, clients: int, seconds: float, qs: list[str], server: int) -> None:
     lat: dict[str, list[float]] = {"search": [], "add": []}
     ended: list[tuple[float, str, float]] = []  # (seconds into the run, kind, ms)

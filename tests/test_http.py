@@ -185,6 +185,20 @@ async def test_a_whole_transcript_may_be_larger_than_other_bodies_up_to_its_own_
         assert saved.json() == {"saved": 5000}
         back = await http.get("/api/conversations/big", params={"limit": 2})
         assert back.json()["messages"] == talk[-2:]
+        # all of it, streamed a page file at a time; and in pages, following next to the end
+        whole = await http.get("/api/conversations/big")
+        assert whole.status_code == 200 and whole.json() == {"messages": talk}
+        seen, link = [], "/api/conversations/big?page=1&page_size=1500"
+        while link:
+            got = (await http.get(link)).json()
+            assert got["count"] == 5000
+            seen += got["messages"]
+            link = got["next"]
+        assert seen == talk  # each message once, in order, across the 1,000-turn page files
+        assert (await http.get(link or "/api/conversations/big?page=5&page_size=1500")).json()[
+            "messages"] == []  # fmt: skip
+        both = await http.get("/api/conversations/big", params={"page": 1, "limit": 2})
+        assert both.status_code == 400 and "not both" in error_message(both)
         # declared too large: refused before a byte of the body is read
         host, port = url.removeprefix("http://").split(":")
         reader, writer = await asyncio.open_connection(host, int(port))

@@ -13,7 +13,7 @@ caller, so no route, tool or page can reach another scope's memories by forgetti
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -359,3 +359,11 @@ class ScopedConversations:
 
     async def reset(self, session_id: str) -> int:
         return await self.inner.reset(check_session(self.caller, session_id))
+
+    def stream(self, session_id: str) -> AsyncIterator[list[dict[str, Any]]]:
+        return self.inner.stream(check_session(self.caller, session_id))
+
+    async def window(
+        self, session_id: str, page: int, page_size: int
+    ) -> tuple[list[dict[str, Any]], int]:
+        return await self.inner.window(check_session(self.caller, session_id), page, page_size)

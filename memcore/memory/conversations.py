@@ -22,7 +22,8 @@ Reached as ``service.conversations``.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping, Sequence
+import re
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -147,6 +148,43 @@ class Conversations:
                 break
         return out[-limit:] if limit else out
 
+    def stream(self, session_id: str) -> AsyncIterator[list[dict[str, Any]]]:
+        """The whole transcript as chat messages, a page file at a time (oldest first): a
+        reader of a 200k-message transcript holds one page, not all of it. The name is
+        checked now, before anything is read."""
+        Scope(run_id=session_id)
+
+        vault = self.writer.vault
+
+        async def pages() -> AsyncIterator[list[dict[str, Any]]]:
+            for _, rel in await self._pages(session_id):  # read and made in a worker thread
+                yield await asyncio.to_thread(_messages_of, vault, rel)
+
+        return pages()
+
+    async def window(
+        self, session_id: str, page: int, page_size: int
+    ) -> tuple[list[dict[str, Any]], int]:
+        """Page ``page`` (from 1) of ``page_size`` messages, oldest first, and how many the
+        transcript holds: the pages' turns are counted from their text (cheap), and only the
+        page files the window falls in are read."""
+        Scope(run_id=session_id)
+        if page < 1 or page_size < 1:
+            raise InputError("page and page_size start at 1")
+        files = [rel for _, rel in await self._pages(session_id)]
+        counts = await asyncio.to_thread(
+            lambda: [_turns_in(self.writer.vault / rel) for rel in files]
+        )
+        start, end = (page - 1) * page_size, page * page_size
+        out: list[dict[str, Any]] = []
+        at = 0
+        for rel, n in zip(files, counts, strict=True):
+            if at + n > start and at < end and n:
+                messages = as_messages(await self._read_page(rel))
+                out += messages[max(start - at, 0) : end - at]
+            at += n
+        return out, at
+
     async def reset(self, session_id: str) -> int:
         """Forget the session's transcript; how many turns went."""
         items = await self.retrieve(session_id)
@@ -162,6 +200,19 @@ class Conversations:
 
     async def _read_page(self, rel: str) -> list[MemoryRecord]:
         return await asyncio.to_thread(_records_of, self.writer.vault, rel)
+
+
+_ITEM = re.compile(rb"^- ", re.M)  # a turn starts a top-level list item; its next lines indent
+
+
+def _turns_in(path: Path) -> int:
+    """How many turns a transcript page holds, from its text (no parse): its list items."""
+    data = read_or_none(path)
+    return len(_ITEM.findall(data)) if data is not None else 0
+
+
+def _messages_of(vault: Path, rel: str) -> list[dict[str, Any]]:
+    return as_messages(_records_of(vault, rel))
 
 
 def _records_of(vault: Path, rel: str) -> list[MemoryRecord]:

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import json
+from collections.abc import AsyncIterator
+from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from memcore.core.heap import paused_collection
@@ -17,6 +20,7 @@ from memcore.fronts.http.common import (
     contract,
     entities_page,
     handle,
+    links,
     memories_of,
     parsed,
     parsed_list,
@@ -54,6 +58,22 @@ from memcore.fronts.http.schemas import (
 from memcore.fronts.http.strength import strength_routes
 from memcore.search.filters import read_filters
 from memcore.service import MemoryService
+
+
+def _joined(messages: list[dict[str, Any]]) -> str:
+    return ",".join(json.dumps(m, ensure_ascii=False) for m in messages)
+
+
+async def streamed_messages(pages: AsyncIterator[list[dict[str, Any]]]) -> AsyncIterator[bytes]:
+    """``{"messages": [...]}`` written a page of messages at a time."""
+    yield b'{"messages":['
+    first = True
+    async for messages in pages:
+        if messages:  # encoded in a worker thread: the event loop answers others meanwhile
+            text = await asyncio.to_thread(_joined, messages)
+            yield (text if first else "," + text).encode()
+            first = False
+    yield b"]}"
 
 
 def native_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a route table
@@ -194,13 +214,23 @@ def native_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a rout
     @contract(MessagesOut, query=ConversationQuery)
     @handle
     async def load(request: Request) -> Response:
-        """A session's transcript as chat messages (the last ``limit``)."""
+        """A session's transcript as chat messages: a page (``page``, ``page_size``; with
+        ``count``, ``next`` and ``previous``), the last ``limit``, or all of it, streamed a
+        page file at a time."""
         session = session_of(request)
-        limit = query_of(request, ConversationQuery).limit
-        return reply(
-            MessagesOut,
-            {"messages": await service.conversations_for(caller_of(request)).load(session, limit)},
-        )
+        asked = query_of(request, ConversationQuery)
+        talks = service.conversations_for(caller_of(request))
+        if asked.page is not None or asked.page_size is not None:
+            if asked.limit is not None:
+                raise BadRequest("give limit, or page and page_size, not both")
+            page, size = asked.page or 1, asked.page_size or 100
+            messages, total = await talks.window(session, page, size)
+            paging = links(page, size, total, request)
+            return reply(MessagesOut, {"messages": messages, "count": total, **paging})
+        if asked.limit is not None:
+            return reply(MessagesOut, {"messages": await talks.load(session, asked.limit)})
+        return StreamingResponse(streamed_messages(talks.stream(session)),
+                                 media_type="application/json")  # fmt: skip
 
     @contract(SavedOut, body=ConversationBody)
     @handle

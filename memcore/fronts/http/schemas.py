@@ -199,6 +199,12 @@ class CountedOut(Out):
 
 class ConversationQuery(Query):
     limit: Annotated[int, Field(ge=1, le=1_000_000)] | None = None
+    page: Annotated[int, Field(ge=1)] | None = Field(
+        None, description="A page of the transcript (from 1), page_size messages, oldest first"
+    )
+    page_size: Annotated[int, Field(ge=1, le=10_000)] | None = Field(
+        None, description="Messages a page (default 100 with page)"
+    )
 
 
 class ConversationBody(Body):
@@ -300,6 +306,9 @@ class HistoryOut(Out):
 
 class MessagesOut(Out):
     messages: list[JSONObject]
+    count: int | None = Field(None, description="With page: every message of the transcript")
+    next: str | None = Field(None, description="With page: the next page's URL")
+    previous: str | None = Field(None, description="With page: the previous page's URL")
 
 
 class SavedOut(Out):
