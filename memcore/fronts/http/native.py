@@ -68,11 +68,12 @@ async def streamed_messages(pages: AsyncIterator[list[dict[str, Any]]]) -> Async
     """``{"messages": [...]}`` written a page of messages at a time."""
     yield b'{"messages":['
     first = True
-    async for messages in pages:
-        if messages:  # encoded in a worker thread: the event loop answers others meanwhile
-            text = await asyncio.to_thread(_joined, messages)
-            yield (text if first else "," + text).encode()
-            first = False
+    with paused_collection():  # as a save: no full collection walking what it builds
+        async for messages in pages:
+            if messages:  # encoded in a worker thread: the event loop answers others meanwhile
+                text = await asyncio.to_thread(_joined, messages)
+                yield (text if first else "," + text).encode()
+                first = False
     yield b"]}"
 
 
