@@ -13,7 +13,7 @@ from typing import Any
 MASK = "***"
 MIN_SECRET = 8  # shorter values would mask ordinary words
 _URL = re.compile(r"\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s'\"<>`]+")
-_SECRETS: set[str] = set()
+_SECRETS: frozenset[str] = frozenset()  # replaced whole, so a reader never sees it change
 _LOCK = threading.Lock()
 
 
@@ -27,9 +27,10 @@ def redact_url(url: str) -> str:
 def keep_secret(value: str | None) -> None:
     """Remember ``value`` (an API key, a token read from the environment) so that redact()
     masks it wherever it appears."""
+    global _SECRETS
     if value and len(value) >= MIN_SECRET:
         with _LOCK:
-            _SECRETS.add(value)
+            _SECRETS = _SECRETS | {value}
 
 
 def redact(text: str) -> str:

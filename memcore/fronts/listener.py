@@ -34,7 +34,6 @@ log = logging.getLogger(__name__)
 
 WARN_EVERY_S = 10.0  # a flood of refused connections is said once in so long
 CHECK_EVERY_S = 1.0  # how often a body's pace is checked
-STALE_S = 0.0  # how long a connection must have waited on its client to give its place up
 
 
 class GuardedH11(H11Protocol):
@@ -97,14 +96,13 @@ class GuardedH11(H11Protocol):
         return state is h11.SEND_BODY or (state is h11.IDLE and idle)
 
     def _evict_stalest(self) -> bool:
-        """Close the connection that has waited on its client the longest (at least
-        STALE_S), so this new one can stay; whether there was one."""
-        now = time.monotonic()
+        """Close the connection that has waited on its client the longest, so this new one
+        can stay; whether there was one."""
         stalest: GuardedH11 | None = None
         for other in self.connections:
             if other is self or not isinstance(other, GuardedH11):
                 continue
-            if now - other._waiting_since < STALE_S or not other.waiting_on_client():
+            if not other.waiting_on_client():
                 continue
             if stalest is None or other._waiting_since < stalest._waiting_since:
                 stalest = other

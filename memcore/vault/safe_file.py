@@ -13,8 +13,9 @@ import fcntl
 import os
 import secrets
 import stat
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO, cast
 
 from memcore.core.errors import VaultError
 
@@ -51,15 +52,10 @@ def replace_if_unchanged(path: Path, text: str, expected: bytes | None) -> bool:
             except FileExistsError:
                 return False
             return True
-        try:
-            current = path.open("rb")
-        except FileNotFoundError:
-            return False
-        with current:
+        with _locked(path, "rb") as current:
             # Another memcore process checks and replaces under the same lock; a person's save
             # is caught by the check, or, landing between check and rename, by the exchange.
-            fcntl.flock(current, fcntl.LOCK_EX)
-            if read_or_none(path) != expected:
+            if current is None or read_or_none(path) != expected:
                 return False
             if not _exchange(tmp, path):
                 os.replace(tmp, path)  # no renameat2 here: the check above is all we have
@@ -76,18 +72,26 @@ def _truncate_if_unchanged(path: Path, size: int, expected: bytes) -> bool:
     """Cut ``path`` back to its first ``size`` bytes if it holds ``expected``. A person's save
     replaces the file (a new inode): the check sees it, and after the check the cut only
     reaches the file memcore wrote."""
-    try:
-        current = path.open("r+b")
-    except FileNotFoundError:
-        return False
-    with current:
-        fcntl.flock(current, fcntl.LOCK_EX)
-        if current.read() != expected:
+    with _locked(path, "r+b") as current:
+        if current is None or current.read() != expected:
             return False
         current.truncate(size)
         current.flush()
         os.fsync(current.fileno())
     return True
+
+
+@contextlib.contextmanager
+def _locked(path: Path, mode: str) -> Iterator[BinaryIO | None]:
+    """``path`` open and locked as every memcore writer locks it (None: there is none)."""
+    try:
+        current = path.open(mode)
+    except FileNotFoundError:
+        yield None
+        return
+    with current:
+        fcntl.flock(current, fcntl.LOCK_EX)
+        yield cast(BinaryIO, current)
 
 
 _RENAME_EXCHANGE = 2
@@ -121,12 +125,10 @@ def restore_if_unchanged(path: Path, before: bytes | None, after: bytes) -> bool
         return _truncate_if_unchanged(path, len(before), after)
     if before is not None:
         return replace_if_unchanged(path, before.decode("utf-8"), after)
-    try:
-        with path.open("rb") as current:
-            fcntl.flock(current, fcntl.LOCK_EX)
-            if current.read() != after:
-                return False
-            path.unlink()
+    with _locked(path, "rb") as current:
+        if current is None:
             return True
-    except FileNotFoundError:
+        if current.read() != after:
+            return False
+        path.unlink(missing_ok=True)
         return True
