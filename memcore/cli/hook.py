@@ -60,12 +60,16 @@ def run_hook(
             if not githook.marked(commit, settings.hook.markers):
                 return
             entry = githook.summary(commit, settings.hook.markers)
-            later = githook.later_commits(settings.vault, commit.sha)
+            vault = settings.vault
+
+            def placed(text: str) -> str | None:
+                # the later commits asked once the text is read: every entry in it is then of
+                # a commit git already has (the hooks of rapid commits race in the background)
+                later = githook.later_commits(vault, commit.sha)
+                return githook.with_entry(text, commit.sha, entry, later)
+
             async with open_service(settings) as service:
-                added = await service.writer.rewrite_note(
-                    settings.hook.file,
-                    lambda text: githook.with_entry(text, commit.sha, entry, later),
-                )
+                added = await service.writer.rewrite_note(settings.hook.file, placed)
             done = "added to" if added else "already in"
             githook.log_line(settings.state_dir, f"{commit.short}: {done} {settings.hook.file}")
         except Exception as exc:  # the commit is done; the log is the only place to say why
