@@ -83,7 +83,13 @@ async def run(n: int, embedder: str) -> None:
           f"peak RSS {peak:.0f} MB")  # fmt: skip
 
 
-def over_http(n: int, embedder: str, settle: bool = False) -> None:
+def tiny(n: int) -> list[dict[str, object]]:
+    """``n`` tiny messages ("ok 17"): the most turns a body can hold."""
+    roles = ("user", "assistant")
+    return [{"role": roles[i % 2], "content": f"ok {i}"} for i in range(n)]
+
+
+def over_http(n: int, embedder: str, settle: bool = False, small: bool = False) -> None:
     """The same save as one request to a real `memcore serve` (its own process): PUT
     /api/conversations/long with N messages, then GET it back. Meanwhile another client asks
     /health every 20 ms: how long the server's event loop was held (its p50/p95/max), and
@@ -95,7 +101,7 @@ def over_http(n: int, embedder: str, settle: bool = False) -> None:
 
     from bench.http_api import pct, peak_rss_mb, rss_mb, start_serve
 
-    messages = transcript(n)
+    messages = tiny(n) if small else transcript(n)
     body = json.dumps({"messages": messages}).encode()
     health: dict[str, list[float]] = {"put": [], "get": []}
     phase = ["put"]
@@ -160,8 +166,9 @@ if __name__ == "__main__":
     parser.add_argument(
         "--settle", action="store_true", help="GET once the watcher has indexed the PUT's pages"
     )
+    parser.add_argument("--tiny", action="store_true", help="tiny messages (ok 17), not turns")
     args = parser.parse_args()
     if args.http:
-        over_http(args.n, args.embedder, args.settle)
+        over_http(args.n, args.embedder, args.settle, args.tiny)
     else:
         asyncio.run(run(args.n, args.embedder))
