@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import os
 import sys
 import tempfile
@@ -85,11 +86,16 @@ async def run(adds: int, writers: int, rate: float, pg_url: str | None) -> None:
             for r in dropped:
                 last = (await svc.memories.history(r.id))[-1]
                 logged += last["event"] == "DELETE" and last["actor"] == "person"
+            twice = 0  # a memory whose history says ADD twice in a row (#54)
+            for r in acked:
+                events = [e["event"] for e in await svc.memories.history(r.id)]
+                twice += any(a == b == "ADD" for a, b in itertools.pairwise(events))
     print(
         f"{'PostgreSQL' if pg_url else 'SQLite'}, {writers} writers, editor ~{rate:.0f} saves/s: "
         f"{len(acked)} adds acknowledged in {took:.1f} s ({refused[0]} refused after 20 tries); "
         f"the editor saved {saves[0]} times and removed {len(dropped)}: {logged} logged as the "
-        f"person's DELETE (restorable), {len(dropped) - logged} lost silently"
+        f"person's DELETE (restorable), {len(dropped) - logged} lost silently; {twice} with "
+        f"two ADDs in a row in the history"
     )
 
 
