@@ -56,14 +56,20 @@ def start_serve(vault: Path, env: dict[str, str]) -> tuple[subprocess.Popen[byte
     cli = [sys.executable, "-m", "memcore", "--vault", str(vault)]
     server = subprocess.Popen([*cli, "serve", "--no-watch", "--port", str(port)], env=env)
     url = f"http://127.0.0.1:{port}"
-    for _ in range(300):
+    wait_ready(url)
+    return server, url
+
+
+def wait_ready(url: str, seconds: float = 30.0) -> None:
+    """Until the server at ``url`` answers /ready (or ``seconds`` have passed)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
         try:
             if httpx.get(f"{url}/ready").status_code == 200:
-                break
+                return
         except httpx.HTTPError:
             pass
         time.sleep(0.1)
-    return server, url
 
 
 def cpu_seconds(pid: int) -> float:

@@ -21,16 +21,12 @@ import threading
 import time
 from pathlib import Path
 
-import httpx
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.http_api import free_port, wait_ready
 
 HEAD = (b"POST /api/memories HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
         b"Content-Length: 100000\r\n\r\n{")  # fmt: skip
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def health(port: int) -> bool:
@@ -46,7 +42,7 @@ def health(port: int) -> bool:
     return answer.startswith(b"HTTP/1.1 200")
 
 
-def main() -> None:  # noqa: C901 - one scenario, start to end
+def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--connections", type=int, default=1005)
     ap.add_argument("--seconds", type=float, default=30.0)
@@ -62,13 +58,7 @@ def main() -> None:  # noqa: C901 - one scenario, start to end
     cmd = [sys.executable, "-m", "memcore", "--vault", str(vault), "serve", "--port", str(port)]
     proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"{url}/ready", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                time.sleep(0.1)
+        wait_ready(url, 60)
         began = time.monotonic()
         slow = []
         for _ in range(args.connections):

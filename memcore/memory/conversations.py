@@ -180,7 +180,7 @@ class Conversations:
         at = 0
         for rel, n in zip(files, counts, strict=True):
             if at + n > start and at < end and n:
-                messages = as_messages(await self._read_page(rel))
+                messages = await asyncio.to_thread(_messages_of, self.writer.vault, rel)
                 out += messages[max(start - at, 0) : end - at]
             at += n
         return out, at

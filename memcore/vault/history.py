@@ -280,7 +280,7 @@ class HistoryLog:
     async def append_new(self, events: Sequence[HistoryEvent]) -> None:
         """Append events not already at the end of the log: an API write in another process
         logs its own events, and the daemon indexing that file must not log them again."""
-        events = [e for e in events if self._written.get(e.memory_id) != _seen_as(e)]
+        events = [e for e in events if not self.logged_last(e)]
         if not events:  # all of them written by this process: no need to read the log
             return
         last = await asyncio.to_thread(self._recent)
