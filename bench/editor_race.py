@@ -19,6 +19,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -86,16 +87,25 @@ async def run(adds: int, writers: int, rate: float, pg_url: str | None) -> None:
             for r in dropped:
                 last = (await svc.memories.history(r.id))[-1]
                 logged += last["event"] == "DELETE" and last["actor"] == "person"
-            twice = 0  # a memory whose history says ADD twice in a row (#54)
+            twice, by = 0, Counter[str]()  # memories whose history says ADD twice in a row
+            misread = 0  # and those whose first ADD is not the API's (#54)
             for r in acked:
-                events = [e["event"] for e in await svc.memories.history(r.id)]
-                twice += any(a == b == "ADD" for a, b in itertools.pairwise(events))
+                events = await svc.memories.history(r.id)
+                misread += events[0]["actor"] != "api"
+                pairs = [
+                    f"{a['actor']}+{b['actor']}"
+                    for a, b in itertools.pairwise(events)
+                    if a["event"] == b["event"] == "ADD"
+                ]
+                twice += bool(pairs)
+                by.update(pairs)
     print(
         f"{'PostgreSQL' if pg_url else 'SQLite'}, {writers} writers, editor ~{rate:.0f} saves/s: "
         f"{len(acked)} adds acknowledged in {took:.1f} s ({refused[0]} refused after 20 tries); "
         f"the editor saved {saves[0]} times and removed {len(dropped)}: {logged} logged as the "
         f"person's DELETE (restorable), {len(dropped) - logged} lost silently; {twice} with "
-        f"two ADDs in a row in the history"
+        f"two ADDs in a row in the history{f' ({dict(by)})' if by else ''}, {misread} first "
+        f"logged as a person's"
     )
 
 

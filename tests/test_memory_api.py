@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import itertools
 import json
 import os
 import shutil
@@ -837,6 +838,22 @@ async def test_adds_to_a_big_memory_file_build_on_the_version_written_last(
     )
 
 
+async def misread(
+    svc: MemoryService, records: Sequence[MemoryRecord]
+) -> list[tuple[str, list[str]]]:
+    """The memories added through the API whose history says ADD twice in a row (no DELETE
+    between) or starts with anyone's ADD but the API's (a watcher that read the file first)."""
+    wrong = []
+    for r in records:
+        events = await svc.memories.history(r.id)
+        seen = [f"{e['event']} by {e['actor']}" for e in events]
+        if seen[0] != "ADD by api" or any(
+            a["event"] == b["event"] == "ADD" for a, b in itertools.pairwise(events)
+        ):
+            wrong.append((r.id, seen))
+    return wrong
+
+
 @pytest.mark.timeout(300)
 async def test_an_editor_saving_stale_buffers_while_four_agents_add_loses_nothing_silently(
     vault: Path, settings: Settings, embedder: FakeEmbedder
@@ -910,6 +927,8 @@ async def test_an_editor_saving_stale_buffers_while_four_agents_add_loses_nothin
                 silent.append((r.id, last))
         assert len(acknowledged) >= wanted and saves > 20 and refused < len(acknowledged)
         assert silent == [], f"{len(silent)} of {len(acknowledged)} lost silently"
+        wrong = await misread(svc, acknowledged)  # one put back after a stale save (#54)
+        assert wrong == [], f"{len(wrong)} memories with a wrong history: {wrong[:3]}"
         for r in dropped[:20]:  # and a dropped one comes back whole
             back = await svc.memories.restore(r.id)
             assert (back.id, back.text) == (r.id, r.text)

@@ -351,9 +351,7 @@ class Adds:
         try:  # the history of every file in one append (not one a file)
             if failed is None:  # a memory put back after a stale save: its ADD not twice
                 events = [e for w in writes for e in w.events]
-                logged = await self.history.append(
-                    [e for e in events if not self.history.logged_last(e)]
-                )
+                logged = await self.history.append(events, unlogged=True)
         except OSError as exc:
             failed = VaultWriteError(f"cannot write {self.history.path.name}: {exc.strerror}")
         if failed is not None:

@@ -101,14 +101,14 @@ class FileWrites:
         # lock: on shared storage a file lock is not to be trusted)
         async with self.locks.hold([rel]), self.store.holding([rel]):
             edit, before, after = await _until_it_lands(
-                rel, partial(_apply, target, rel, scope, category, change, limit)
+                rel,
+                partial(_apply, target, rel, scope, category, change, limit, self.history),
             )
             written = Written(rel, before, after, edit.ids, None, tuple(edit.events))
             if not log:
                 return written
-            events = [e for e in edit.events if not (again and self.history.logged_last(e))]
             try:
-                logged = await self.history.append(events)
+                logged = await self.history.append(edit.events, unlogged=again)
             except OSError as exc:
                 await self.undo([written])
                 raise VaultWriteError(
@@ -135,6 +135,7 @@ class FileWrites:
         changed since, which are left as they are."""
         kept = []
         for w in reversed(writes):
+            self.history.unexpect(w.events)  # not to be logged now, by anyone but a person
             target = self.vault / w.rel
             try:
                 restored = await asyncio.to_thread(restore_if_unchanged, target, w.before, w.after)
@@ -192,11 +193,18 @@ def _refusal(failure: FileFailure, kept: Sequence[str]) -> MemcoreError:
 
 
 def _apply(
-    target: Path, rel: str, scope: Scope | None, category: str | None, change: Change, limit: int
+    target: Path,
+    rel: str,
+    scope: Scope | None,
+    category: str | None,
+    change: Change,
+    limit: int,
+    history: HistoryLog,
 ) -> tuple[FileEdit, bytes | None, bytes] | None:
     """Read, parse, change and replace a memory file (blocking: run in a worker thread):
     the edit, and the file's bytes before and after. None when the file changed under us and
-    the write must be tried again."""
+    the write must be tried again. ``history`` expects the edit's events before the file is
+    replaced, so an indexer reading the new file does not log them as a person's."""
     before = read_or_none(target)
     if before is None and scope is None:
         raise NotFound(f"{rel} is gone (deleted by hand?)")
@@ -219,7 +227,11 @@ def _apply(
         )
     if after == before:  # nothing to change: the file stays as it is, untouched
         return edit, before, after
-    return (edit, before, after) if replace_if_unchanged(target, new_text, before) else None
+    history.expect(edit.events)
+    if replace_if_unchanged(target, new_text, before):
+        return edit, before, after
+    history.unexpect(edit.events)
+    return None
 
 
 def _transform(

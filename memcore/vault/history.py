@@ -170,16 +170,46 @@ class HistoryLog:
         # Only the last one: a memory an editor drops, the API adds back and the editor drops
         # again has two DELETEs, and the second must be logged too.
         self._written: OrderedDict[str, tuple[object, object, object]] = OrderedDict()
+        # What this process's writes put in a file and have not logged yet (set in the worker
+        # thread just before the file is replaced): the indexer, reading that file first,
+        # must not log it as a person's edit. Each of its single operations is atomic.
+        self._expected: OrderedDict[str, tuple[object, object, object]] = OrderedDict()
 
-    async def append(self, events: Sequence[HistoryEvent]) -> Appended | None:
-        """Log the events (one write, O_APPEND); the result lets ``retract`` take them back."""
+    def expect(self, events: Iterable[HistoryEvent]) -> None:
+        """A write is about to put ``events`` in a file and will log them itself (called
+        from a worker thread, before the file is replaced)."""
+        for e in events:
+            self._expected[e.memory_id] = _seen_as(e)
+        while len(self._expected) > WRITTEN_MEMORY:  # a write that neither logged nor undid
+            self._expected.popitem(last=False)
+
+    def unexpect(self, events: Iterable[HistoryEvent]) -> None:
+        """The write of ``events`` was undone or failed: nothing of it is left to log."""
+        for e in events:
+            if self._expected.get(e.memory_id) == _seen_as(e):
+                self._expected.pop(e.memory_id, None)
+
+    async def append(
+        self, events: Sequence[HistoryEvent], unlogged: bool = False
+    ) -> Appended | None:
+        """Log the events (one write, O_APPEND); the result lets ``retract`` take them back.
+        ``unlogged``: leave out those this process logged last (checked under the lock, so
+        two writers of one event cannot both pass)."""
+        async with self._lock:
+            if unlogged:
+                events = [e for e in events if not self.logged_last(e)]
+            return await self._append_locked(events)
+
+    async def _append_locked(self, events: Sequence[HistoryEvent]) -> Appended | None:
         if not events:
             return None
-        async with self._lock:  # the lines are made in the worker too: 1,000 of them take ms
-            start, size, digest = await asyncio.to_thread(self._append, events)
+        # the lines are made in the worker too: 1,000 of them take ms
+        start, size, digest = await asyncio.to_thread(self._append, events)
         for e in events:
             self._written.pop(e.memory_id, None)  # to the end: the newest
-            self._written[e.memory_id] = _seen_as(e)
+            self._written[e.memory_id] = seen = _seen_as(e)
+            if self._expected.get(e.memory_id) == seen:
+                del self._expected[e.memory_id]
         while len(self._written) > WRITTEN_MEMORY:  # O(1) each: a dict's next(iter()) walks
             self._written.popitem(last=False)  # the slots deleted before it (103 ms a page)
         return Appended(start, size, digest, tuple(events))
@@ -280,11 +310,16 @@ class HistoryLog:
     async def append_new(self, events: Sequence[HistoryEvent]) -> None:
         """Append events not already at the end of the log: an API write in another process
         logs its own events, and the daemon indexing that file must not log them again."""
-        events = [e for e in events if not self.logged_last(e)]
-        if not events:  # all of them written by this process: no need to read the log
-            return
-        last = await asyncio.to_thread(self._recent)
-        await self.append([e for e in events if last.get(e.memory_id) != _seen_as(e)])
+        async with self._lock:  # checked and appended in one turn: never logged twice
+            events = [e for e in events if not self._ours(e)]
+            if not events:  # all of them written by this process: no need to read the log
+                return
+            last = await asyncio.to_thread(self._recent)
+            await self._append_locked([e for e in events if last.get(e.memory_id) != _seen_as(e)])
+
+    def _ours(self, e: HistoryEvent) -> bool:
+        """Whether this process logged ``e`` last or is writing it and will log it."""
+        return self.logged_last(e) or self._expected.get(e.memory_id) == _seen_as(e)
 
     def _recent(self) -> dict[object, tuple[object, object, object]]:
         """The last event of each memory in the log's tail (as ``_seen_as``)."""
