@@ -103,7 +103,7 @@ def over_http(n: int, embedder: str, settle: bool = False, small: bool = False) 
 
     messages = tiny(n) if small else transcript(n)
     body = json.dumps({"messages": messages}).encode()
-    health: dict[str, list[float]] = {"put": [], "get": []}
+    health: dict[str, list[float]] = {"put": [], "settle": [], "get": []}
     phase = ["put"]
     done = threading.Event()
 
@@ -123,6 +123,7 @@ def over_http(n: int, embedder: str, settle: bool = False, small: bool = False) 
         try:
             with httpx.Client(base_url=url, timeout=300) as http:
                 headers = {"Content-Type": "application/json"}
+                idle = rss_mb(server.pid)
                 prober.start()
                 t0 = time.perf_counter()
                 put = http.put("/api/conversations/long", content=body, headers=headers)
@@ -130,6 +131,7 @@ def over_http(n: int, embedder: str, settle: bool = False, small: bool = False) 
                 put.raise_for_status()
                 after_put, rss_put = peak_rss_mb(server.pid), rss_mb(server.pid)
                 if settle:  # the watcher indexes the new pages after the PUT: let it finish
+                    phase[0] = "settle"
                     while http.get("/api/status").json()["chunks"] < n:
                         time.sleep(0.5)
                 phase[0] = "get"
@@ -144,17 +146,24 @@ def over_http(n: int, embedder: str, settle: bool = False, small: bool = False) 
             done.set()
             server.terminate()
             server.wait(60)
-    put_ms, get_ms = health["put"], health["get"]
+    put_ms, settle_ms, get_ms = health["put"], health["settle"], health["get"]
     print(
         f"{n} messages over HTTP ({len(body) / 1e6:.1f} MB in one PUT), embedder {embedder}: "
         f"save {saved:.2f} s, load {loaded:.2f} s"
     )
     print(
         f"/health during the PUT ({len(put_ms)} asked): p50 {pct(put_ms, 50):.1f} ms, p95 "
-        f"{pct(put_ms, 95):.1f} ms, max {max(put_ms, default=0):.1f} ms; during the GET "
+        f"{pct(put_ms, 95):.1f} ms, max {max(put_ms, default=0):.1f} ms; "
+        + (
+            f"while the watcher indexed it ({len(settle_ms)}): p50 {pct(settle_ms, 50):.1f} ms, "
+            f"p95 {pct(settle_ms, 95):.1f} ms, max {max(settle_ms):.1f} ms; "
+            if settle_ms
+            else ""
+        )
+        + f"during the GET "
         f"({len(get_ms)}): p50 {pct(get_ms, 50):.1f} ms, max {max(get_ms, default=0):.1f} ms"
     )
-    print(f"server RSS: peak {after_put:.0f} MB by the end of the PUT ({rss_put:.0f} MB then), "
+    print(f"server RSS: {idle:.0f} MB idle, peak {after_put:.0f} MB by the end of the PUT ({rss_put:.0f} MB then), "
           f"peak {peak:.0f} MB by the end of the GET ({rss_get:.0f} MB then)")  # fmt: skip
 
 

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import gc
 import threading
 from collections.abc import Awaitable, Iterator
+from typing import Any
 
 
 def freeze_heap() -> None:
@@ -25,31 +27,48 @@ async def freeze_after(catch_up: Awaitable[object]) -> None:
     freeze_heap()
 
 
-_paused = 0  # bulk operations under way that asked for no cyclic collection
+async def drop(items: list[Any]) -> None:
+    """Free a large list (and what only it holds) in a worker thread, an item at a time: the
+    event loop's thread is not held meanwhile. Freed where it was dropped, the 1,075 pages
+    of a 215k-message save held every request for 80 ms."""
+
+    def empty() -> None:
+        while items:
+            items.pop()
+
+    await asyncio.to_thread(empty)
+
+
+_paused = 0  # bulk operations under way that asked for no full collection
 _pause_lock = threading.Lock()
+_thresholds = gc.get_threshold()
+NEVER = 1 << 30  # a full-collection threshold never reached
 
 
 @contextlib.contextmanager
 def paused_collection() -> Iterator[None]:
-    """No cyclic garbage collection while a bulk operation builds a large, acyclic heap (a
-    transcript of 180k messages: ~10 million objects). Each full collection walks all of it,
-    and they come more often as it grows: pauses of 70 ms to 420 ms that stalled every other
-    request (bench/conversation.py --http). Objects are still freed by reference counting.
-    When the last such operation ends, a collection of the youngest generation (where all
-    that was allocated meanwhile still is) frees the cyclic garbage made meanwhile, by any
-    request; what survives it is frozen, as ``freeze_heap`` does (the first full collection
-    after would walk all of it at once), and is still freed by reference counting. Safe to
-    nest and to use from several tasks and threads at once."""
-    global _paused
+    """No full (oldest-generation) collection while a bulk operation builds a large heap (a
+    transcript of 180k messages: ~10 million objects; an index run over 1,000 page files).
+    Each full collection walks everything not frozen, and they come more often as the heap
+    grows: 70 ms to 640 ms each, during which the thread that ran it held the GIL and every
+    request waited (bench/conversation.py --http). The young generations are still collected
+    (cheap: they hold only what was allocated since), so cyclic garbage that dies young goes
+    as always. When the last such operation ends, what survived is frozen, as
+    ``freeze_heap`` does (the first full collection after would walk all of it at once): it
+    is still freed by reference counting. Safe to nest and to use from several tasks and
+    threads at once."""
+    global _paused, _thresholds
     with _pause_lock:
         _paused += 1
-        gc.disable()
+        if _paused == 1:
+            _thresholds = gc.get_threshold()
+            gc.set_threshold(_thresholds[0], _thresholds[1], NEVER)
     try:
         yield
     finally:
         with _pause_lock:
             _paused -= 1
             if not _paused:
-                gc.collect(0)  # what the pause left young: its cyclic garbage goes, not frozen
+                gc.collect(1)  # the young ones: their cyclic garbage goes, not frozen
                 gc.freeze()
-                gc.enable()
+                gc.set_threshold(*_thresholds)

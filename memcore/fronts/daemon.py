@@ -13,7 +13,6 @@ import json
 import logging
 import os
 import signal
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -25,6 +24,7 @@ from memcore.core.models import IndexReport
 from memcore.core.nodes import this_node
 from memcore.core.places import inputs_digest
 from memcore.core.settings import Settings, embedder_signature
+from memcore.core.workers import loop_first
 from memcore.fronts.daemon_state import (
     LOCK_NAME,
     make_node_home,
@@ -126,23 +126,18 @@ class Daemon:
         """Watch, catch up, and index until stopped, holding the vault lock throughout; with
         a shared index, hold this node's own lock, and watch whenever it holds the node roles
         (fronts/node.py)."""
-        # Worker threads (SQLite, chunking, scans) hold the GIL up to the switch interval each;
-        # at the default 5 ms a few of them queue the loop for ~40 ms during a big catch-up
-        # (bench/loop_lag.py: 37.7 -> 14.9 ms max stall at 8k files with 1 ms).
-        switch = sys.getswitchinterval()
-        sys.setswitchinterval(min(switch, 0.001))
-        try:
-            if self.roles is not None:
-                make_node_home(self.home)
-            with vault_lock(self.home, self.settings.vault):
-                self.locked.set()
-                self.publish()
-                if self.roles is None:
-                    await self.on_duty()
-                else:
-                    await run_node(self, self.roles)
+        try:  # worker threads (SQLite, chunking, scans) must not hold the loop up
+            with loop_first():
+                if self.roles is not None:
+                    make_node_home(self.home)
+                with vault_lock(self.home, self.settings.vault):
+                    self.locked.set()
+                    self.publish()
+                    if self.roles is None:
+                        await self.on_duty()
+                    else:
+                        await run_node(self, self.roles)
         finally:
-            sys.setswitchinterval(switch)
             if self.roles is not None:
                 remove_node_home(self.home)
             self.ended.set()

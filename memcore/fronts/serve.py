@@ -17,6 +17,7 @@ import uvicorn
 
 from memcore.core.errors import ConfigError, DaemonError, MemcoreError
 from memcore.core.heap import freeze_after
+from memcore.core.workers import loop_first
 from memcore.fronts.daemon import Daemon
 from memcore.fronts.http.app import LOOPBACK_NAMES, build_app
 from memcore.fronts.listener import AcceptFailures, limits_of
@@ -211,15 +212,16 @@ async def serve(
     sock = listening(host, port)
     if daemon is None:
         service.readiness.phase = "starting"  # service.catch_up below ends it
-    try:
-        async with mcp.session_manager.run(), asyncio.TaskGroup() as tg:
-            tg.create_task(server.serve(sockets=[sock]))
-            tg.create_task(_until_stopped(server, stop, daemon, started, f"{host}:{port}"))
-            if daemon is not None:
-                tg.create_task(daemon.run())
-                tg.create_task(serve_socket(service, daemon))
-            else:
-                tg.create_task(freeze_after(service.catch_up(stop)))
+    try:  # loop_first: the loop answers while worker threads index what a request wrote
+        with loop_first():
+            async with mcp.session_manager.run(), asyncio.TaskGroup() as tg:
+                tg.create_task(server.serve(sockets=[sock]))
+                tg.create_task(_until_stopped(server, stop, daemon, started, f"{host}:{port}"))
+                if daemon is not None:
+                    tg.create_task(daemon.run())
+                    tg.create_task(serve_socket(service, daemon))
+                else:
+                    tg.create_task(freeze_after(service.catch_up(stop)))
     except BaseExceptionGroup as group:  # one line for the person: the watcher's own error
         raise _one_error(group) from None
     finally:

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from memcore.core.errors import InputError
+from memcore.core.heap import drop
 from memcore.core.models import TURNS_CATEGORY, MemoryRecord
 from memcore.memory.adding import NewMemory
 from memcore.memory.file_writes import Change, FileEdit, api_event
@@ -95,11 +96,12 @@ class Conversations:
         starts = range(0, len(messages), PAGE_TURNS)
         have = await self._pages(session_id)
         edits: list[tuple[str, Scope | None, str | None, Change]] = []
+        first = self.writer.file_for(scope, CATEGORY)
         for k, start in enumerate(starts, 1):
-            rel = self.page_path(session_id, k)
+            rel = page_path(first, k)
             edits.append((rel, scope, CATEGORY, _sync(partial(self._page, messages, start), rel)))
         edits += [(rel, None, None, _sync(list, rel)) for k, rel in have if k > len(starts)]
-        await self.writer.write_files(edits, background_over=SYNC_TURNS)
+        await drop(await self.writer.write_files(edits, background_over=SYNC_TURNS))
         return len(messages)
 
     async def load(self, session_id: str, limit: int | None = None) -> list[dict[str, Any]]:
