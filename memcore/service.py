@@ -18,11 +18,13 @@ from types import TracebackType
 from typing import Self
 
 from memcore.core.errors import MemcoreError
+from memcore.core.metrics import Metrics
 from memcore.core.models import (
     LOCAL,
     Caller,
     IndexReport,
     IndexStatus,
+    MemoryQuery,
     SearchFilters,
     SearchResult,
 )
@@ -111,6 +113,8 @@ class MemoryService:
         )
         self.conversations = Conversations(self.writer)  # transcripts, chat and tool-call items
         self.readiness = Readiness()
+        self.metrics = Metrics()  # GET /metrics: counted by the searcher, embedder, HTTP app
+        self.searcher.metrics = embedder.metrics = self.metrics
 
     async def __aenter__(self) -> Self:
         await self.store.__aenter__()
@@ -285,6 +289,24 @@ class MemoryService:
             "nodes": [n.to_dict() for n in await self.store.nodes()],
         }
         return dict(redacted(document))
+
+    async def metrics_text(self) -> bytes:
+        """The metrics in Prometheus' text format, the gauges read now (see core/metrics.py)."""
+        document = await self.status_document()
+        async with self.store.snapshot() as reader:
+            generation = await reader.begun()
+            memories = await reader.count_memories(MemoryQuery(include_turns=False))
+        last = document.get("last_indexed")
+        age = None
+        if isinstance(last, str):
+            since = dt.datetime.now(dt.UTC) - dt.datetime.fromisoformat(last)
+            age = max(0.0, since.total_seconds())
+        self.metrics.observe_status(
+            {**document, "generation": generation, "memories": memories,
+             "indexing": len(self.writer.indexing)},
+            age,
+        )  # fmt: skip
+        return self.metrics.exposition()
 
     async def status(self) -> IndexStatus:
         async with self.store.snapshot() as reader:

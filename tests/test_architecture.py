@@ -39,6 +39,7 @@ CONFINED = {
     "starlette": {"fronts/http/"},
     "uvicorn": {"fronts/serve.py", "fronts/listener.py"},
     "h11": {"fronts/listener.py"},
+    "prometheus_client": {"core/metrics.py"},
     "mcp": {"fronts/mcp.py"},
     "rich": {"cli/"},
     "markdown_it": {"vault/chunker.py", "vault/render.py"},

@@ -13,6 +13,7 @@ import numpy.typing as npt
 
 from memcore.core.errors import EmbedderUnavailable, MemcoreError
 from memcore.core.lru import LRU
+from memcore.core.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +57,8 @@ class EmbeddingRunner:
     ``embed_queries`` for what gets searched: asymmetric models (nomic-embed-text, e5) want a
     different task prefix on each (see ``prefixes``).
     """
+
+    metrics: Metrics | None = None  # the service's (GET /metrics), once it has one
 
     def __init__(
         self,
@@ -230,8 +233,17 @@ class EmbeddingRunner:
         batches = [order[i : i + size] for i in range(0, len(order), size)]
 
         async def run(batch: list[int]) -> Matrix:
-            async with self._sem:
+            if self.metrics is not None:
+                self.metrics.embed_waiting.inc()
+            try:
+                await self._sem.acquire()
+            finally:
+                if self.metrics is not None:
+                    self.metrics.embed_waiting.dec()
+            try:
                 out = await self._with_retries([texts[i] for i in batch])
+            finally:
+                self._sem.release()
             if progress is not None:
                 progress(len(batch))
             return out
@@ -254,9 +266,12 @@ class EmbeddingRunner:
 
     async def _with_retries(self, texts: list[str]) -> Matrix:
         for attempt in range(self.retries + 1):
+            started = time.perf_counter()
             try:
                 vecs = await self.embedder.embed(texts)
             except EmbedderUnavailable as exc:
+                if self.metrics is not None:
+                    self.metrics.embed_batches.labels("failed").inc()
                 if attempt >= self.retries:
                     raise
                 delay = self.backoff_s * 2**attempt
@@ -267,6 +282,10 @@ class EmbeddingRunner:
                 raise EmbedderUnavailable(
                     f"embedder returned {vecs.shape[0]} vectors for {len(texts)} texts"
                 )
+            if self.metrics is not None:
+                self.metrics.embed_batches.labels("ok").inc()
+                self.metrics.embed_texts.inc(len(texts))
+                self.metrics.embed_seconds.observe(time.perf_counter() - started)
             return vecs
         raise AssertionError("unreachable")
 

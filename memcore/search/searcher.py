@@ -22,6 +22,7 @@ import numpy as np
 
 from memcore.core.errors import EmbedderError, InputError
 from memcore.core.lru import LRU
+from memcore.core.metrics import Metrics
 from memcore.core.models import Hit, SearchFilters, SearchMode, SearchResult
 from memcore.core.moments import utc_today
 from memcore.core.settings import Settings
@@ -49,6 +50,8 @@ class Found:
 
 class Searcher:
     """Answers searches; safe to call from many tasks at once (each gets its own snapshot)."""
+
+    metrics: Metrics | None = None  # the service's (GET /metrics), once it has one
 
     def __init__(
         self,
@@ -109,7 +112,9 @@ class Searcher:
         # Embedded before the snapshot opens, so no snapshot waits on an embedder (a repeated
         # query's vector is remembered by the runner: a cached answer costs no model run).
         if query_vector is None and method != "keyword" and query.strip():
+            embedding = time.perf_counter()
             query_vector = await self.embed_query(query, warnings)
+            self._observe("query_embedding", embedding)
         elif query_vector is not None:
             expected = await self.embedder.dimension()
             if expected is not None and len(query_vector) != expected:
@@ -123,7 +128,9 @@ class Searcher:
             # its first query (one hand-off for both), and the cache is asked once the
             # snapshot's generation is known (a hit leaves that list unused).
             keywords = (
-                asyncio.ensure_future(reader.search_text(query, s.candidates, filters))
+                asyncio.ensure_future(
+                    self._timed_keywords(reader.search_text(query, s.candidates, filters))
+                )
                 if method != "vector"
                 else None
             )
@@ -132,6 +139,7 @@ class Searcher:
                 key = (query, limit, repr(filters), fusion_name, min_score, as_of,
                        *self._state(await reader.begun()))  # fmt: skip
                 if cache is not None and (found := cache.get(key)) is not None:
+                    self._observe_search(found, "hit", started)
                     return found
                 result = await self._search_in(
                     reader, query, limit, filters, method, floor, query_vector, as_of,
@@ -147,7 +155,27 @@ class Searcher:
         # kept only when not degraded (embedder down, vectors pending)
         if cache is not None and not result.warnings:
             cache.put(key, result)
+        self._observe_search(result, "off" if cache is None else "miss", started)
         return result
+
+    def _observe(self, part: str, started: float) -> None:
+        if self.metrics is not None:
+            self.metrics.search_part_seconds.labels(part).observe(time.perf_counter() - started)
+
+    def _observe_search(self, result: SearchResult, cache: str, started: float) -> None:
+        if self.metrics is not None:
+            path = "fused" if result.mode == "hybrid" else result.mode
+            took = time.perf_counter() - started
+            self.metrics.search_seconds.labels(path, cache).observe(took)
+
+    async def _timed_keywords(
+        self, ranked: Awaitable[list[tuple[int, float]]]
+    ) -> list[tuple[int, float]]:
+        started = time.perf_counter()
+        try:
+            return await ranked
+        finally:
+            self._observe("keyword", started)
 
     def _state(self, generation: int | None) -> tuple[object, ...]:
         """What a cached answer depends on besides the query: the index generation, the

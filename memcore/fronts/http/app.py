@@ -38,6 +38,7 @@ from memcore.fronts.http.common import (
 )
 from memcore.fronts.http.mem0 import mem0_routes
 from memcore.fronts.http.native import native_routes
+from memcore.fronts.http.observed import Observed, metrics_route
 from memcore.fronts.http.schemas import ErrorOut, HealthOut, ReadyOut
 from memcore.fronts.http.session import Sessions, session_of
 from memcore.service import MemoryService
@@ -209,6 +210,7 @@ def build_app(
         Route("/health", health, methods=["GET"]), Route("/ready", ready, methods=["GET"]),
         *native_routes(service), *mem0_routes(service), *extra,
     ]  # fmt: skip
+    scraped = metrics_route(service)  # not in the OpenAPI document: text, not JSON
     tokens = [*(scoped or {}), *([token] if token is not None else [])]
     sessions = Sessions(tokens)
     if pages:
@@ -220,7 +222,7 @@ def build_app(
     async def openapi_json(request: Request) -> Response:
         return JSONResponse(schema)
 
-    routes.append(Route("/openapi.json", openapi_json, methods=["GET"]))
+    routes += [Route("/openapi.json", openapi_json, methods=["GET"]), scraped]
 
     async def not_found(request: Request, exc: Exception) -> Response:
         return error(404, f"no route {request.method} {request.url.path}")
@@ -238,7 +240,8 @@ def build_app(
     return Starlette(
         routes=routes,
         middleware=[
-            Middleware(Guard, token=token, scoped=scoped or {}, hosts=hosts, sessions=sessions)
+            Middleware(Observed, metrics=service.metrics, routes=routes),
+            Middleware(Guard, token=token, scoped=scoped or {}, hosts=hosts, sessions=sessions),
         ],
         exception_handlers={404: not_found, 405: not_allowed, BadRequest: bad, Exception: crash},
     )
