@@ -206,12 +206,18 @@ async def test_mem0_answers_have_mem0s_shape(
     gone = await http.delete("/v2/entities/user/nobody/")
     assert gone.status_code == 200 and gone.json()["deleted"] == 0
     # platform-only routes: 501, saying what is missing
-    for method, path in [("POST", "/v1/exports/"), ("POST", "/v1/summary/"),
-                         ("GET", "/api/v1/webhooks/projects/default/"),
-                         ("GET", "/v2/entities/user/zoe/profile/")]:  # fmt: skip
+    for method, path, what in [
+        ("POST", "/v1/exports/", "memory exports"), ("POST", "/v1/summary/", "summaries"),
+        ("GET", "/api/v1/webhooks/projects/default/", "webhooks"),
+        ("GET", "/api/v1/orgs/organizations/o1/projects/", "organizations and projects"),
+        ("GET", "/v2/entities/user/zoe/profile/", "profiles"),
+    ]:  # fmt: skip
         answer = await http.request(method, path, json={} if method == "POST" else None)
         assert answer.status_code == 501, (path, answer.text)
-        assert error_message(answer).startswith("not supported by memcore: ")
+        assert error_message(answer).startswith(f"not supported by memcore: {what} ")
+    # a path under /api/v1/ that Mem0's platform does not have either is simply not a route
+    other = await http.get("/api/v1/memory/search")
+    assert other.status_code == 404 and "no route GET /api/v1/memory/search" in other.text
 
 
 async def test_paging_is_exact_under_or_filters(served: httpx.AsyncClient) -> None:

@@ -368,7 +368,8 @@ def mem0_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a route 
         Route("/v1/exports/", platform("memory exports"), methods=both),
         Route("/v1/exports/get/", platform("memory exports"), methods=both),
         Route("/v1/summary/", platform("summaries"), methods=both),
-        Route("/api/v1/{rest:path}", platform("projects and webhooks"), methods=both),
+        Route("/api/v1/orgs/{rest:path}", platform("organizations and projects"), methods=both),
+        Route("/api/v1/webhooks/{rest:path}", platform("webhooks"), methods=both),
         Route("/v2/entities/{kind}/{name:path}/", delete_entity, methods=["DELETE"]),
         Route("/v1/entities/{kind}/{name:path}/", delete_entity, methods=["DELETE"]),  # deleteUser
         Route("/v1/feedback/", feedback, methods=["POST"]),
