@@ -34,7 +34,7 @@ from memcore.embedders.base import EmbeddingRunner
 from memcore.index.indexer import Indexer, Progress, no_progress
 from memcore.llm.base import LLM
 from memcore.memory.access import ScopedConversations, ScopedMemory, bind_filters
-from memcore.memory.conversations import Conversations
+from memcore.memory.conversations import Conversations, NoConversations
 from memcore.memory.operations import MemoryApi
 from memcore.memory.port import Memory
 from memcore.memory.remote_hits import DISABLED, with_remote_memories
@@ -111,7 +111,9 @@ class MemoryService:
         self.memories: Memory = memories or MemoryApi(
             store, self.writer, self.searcher, llm, self.recall
         )
-        self.conversations = Conversations(self.writer)  # transcripts, chat and tool-call items
+        # transcripts, chat and tool-call items; memory switched off: checked, then dropped
+        off = self.memories.kind == "none"
+        self.conversations = (NoConversations if off else Conversations)(self.writer)
         self.readiness = Readiness()
         self.metrics = Metrics()  # GET /metrics: counted by the searcher, embedder, HTTP app
         self.searcher.metrics = embedder.metrics = self.metrics

@@ -15,7 +15,7 @@ import pytest
 from mcp import Client
 
 from memcore.compose import open_service
-from memcore.core.errors import MemcoreError, NotFound, NotSupported
+from memcore.core.errors import InputError, MemcoreError, NotFound, NotSupported
 from memcore.core.settings import load_settings
 from memcore.memory.adding import NewMemory
 from memcore.memory.mem0_remote import Mem0Memory
@@ -105,6 +105,12 @@ async def test_what_an_adapter_cannot_do_is_refused_by_name(memory: Memory) -> N
         await memory.reinforce(m.id)
     with pytest.raises(NotSupported, match="under a key"):
         await memory.add("x", user_id="gus", key="k")
+    with pytest.raises(NotSupported, match=r"mem0 cannot store a memory under a key"):
+        await memory.store("k", "x", user_id="gus")  # one line, not an AttributeError
+    with pytest.raises(NotSupported, match=r"write_memory"):
+        await memory.write_memory("- a note")
+    with pytest.raises(NotSupported, match=r"list memories by tag"):
+        await memory.get_memories_by_tag("todo")
 
 
 # ---- none -----------------------------------------------------------------------------------
@@ -121,6 +127,22 @@ async def test_memory_off_keeps_nothing_writes_nothing_and_every_front_says_so(
     settings = load_settings(vault, {"memory.enabled": False})
     async with open_service(settings, FakeEmbedder()) as svc:
         assert await svc.memories.add("dropped", user_id="u") == []
+        # RRClaw's and seed 003's operations too: accepted and dropped, nothing listed
+        assert await svc.memories.store("editor", "Vim", user_id="u") is None
+        assert await svc.memories.write_memory("- a note #todo\n") is None
+        assert await svc.memories.get_memories_by_tag("todo") == []
+        # and transcripts: checked as always, then dropped (no memory/runs/, no history)
+        talks = svc.conversations
+        said = [{"role": "user", "content": "hi"}, {"role": "tool", "content": "42",
+                                                     "tool_call_id": "c1"}]  # fmt: skip
+        assert await talks.save("s1", said) == 0
+        assert await talks.add_message("s1", "user", "more") is None
+        assert await talks.add_tool_result("s1", "c2", "done") is None
+        assert await talks.load("s1") == [] and await talks.retrieve("s1") == []
+        assert await talks.window("s1", 1, 10) == ([], 0) and await talks.reset("s1") == 0
+        assert [page async for page in talks.stream("s1")] == []
+        with pytest.raises(InputError, match="message 0: role"):
+            await talks.save("s1", [{"role": "robot", "content": "x"}])
         result = await svc.search("DX12")
         assert result.hits == () and "memory is disabled" in result.warnings[0]
         assert await svc.context("DX12") == ""
@@ -130,6 +152,9 @@ async def test_memory_off_keeps_nothing_writes_nothing_and_every_front_says_so(
             assert added.status_code == 200 and added.json()["results"] == []
             found = await http.post("/api/memory/search", json={"query": "DX12"})
             assert found.json()["results"] == [] and found.json()["warnings"]
+            put = await http.put("/api/conversations/s2", json={"messages": said})
+            assert put.status_code == 200 and put.json()["saved"] == 0
+            assert (await http.get("/api/conversations/s2")).json()["messages"] == []
             async with Client(url + "/mcp") as mcp:
                 tool = await mcp.call_tool("search", {"query": "DX12"})
                 assert tool.structured_content is not None

@@ -110,19 +110,19 @@ class Conversations:
 
     async def add_message(
         self, session_id: str, role: str, content: str, name: str | None = None
-    ) -> MemoryRecord:
-        """Append a chat message to the session."""
+    ) -> MemoryRecord | None:
+        """Append a chat message to the session (None: memory is switched off)."""
         message = {"role": role, "content": content, "name": name}
         return await self._append(session_id, message)
 
     async def add_tool_result(
         self, session_id: str, tool_call_id: str, content: str, name: str | None = None
-    ) -> MemoryRecord:
-        """Append a tool call's result to the session."""
+    ) -> MemoryRecord | None:
+        """Append a tool call's result to the session (None: memory is switched off)."""
         message = {"role": "tool", "content": content, "tool_call_id": tool_call_id, "name": name}
         return await self._append(session_id, message)
 
-    async def _append(self, session_id: str, message: Mapping[str, Any]) -> MemoryRecord:
+    async def _append(self, session_id: str, message: Mapping[str, Any]) -> MemoryRecord | None:
         turn = self._checked(message, 0, session_id)
         page, held = 1, 0  # the last page holding turns (pages a shorter save emptied stay)
         for k, rel in reversed(await self._pages(session_id)):
@@ -255,6 +255,30 @@ def _sync(make_turns: Callable[[], Sequence[NewMemory]], rel: str) -> Change:
         return edit
 
     return change
+
+
+class NoConversations(Conversations):
+    """Memory switched off (``memory.adapter = "none"``): a transcript or message is checked
+    as always (a bad one is still an error), then dropped. Nothing is written, and every
+    session reads as empty."""
+
+    async def save(self, session_id: str, messages: Sequence[Mapping[str, Any]]) -> int:
+        if len(messages) > MAX_TURNS:
+            raise InputError(f"a transcript holds at most {MAX_TURNS:,} messages")
+        Scope(run_id=session_id)  # validates the name
+        await asyncio.to_thread(self._check_all, messages)
+        return 0
+
+    async def _append(self, session_id: str, message: Mapping[str, Any]) -> MemoryRecord | None:
+        self._checked(message, 0, session_id)
+        return None
+
+    async def reset(self, session_id: str) -> int:
+        Scope(run_id=session_id)
+        return 0
+
+    async def _pages(self, session_id: str) -> list[tuple[int, str]]:
+        return []
 
 
 def _turn(message: Mapping[str, Any], n: int, session_id: str | None = None) -> NewMemory:

@@ -22,6 +22,15 @@ class NoopMemory(Memory):
     async def add_batch(self, memories: Sequence[NewMemory]) -> list[MemoryRecord]:
         return []
 
+    async def store(self, key: str, content: str, *_: Any, **__: Any) -> MemoryRecord | None:
+        return None
+
+    async def write_memory(self, content: str, file: str = "MEMORY.md") -> str | None:
+        return None
+
+    async def get_memories_by_tag(self, tag: str, limit: int = 100) -> list[MemoryRecord]:
+        return []
+
     async def get(self, memory_id: str, **_: Any) -> MemoryRecord:
         raise NotFound(f"no memory with id {memory_id!r} (memory is disabled)")
 

@@ -56,6 +56,30 @@ class Memory:
     async def add_batch(self, memories: Sequence[NewMemory]) -> list[MemoryRecord]:
         raise self._refuse("add a batch of memories")
 
+    async def store(
+        self,
+        key: str,
+        content: str,
+        category: str = "core",
+        *,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        run_id: str | None = None,
+        app_id: str | None = None,
+    ) -> MemoryRecord | None:
+        """RRClaw's store: the memory under ``key`` in this scope and category, inserted or
+        replaced (None: memory is switched off and nothing was kept)."""
+        raise self._refuse("store a memory under a key")
+
+    async def write_memory(self, content: str, file: str = "MEMORY.md") -> str | None:
+        """Seed 003's write_memory: Markdown appended to a vault file (None: memory is
+        switched off and nothing was written)."""
+        raise self._refuse("append Markdown to a vault file (write_memory)")
+
+    async def get_memories_by_tag(self, tag: str, limit: int = 100) -> list[MemoryRecord]:
+        """Seed 003's listing by tag: the memories and notes that carry it, newest first."""
+        raise self._refuse("list memories by tag")
+
     async def get(self, memory_id: str, *, review: bool = True) -> MemoryRecord:
         raise self._refuse("read a memory")
 
