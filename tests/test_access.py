@@ -70,6 +70,7 @@ def attempts(bob_id: str) -> list[dict[str, Any]]:
         {"feedback": "VERY_NEGATIVE"},
         {"memories": [{"memory_id": bob_id, "text": "pwned"}]},
         {"memories": [{"memory_id": bob_id}]},
+        {"memory_ids": [bob_id]},
         {"threshold": 0.99, "user_id": "bob"},
         {"threshold": 0.99},
     ]

@@ -352,8 +352,11 @@ BelowOpt = typer.Option(
 @app.command()
 def forget(
     ctx: typer.Context,
-    target: Annotated[
-        str | None, typer.Argument(help="A memory id, or a key with --key (not with --below)")
+    targets: Annotated[
+        list[str] | None,
+        typer.Argument(
+            help="Memory ids (all of them go, or none), or one key with --key (not with --below)"
+        ),
     ] = None,
     by_key: Annotated[bool, typer.Option("--key", help="TARGET is a key")] = False,
     user: UserOpt = None,
@@ -365,8 +368,12 @@ def forget(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="With --below: only list")] = False,
     as_json: JsonOpt = False,
 ) -> None:
-    """Delete a memory (its lines leave the Markdown; its history stays), or with --below R
-    archive the weak ones (restorable with `memcore restore ID`)."""
+    """Delete memories (their lines leave the Markdown; their history stays; all the ids
+    given go, or none), or with --below R archive the weak ones (restorable with `memcore
+    restore ID`)."""
+    target = targets[0] if targets else None
+    if len(targets or []) > 1 and (by_key or below is not None):
+        raise fail("many ids, or one key with --key, or --below R", 2)
     if below is not None:
         if target is not None:
             raise fail("give a memory id or --below, not both", 2)
@@ -391,12 +398,12 @@ def forget(
             return await s.memories.forget(
                 target, user_id=user, agent_id=agent, run_id=run_id, app_id=app
             )
-        await s.memories.delete(target)
+        await s.memories.delete_many(targets or [])
         return True
 
     if not with_service(ctx, use):
         raise fail(f"no memory under key {target!r} in that scope")
-    typer.echo(f"forgot {target}")
+    typer.echo(f"forgot {', '.join(targets or [])}")
 
 
 @app.command()

@@ -223,8 +223,12 @@ def build_mcp(service: MemoryService) -> MCPServer:  # noqa: C901 - a tool table
         agent_id: str | None = None,
         run_id: str | None = None,
         app_id: str | None = None,
+        memory_ids: list[str] | None = None,
     ) -> str:
-        """Delete a memory by id, or the one under a key in a scope."""
+        """Delete a memory by id, many by memory_ids (all of them or none), or the one under
+        a key in a scope."""
+        if memory_ids:
+            return f"forgot {await m().delete_many(memory_ids)} memories"
         if memory_id:
             await m().delete(memory_id)
             return f"forgot {memory_id}"

@@ -248,6 +248,12 @@ class ScopedMemory(Memory):
             await self._own(memory_id)
         await self.inner.delete(memory_id)
 
+    async def delete_many(self, memory_ids: Sequence[str]) -> int:
+        if self.caller.binding:  # every one the caller's before any goes
+            for memory_id in memory_ids:
+                await self._own(memory_id)
+        return await self.inner.delete_many(memory_ids)
+
     async def delete_all(
         self,
         *,

@@ -350,6 +350,11 @@ class MemoryApi(Memory):
     async def delete(self, memory_id: str) -> None:
         await self.writer.delete(memory_id)
 
+    async def delete_many(self, memory_ids: Sequence[str]) -> int:
+        """Forget these memories: all of their files written, or none (see the port)."""
+        records = [await self.writer.get(mid) for mid in dict.fromkeys(memory_ids)]
+        return await self.writer.delete_many(records, restorable=True)
+
     async def forget(
         self,
         key: str,

@@ -152,6 +152,17 @@ class Memory:
     async def delete(self, memory_id: str) -> None:
         raise self._refuse("delete a memory")
 
+    async def delete_many(self, memory_ids: Sequence[str]) -> int:
+        """Forget these memories in one call: every id is checked first (one unknown or
+        not the caller's: NotFound, and nothing is deleted); how many went. The markdown
+        adapter writes all their files or none; a remote one deletes them one by one."""
+        ids = list(dict.fromkeys(memory_ids))
+        for memory_id in ids:
+            await self.get(memory_id, review=False)
+        for memory_id in ids:
+            await self.delete(memory_id)
+        return len(ids)
+
     async def delete_all(
         self,
         *,

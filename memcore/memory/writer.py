@@ -215,21 +215,28 @@ class MemoryWriter:
 
         await self._change(record, change)
 
-    async def delete_many(self, records: Sequence[MemoryRecord]) -> int:
+    async def delete_many(self, records: Sequence[MemoryRecord], restorable: bool = False) -> int:
         """Delete these memories, one write per file (all of the files, or none); returns how
-        many went."""
+        many went. ``restorable``: each DELETE keeps the memory's fields, as ``delete``'s
+        does, so ``restore`` brings it back whole (a transcript's turns need not)."""
         if not records:
             return 0
         by_file: dict[str, set[str]] = {}
         for r in records:
             by_file.setdefault(r.path, set()).add(r.id)
+        kept = {r.id: fields_of(r) for r in records} if restorable else {}
 
         def deleting(rel: str, ids: set[str]) -> Change:
             def change(f: MemoryFile) -> FileEdit:
                 items = [i for i in f.items if i.id in ids]
                 return FileEdit(
                     replace={i.id: [] for i in items},
-                    events=[api_event(i.id, "DELETE", i.text, None, rel) for i in items],
+                    events=[
+                        dataclasses.replace(
+                            api_event(i.id, "DELETE", i.text, None, rel), record=kept.get(i.id)
+                        )
+                        for i in items
+                    ],
                     ids=[i.id for i in items],
                 )
 

@@ -335,11 +335,8 @@ def mem0_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a route 
     async def batch_delete(request: Request) -> Response:
         """Delete up to 1000 memories."""
         data = await parsed(request, Mem0BatchBody)
-        m = memories_of(service, request)
-        for item in data.memories:  # all of them the caller's before any goes
-            await m.get(item.memory_id, review=False)
-        for item in data.memories:
-            await m.delete(item.memory_id)
+        # all of them the caller's before any goes, and then all of them or none
+        await memories_of(service, request).delete_many([m.memory_id for m in data.memories])
         return reply(MessageOut, {"message": f"Successfully deleted {len(data.memories)} memories"})
 
     def platform(what: str) -> Any:

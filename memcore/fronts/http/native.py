@@ -41,6 +41,7 @@ from memcore.fronts.http.schemas import (
     CountQuery,
     DeletedOut,
     EntitiesOut,
+    ForgetManyBody,
     HistoryOut,
     ListQuery,
     MemoriesOut,
@@ -192,6 +193,15 @@ def native_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a rout
         await memories_of(service, request).delete(memory_id)
         return reply(DeletedOut, {"deleted": memory_id})
 
+    @contract(CountOut, body=ForgetManyBody)
+    @handle
+    async def forget_many(request: Request) -> Response:
+        """Delete many memories in one call: all of them, or none (an id that is not a
+        memory, or not the caller's, is a 404 and nothing is deleted)."""
+        data = await parsed(request, ForgetManyBody)
+        gone = await memories_of(service, request).delete_many(data.memory_ids)
+        return reply(CountOut, {"deleted": gone})
+
     @contract(HistoryOut)
     @handle
     async def history(request: Request) -> Response:
@@ -264,6 +274,7 @@ def native_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a rout
         Route("/api/memories", add, methods=["POST"]),
         Route("/api/memories", list_all, methods=["GET"]),
         Route("/api/entities", entities, methods=["GET"]),
+        Route("/api/memories/delete", forget_many, methods=["POST"]),
         Route("/api/memories/{memory_id}", get_one, methods=["GET"]),
         Route("/api/memories/{memory_id}", update, methods=["PUT"]),
         Route("/api/memories/{memory_id}", delete, methods=["DELETE"]),

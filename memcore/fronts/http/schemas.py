@@ -319,6 +319,10 @@ class CountOut(Out):
     deleted: int
 
 
+class ForgetManyBody(Body):
+    memory_ids: Annotated[list[Word], Field(min_length=1, max_length=1000)]
+
+
 class StatusOut(Out):
     vault: str
     memory: Literal["markdown", "mem0", "none"] = Field(description="memory.adapter in use")
