@@ -163,8 +163,9 @@ def over_http(n: int, embedder: str, settle: bool = False, small: bool = False) 
         + f"during the GET "
         f"({len(get_ms)}): p50 {pct(get_ms, 50):.1f} ms, max {max(get_ms, default=0):.1f} ms"
     )
-    print(f"server RSS: {idle:.0f} MB idle, peak {after_put:.0f} MB by the end of the PUT ({rss_put:.0f} MB then), "
-          f"peak {peak:.0f} MB by the end of the GET ({rss_get:.0f} MB then)")  # fmt: skip
+    print(f"server RSS: {idle:.0f} MB idle, peak {after_put:.0f} MB by the end of the PUT "
+          f"({rss_put:.0f} MB then), peak {peak:.0f} MB by the end of the GET ({rss_get:.0f} MB "
+          f"then)")  # fmt: skip
 
 
 if __name__ == "__main__":
