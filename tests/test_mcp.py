@@ -42,7 +42,7 @@ async def test_tools_over_streamable_http(vault: Path, service: MemoryService) -
         if True:  # keeps the tool calls below at one indentation
             names = {t.name for t in (await client.list_tools()).tools}
             assert {"search", "context", "add", "get", "list", "update", "forget",
-                    "history"} <= names  # fmt: skip
+                    "write_memory", "history"} <= names  # fmt: skip
             added = payload(await client.call_tool("add", {"content": "Alice likes tea",
                                                            "user_id": "alice"}))  # fmt: skip
             mid = added[0]["id"]

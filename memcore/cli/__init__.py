@@ -32,13 +32,13 @@ COMMANDS = {
     **dict.fromkeys(("search", "context"), "search"),
     **dict.fromkeys(("watch", "stop", "service"), "watch"),
     **dict.fromkeys(("export", "import"), "transfer"),
-    "hook": "hook", "mcp": "mcp", "serve": "serve",
+    "hook": "hook", "mcp": "mcp", "serve": "serve", "write": "notes",
 }  # fmt: skip
 # How --help groups the commands, in this order everywhere (`memcore`, `memcore --help`)
 GROUPS = {
     "Read": ("search", "context", "list", "get", "count", "history", "entities", "status"),
     "Write": ("add", "update", "forget", "restore", "reinforce", "feedback", "conversation",
-              "import", "export"),
+              "write", "import", "export"),
     "Run": ("serve", "watch", "stop", "mcp", "service", "hook"),
     "Admin": ("init", "index", "reindex", "migrate"),
 }  # fmt: skip

@@ -241,6 +241,14 @@ def build_mcp(service: MemoryService) -> MCPServer:  # noqa: C901 - a tool table
 
     @mcp.tool()
     @one_line_errors
+    async def write_memory(content: str, file: str = "MEMORY.md") -> str:
+        """Append a block of Markdown to a vault file (MEMORY.md or memory/**/*.md) and
+        index it: a note for people and agents alike, not a scoped memory."""
+        path = await m().write_memory(content, file)
+        return f"wrote to {path}" if path else "memory is disabled: nothing written"
+
+    @mcp.tool()
+    @one_line_errors
     async def history(memory_id: str) -> list[dict[str, Any]]:
         """What happened to a memory: ADD / UPDATE / DELETE, when, by the API or a person."""
         return await m().history(memory_id)

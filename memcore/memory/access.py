@@ -248,6 +248,14 @@ class ScopedMemory(Memory):
             await self._own(memory_id)
         await self.inner.delete(memory_id)
 
+    async def write_memory(self, content: str, file: str = "MEMORY.md") -> str | None:
+        if self.caller.binding:  # a vault file is everyone's: no scope holds it
+            raise Forbidden(
+                "a token held to a scope cannot write the vault's files (write_memory); "
+                "the server's own token can"
+            )
+        return await self.inner.write_memory(content, file)
+
     async def delete_many(self, memory_ids: Sequence[str]) -> int:
         if self.caller.binding:  # every one the caller's before any goes
             for memory_id in memory_ids:

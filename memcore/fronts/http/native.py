@@ -54,6 +54,8 @@ from memcore.fronts.http.schemas import (
     SearchOut,
     StatusOut,
     UpdateBody,
+    WriteMemoryBody,
+    WrittenOut,
     message_dicts,
 )
 from memcore.fronts.http.strength import strength_routes
@@ -193,6 +195,15 @@ def native_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a rout
         await memories_of(service, request).delete(memory_id)
         return reply(DeletedOut, {"deleted": memory_id})
 
+    @contract(WrittenOut, body=WriteMemoryBody)
+    @handle
+    async def write_memory(request: Request) -> Response:
+        """Append a block of Markdown to a vault file (seed 003's write_memory) and index
+        it; a token held to a scope may not (403)."""
+        data = await parsed(request, WriteMemoryBody)
+        path = await memories_of(service, request).write_memory(data.content, data.file)
+        return reply(WrittenOut, {"path": path})
+
     @contract(CountOut, body=ForgetManyBody)
     @handle
     async def forget_many(request: Request) -> Response:
@@ -275,6 +286,7 @@ def native_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a rout
         Route("/api/memories", list_all, methods=["GET"]),
         Route("/api/entities", entities, methods=["GET"]),
         Route("/api/memories/delete", forget_many, methods=["POST"]),
+        Route("/api/notes", write_memory, methods=["POST"]),
         Route("/api/memories/{memory_id}", get_one, methods=["GET"]),
         Route("/api/memories/{memory_id}", update, methods=["PUT"]),
         Route("/api/memories/{memory_id}", delete, methods=["DELETE"]),

@@ -319,6 +319,15 @@ class CountOut(Out):
     deleted: int
 
 
+class WriteMemoryBody(Body):
+    content: Content
+    file: Word = Field("MEMORY.md", description="The vault file: MEMORY.md or memory/**/*.md")
+
+
+class WrittenOut(Out):
+    path: str | None = Field(description="The vault file written (null: memory is off)")
+
+
 class ForgetManyBody(Body):
     memory_ids: Annotated[list[Word], Field(min_length=1, max_length=1000)]
 
