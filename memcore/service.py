@@ -38,6 +38,7 @@ from memcore.memory.conversations import Conversations, NoConversations
 from memcore.memory.operations import MemoryApi
 from memcore.memory.port import Memory
 from memcore.memory.remote_hits import DISABLED, with_remote_memories
+from memcore.memory.scratch import ScratchConversations
 from memcore.memory.writer import MemoryWriter
 from memcore.search.context import relevant_memories
 from memcore.search.recall import Recall
@@ -114,6 +115,7 @@ class MemoryService:
         # transcripts, chat and tool-call items; memory switched off: checked, then dropped
         off = self.memories.kind == "none"
         self.conversations = (NoConversations if off else Conversations)(self.writer)
+        self.scratch = ScratchConversations(self.writer)  # a throwaway session's, in memory
         self.readiness = Readiness()
         self.metrics = Metrics()  # GET /metrics: counted by the searcher, embedder, HTTP app
         self.searcher.metrics = embedder.metrics = self.metrics

@@ -67,7 +67,7 @@ def test_openapi_types_every_body_answer_and_error(live: tuple[str, Path]) -> No
                 body = resolved(op["requestBody"]["content"]["application/json"]["schema"])
                 assert body["properties"] and body["additionalProperties"] is False, (path, method)
                 bodies += 1
-    assert bodies == 20  # every route that takes a body (reinforce and restore take none)
+    assert bodies == 22  # every route that takes a body (reinforce and restore take none)
     search = schemas["SearchBody"]["properties"]
     assert search["limit"]["anyOf"][0] == {"maximum": 1000, "minimum": 1, "type": "integer"}
 

@@ -4,7 +4,8 @@ A session's transcript is a set of memory files under ``memory/runs/<session>/``
 ``run_id = session``, category ``conversation``): one list item per turn, in order, a page of
 up to ``PAGE_TURNS`` turns per file (``conversation.md``, then ``conversation.p0002.md``, ...)
 so that no file grows past what the index takes and an appended turn rewrites one page only.
-Messages have OpenAI's chat shape: ``system``, ``user``, ``assistant`` and ``tool`` roles,
+Messages have OpenAI's chat shape: ``system``, ``user``, ``assistant`` and ``tool`` roles
+(and RRClaw's ``tool_result``, kept as it came),
 ``name``, ``tool_call_id``, an assistant's ``tool_calls``, and ``content`` as text, as a list
 of parts, or null. A turn's text is what a person reads and search finds (the content's text,
 or the tool calls an assistant made); its role, name and tool-call id ride in the item's
@@ -47,7 +48,9 @@ from memcore.vault.pages import PAGE_ITEMS, list_pages, page_path
 from memcore.vault.safe_file import decode, read_or_none
 
 CATEGORY = TURNS_CATEGORY
-ROLES = ("system", "user", "assistant", "tool")
+# OpenAI's four, and RRClaw's "tool_result" (seed 002's history rows), kept as it came
+ROLES = ("system", "user", "assistant", "tool", "tool_result")
+TOOL_ROLES = ("tool", "tool_result")
 MAX_TURNS = 1_000_000
 PAGE_TURNS = PAGE_ITEMS  # turns per transcript file
 SYNC_TURNS = 1000  # a save changing more turns than this is indexed in the background
@@ -109,17 +112,25 @@ class Conversations:
         return as_messages(await self.retrieve(session_id, limit))
 
     async def add_message(
-        self, session_id: str, role: str, content: str, name: str | None = None
+        self,
+        session_id: str,
+        role: str,
+        content: str | list[dict[str, Any]] | None,
+        name: str | None = None,
+        tool_calls: list[dict[str, Any]] | None = None,
     ) -> MemoryRecord | None:
-        """Append a chat message to the session (None: memory is switched off)."""
-        message = {"role": role, "content": content, "name": name}
-        return await self._append(session_id, message)
+        """Append a chat message to the session: ``content`` as text or a list of parts (or
+        None beside ``tool_calls``, an assistant's calls). Fields left None are not part of
+        the message. None: memory is switched off."""
+        return await self._append(
+            session_id, _message(role=role, content=content, name=name, tool_calls=tool_calls)
+        )
 
     async def add_tool_result(
         self, session_id: str, tool_call_id: str, content: str, name: str | None = None
     ) -> MemoryRecord | None:
         """Append a tool call's result to the session (None: memory is switched off)."""
-        message = {"role": "tool", "content": content, "tool_call_id": tool_call_id, "name": name}
+        message = _message(role="tool", content=content, tool_call_id=tool_call_id, name=name)
         return await self._append(session_id, message)
 
     async def _append(self, session_id: str, message: Mapping[str, Any]) -> MemoryRecord | None:
@@ -297,11 +308,16 @@ def _turn(message: Mapping[str, Any], n: int, session_id: str | None = None) -> 
             fields[name] = value
     if role == "tool" and "tool_call_id" not in fields:
         raise InputError(f"message {n}: a tool result needs its tool_call_id")
-    fields["kind"] = "tool_result" if role == "tool" else "message"
+    fields["kind"] = "tool_result" if role in TOOL_ROLES else "message"
     if not _plain(message):
         fields["message"] = dict(message)  # made plain JSON by the writer's check
     scope = Scope(run_id=session_id) if session_id is not None else Scope()
     return NewMemory(text, scope, CATEGORY, None, fields)
+
+
+def _message(**fields: Any) -> dict[str, Any]:
+    """A chat message of the fields given, without those left None."""
+    return {k: v for k, v in fields.items() if v is not None}
 
 
 def message_text(message: Mapping[str, Any], n: int = 0) -> str:

@@ -19,7 +19,7 @@ from memcore.llm.base import LLM
 from memcore.memory import infer
 from memcore.memory.adding import NewMemory
 from memcore.memory.archive import Archive
-from memcore.memory.conversations import message_text
+from memcore.memory.conversations import TOOL_ROLES, message_text
 from memcore.memory.port import Memory
 from memcore.memory.writer import MemoryWriter
 from memcore.search.filters import read_filters
@@ -503,7 +503,7 @@ def _message_texts(messages: Sequence[Message]) -> list[str]:
     for n, m in enumerate(messages):
         if not isinstance(m, Mapping):
             raise InputError(f"message {n} is not an object")
-        if m.get("role") == "tool":
+        if m.get("role") in TOOL_ROLES:
             continue
         text = message_text({"content": m.get("content")}, n) if m.get("content") else ""
         if text.strip():

@@ -141,7 +141,7 @@ class ContextBody(ReadFields):
     min_score: Score | None = None
 
 
-Role = Literal["system", "user", "assistant", "tool"]
+Role = Literal["system", "user", "assistant", "tool", "tool_result"]
 
 
 class Message(BaseModel):
