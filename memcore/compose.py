@@ -167,7 +167,7 @@ def build_memory(settings: Settings) -> Memory | None:
                 f"memory.adapter = mem0 needs the server's API key: set {m.api_key_env} "
                 "(memory.api_key_env names another variable)"
             )
-        return Mem0Memory(m.base_url, key, m.org_id, m.project_id)
+        return Mem0Memory(m.base_url, key, m.org_id, m.project_id, settings.search.min_score)
     return None
 
 

@@ -70,6 +70,21 @@ async def test_search_stays_in_its_scope_and_honours_the_threshold(memory: Memor
     assert await memory.search("green tea", user_id="alice", threshold=1.0) == []
 
 
+async def test_a_search_without_a_threshold_keeps_weak_matches_on_every_adapter(
+    memory: Memory,
+) -> None:
+    """No hidden floor: the mem0 adapter asks for memcore's search.min_score (0), so Mem0's
+    own default threshold (0.3) does not drop what the markdown adapter returns."""
+    (m,) = await memory.add("Dana rides her bicycle to work", user_id="dana")
+    weak = []
+    for query in ("her bike", "bicycle maintenance tips", "cycling to the office"):
+        found = await memory.search(query, user_id="dana", threshold=0.0)
+        if found and 0 < (found[0].score or 0) < 0.3:
+            weak.append(query)
+            assert [r.id for r in await memory.search(query, user_id="dana")] == [m.id], query
+    assert weak, "no query scored under 0.3: the check above never ran"
+
+
 async def test_update_history_delete_and_delete_all(memory: Memory) -> None:
     (m,) = await memory.add("first", user_id="carol")
     await memory.add("kept", user_id="dan")

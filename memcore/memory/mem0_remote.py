@@ -29,8 +29,18 @@ PAGE = 1000
 class Mem0Memory(Memory):
     kind = "mem0"
 
-    def __init__(self, base_url: str, api_key: str, org_id: str = "", project_id: str = "") -> None:
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str,
+        org_id: str = "",
+        project_id: str = "",
+        min_score: float = 0.0,
+    ) -> None:
         self.base_url = base_url.rstrip("/")
+        # a search without a threshold asks for memcore's (search.min_score), never leaving
+        # the remote's own default (Mem0's 0.3) to drop what the markdown adapter returns
+        self.min_score = min_score
         self._key = api_key
         self._ids = (org_id, project_id)
         self._client: Any = None
@@ -204,8 +214,9 @@ class Mem0Memory(Memory):
         if show_expired:
             raise self._refuse("search expired memories")
         flt = _filters(_scope(user_id, agent_id, run_id, app_id), category, filters)
+        floor = self.min_score if threshold is None else threshold
         answer = await self._call(
-            lambda c: c.search(query, filters=flt, top_k=limit, threshold=threshold)
+            lambda c: c.search(query, filters=flt, top_k=limit, threshold=floor)
         )
         return [_record(row) for row in _results(answer)][:limit]
 
