@@ -208,8 +208,8 @@ class HistoryLog:
         for e in events:
             self._written.pop(e.memory_id, None)  # to the end: the newest
             self._written[e.memory_id] = seen = _seen_as(e)
-            if self._expected.get(e.memory_id) == seen:
-                del self._expected[e.memory_id]
+            if self._expected.get(e.memory_id) == seen:  # (a worker may drop it meanwhile)
+                self._expected.pop(e.memory_id, None)
         while len(self._written) > WRITTEN_MEMORY:  # O(1) each: a dict's next(iter()) walks
             self._written.popitem(last=False)  # the slots deleted before it (103 ms a page)
         return Appended(start, size, digest, tuple(events))
