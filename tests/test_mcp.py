@@ -93,7 +93,7 @@ async def test_tools_over_stdio(vault: Path) -> None:
         ("search", {"query": "x", "since": "soon"}, "since must be a date"),
         ("search", {}, "search: missing field(s): query"),
         ("list", {"offset": -5}, "list: offset: Input should be greater than or equal to 0"),
-        ("forget", {}, "forget needs memory_id, or key"),
+        ("forget", {}, "forget needs memory_id, memory_ids, or key"),
         ("get", {"memory_id": "m-nope"}, "no memory"),
     ],
 )  # fmt: skip

@@ -9,9 +9,12 @@ from pathlib import Path
 
 import httpx
 import httpx2
+import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
+from memcore.core.errors import Forbidden
+from memcore.core.models import Caller
 from memcore.service import MemoryService
 from tests.test_cli import cli
 from tests.test_http import server
@@ -76,3 +79,17 @@ async def test_cli_write_appends_markdown_from_an_argument_or_stdin(vault: Path)
         cli, "--vault", str(vault), "write", "x", "--file", "../out.md"
     )
     assert code != 0 and "not a memory file" in err and not (vault.parent / "out.md").exists()
+
+
+async def test_a_scoped_caller_stores_by_key_and_lists_by_tag_inside_its_scope(
+    service: MemoryService,
+) -> None:
+    alice = service.memories_for(Caller.of_token("t-alice", {"user_id": "alice"}))
+    stored = await alice.store("editor", "Vim, with #tools of her own")
+    assert stored is not None and stored.user_id == "alice" and stored.key == "editor"
+    with pytest.raises(Forbidden):
+        await alice.store("editor", "Emacs", user_id="bob")
+    await service.memories.add("Bob's #tools are a hammer", user_id="bob")
+    assert [r.id for r in await alice.get_memories_by_tag("tools")] == [stored.id]
+    with pytest.raises(Forbidden):
+        await alice.write_memory("- a note for everyone")

@@ -237,7 +237,7 @@ def build_mcp(service: MemoryService) -> MCPServer:  # noqa: C901 - a tool table
                 key, user_id=user_id, agent_id=agent_id, run_id=run_id, app_id=app_id
             )
             return f"forgot {key}" if gone else f"nothing under key {key!r}"
-        raise InputError("forget needs memory_id, or key (with its scope)")
+        raise InputError("forget needs memory_id, memory_ids, or key (with its scope)")
 
     @mcp.tool()
     @one_line_errors

@@ -248,6 +248,23 @@ class ScopedMemory(Memory):
             await self._own(memory_id)
         await self.inner.delete(memory_id)
 
+    async def store(
+        self,
+        key: str,
+        content: str,
+        category: str = "core",
+        *,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        run_id: str | None = None,
+        app_id: str | None = None,
+    ) -> MemoryRecord | None:
+        scope = self._scope(user_id=user_id, agent_id=agent_id, run_id=run_id, app_id=app_id)
+        return await self.inner.store(key, content, category, **scope)
+
+    async def get_memories_by_tag(self, tag: str, limit: int = 100) -> list[MemoryRecord]:
+        return await self.search("", tag=tag, limit=limit)  # the caller's scope, bound there
+
     async def write_memory(self, content: str, file: str = "MEMORY.md") -> str | None:
         if self.caller.binding:  # a vault file is everyone's: no scope holds it
             raise Forbidden(
