@@ -200,10 +200,10 @@ if step == "after-plan":  # PENDING logged, the Markdown not yet written
     file_writes.replace_if_unchanged = die
 if step == "after-markdown":  # the Markdown written, its ADD not yet logged
     append = history.HistoryLog.append
-    async def append_or_die(self, events):
+    async def append_or_die(self, events, *args, **kwargs):
         if any(e.event == "ADD" for e in events):
             die()
-        return await append(self, events)
+        return await append(self, events, *args, **kwargs)
     history.HistoryLog.append = append_or_die
 if step == "after-history":  # logged, not yet indexed
     index = indexer.Indexer.index
