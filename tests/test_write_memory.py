@@ -42,8 +42,12 @@ async def test_http_and_mcp_write_a_note_that_search_finds_and_a_scoped_token_ma
             assert first.json()["path"] == second.json()["path"] == "MEMORY.md"
             text = (vault / "MEMORY.md").read_text()
             assert text.index("- first note") < text.index("- second note")
+            long = "memory/" + "n" * 300 + ".md"  # over a file name's 255 bytes
             for bad in [{"content": "x", "file": "../outside.md"},
                         {"content": "x", "file": "notes.txt"},
+                        {"content": "x", "file": "memory//twice.md"},  # not the index's name
+                        {"content": "x", "file": "memory/nul\u0000.md"},
+                        {"content": "x", "file": long},
                         {"content": "   "}, {"content": "x", "extra": 1}]:  # fmt: skip
                 answer = await http.post("/api/notes", json=bad)
                 assert answer.status_code == 400, (bad, answer.text)
@@ -78,7 +82,7 @@ async def test_cli_write_appends_markdown_from_an_argument_or_stdin(vault: Path)
     code, out, err = await asyncio.to_thread(
         cli, "--vault", str(vault), "write", "x", "--file", "../out.md"
     )
-    assert code != 0 and "not a memory file" in err and not (vault.parent / "out.md").exists()
+    assert code != 0 and "not a vault path" in err and not (vault.parent / "out.md").exists()
 
 
 async def test_a_scoped_caller_stores_by_key_and_lists_by_tag_inside_its_scope(

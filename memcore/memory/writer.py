@@ -120,7 +120,8 @@ class MemoryWriter:
         again to whatever a concurrent writer left, the file replaced only if unchanged since
         it was read, then indexed (or put back). False when there was nothing to change."""
         ix = self.indexer.settings.index
-        if not is_memory_path(rel, ix.include, ix.exclude) or ".." in rel.split("/"):
+        _check_vault_path(rel)
+        if not is_memory_path(rel, ix.include, ix.exclude):
             raise InputError(f"{rel} is not a memory file of this vault (see index.include)")
         before, after = await self.files.transform(rel, transform)
         if after is None:
@@ -354,3 +355,17 @@ def _must_find(f: MemoryFile, memory_id: str) -> MemoryItem:
     if item is None:
         raise NotFound(f"memory {memory_id!r} is no longer in its file (edited by hand?)")
     return item
+
+
+NAME_MAX = 255  # bytes of one path segment (Linux, macOS)
+
+
+def _check_vault_path(rel: str) -> None:
+    """A caller's vault path, as the index names files: segments joined by one "/", none
+    empty, "." or "..", no control character, each segment within the file system's limit.
+    InputError otherwise (one line; the path is shown as the caller wrote it)."""
+    parts = rel.split("/")
+    if any(p in ("", ".", "..") for p in parts) or any(ord(c) < 32 for c in rel):
+        raise InputError(f"{rel!r} is not a vault path (a/b.md: no empty, '.' or '..' parts)")
+    if any(len(p.encode("utf-8", "surrogatepass")) > NAME_MAX for p in parts):
+        raise InputError(f"a part of {rel[:80]!r}... is over {NAME_MAX} bytes: too long a name")
