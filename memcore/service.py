@@ -43,6 +43,7 @@ from memcore.memory.writer import MemoryWriter
 from memcore.search.context import relevant_memories
 from memcore.search.recall import Recall
 from memcore.search.searcher import Searcher
+from memcore.search.strength import Policy
 from memcore.storage.base import Store, Vector
 from memcore.vault.history import HistoryLog
 
@@ -105,7 +106,9 @@ class MemoryService:
         self.embedder = embedder
         self.llm = llm
         self.indexer = Indexer(settings, store, embedder, HistoryLog(settings.vault))
-        self.recall = Recall(settings.vault)  # FSRS strength from memory/reviews.jsonl
+        # FSRS strength from memory/reviews.jsonl, under the settings' weights and run pace
+        policy = Policy(settings.strength.parameters, settings.strength.run_pace)
+        self.recall = Recall(settings.vault, policy)
         self.searcher = Searcher(settings, store, embedder, self.recall)
         # writes to the vault's Markdown: notes (the git hook), transcripts, import and export
         self.writer = MemoryWriter(settings.vault, store, self.indexer)

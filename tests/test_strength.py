@@ -207,3 +207,62 @@ async def test_a_session_forgets_and_searches_only_its_own_memories(
     assert await m.search("", run_id="s1", query_vector=vector) == []
     with pytest.raises(InputError, match="query_vector"):
         await m.search("x", query_vector=np.zeros(16, dtype=np.float32))
+
+
+# ---- a policy of one's own: FSRS-6 weights and a run's pace (#55) ------------------------
+
+
+def test_own_weights_match_the_fsrs_package_with_those_weights() -> None:
+    from fsrs.scheduler import DEFAULT_PARAMETERS
+
+    from memcore.search.strength import Policy
+
+    faster = list(DEFAULT_PARAMETERS)
+    faster[20] = 0.5  # w20, FSRS-6's decay: a steeper forgetting curve
+    policy = Policy(tuple(faster)).checked()
+    scheduler = Scheduler(faster, enable_fuzzing=False, learning_steps=(), relearning_steps=())
+    card, _ = scheduler.review_card(Card(), Rating.Good, T0)
+    got = strength_of("decaying", T0, [], days(20), policy)
+    assert got.retrievability == pytest.approx(scheduler.get_card_retrievability(card, days(20)))
+    assert got.retrievability != pytest.approx(
+        strength_of("decaying", T0, [], days(20)).retrievability
+    )
+
+
+def test_a_run_at_pace_four_is_where_others_are_at_four_times_the_age() -> None:
+    from memcore.search.strength import Policy
+
+    policy = Policy(run_pace=4.0)
+    reviews = [days(1), days(3)]
+    paced = strength_of("decaying", T0, reviews, days(10), policy, pace=4.0)
+    # the same history on a clock four times as fast from its birth
+    aged = strength_of("decaying", T0, [days(4), days(12)], days(40))
+    assert paced.retrievability == pytest.approx(aged.retrievability)
+    assert paced.stability_days == pytest.approx(aged.stability_days / 4)  # in real days
+    assert paced.last_review == days(3).isoformat(timespec="seconds")  # the real date
+    assert policy.pace_of("sess-1") == 4.0 and policy.pace_of(None) == 1.0
+
+
+async def test_a_sessions_memories_fade_faster_and_bad_weights_are_one_line(
+    vault: Path, embedder: FakeEmbedder
+) -> None:
+    settings = load_settings(vault, {"strength.run_pace": 4.0})
+    async with make_service(settings, embedder) as svc:
+        (kept,) = await svc.memories.add("Standup is at ten", category="daily", user_id="al")
+        (fleeting,) = await svc.memories.add("Standup is at ten", category="daily", run_id="s1")
+        later = dt.datetime.now(dt.UTC) + dt.timedelta(days=7)
+        held = await svc.recall.of_records([kept, fleeting], now=later)
+        assert held[fleeting.id].retrievability < held[kept.id].retrievability < 1
+        gone = await svc.memories.forget_below(held[kept.id].retrievability - 0.01, now=later)
+        assert [r.id for r in gone] == [fleeting.id]  # the daemon's policy follows the pace
+    from memcore.core.errors import ConfigError
+
+    weights = ",".join(["100"] * 21)  # every weight out of its bounds
+    with pytest.raises(ConfigError, match=r"strength\.parameters: .*out of bounds") as bad:
+        async with make_service(load_settings(vault, {"strength.parameters": weights}), embedder):
+            pass
+    assert "\n" not in str(bad.value)
+    with pytest.raises(ConfigError, match="21 finite numbers, got 3"):
+        load_settings(vault, {"strength.parameters": "[0.2, 1.2, 2.3]"})
+    with pytest.raises(ConfigError, match="run_pace"):
+        load_settings(vault, {"strength.run_pace": 0})

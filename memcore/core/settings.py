@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import os
 import re
 import tomllib
@@ -109,6 +110,11 @@ class StrengthSettings:
     weight: float = 0.0  # share of a score that retrievability scales; 0 = off (see Quality)
     forget_below: float = 0.0  # the daemon archives decaying memories below this; 0 = off
     forget_interval_s: float = 3600.0  # how often the daemon looks
+    # FSRS-6's 21 weights (w0..w20, in the bounds the fsrs package checks); empty = its defaults
+    parameters: tuple[float, ...] = ()
+    # a run's memories and turns (run_id set) age this many times as fast as the rest: 4 = a
+    # session's memories fade in a quarter of the time; 1 = the same policy for every memory
+    run_pace: float = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -482,6 +488,15 @@ def _to_str(value: object) -> str:
     raise ValueError(value)
 
 
+def _to_float_tuple(value: object) -> tuple[float, ...]:
+    if isinstance(value, str):
+        text = value.strip()  # a JSON list, or numbers separated by commas
+        value = json.loads(text) if text.startswith("[") else [v for v in text.split(",") if v]
+    if isinstance(value, list | tuple):
+        return tuple(_to_float(v) for v in value)
+    raise ValueError(value)
+
+
 def _to_str_tuple(value: object) -> tuple[str, ...]:
     if isinstance(value, str) and value.strip().startswith("["):
         value = json.loads(value)  # a JSON list, as in MEMCORE_INDEX_INCLUDE='["a.md"]'
@@ -498,6 +513,7 @@ _COERCE: dict[Any, Any] = {
     float: _to_float,
     str: _to_str,
     tuple[str, ...]: _to_str_tuple,
+    tuple[float, ...]: _to_float_tuple,
 }
 
 
@@ -529,6 +545,14 @@ def _search_problems(s: SearchSettings) -> Iterator[str]:
             yield f"search.{name}: must be >= 0, got {getattr(s, name)}"
     if s.vector_weight + s.keyword_weight <= 0:
         yield "search.vector_weight + search.keyword_weight: must be above 0"
+
+
+def _strength_problems(s: StrengthSettings) -> Iterator[str]:
+    if not 0.01 <= s.run_pace <= 100:
+        yield f"strength.run_pace: must be between 0.01 and 100, got {s.run_pace}"
+    weights = s.parameters  # their bounds are checked by fsrs (search/strength.py)
+    if weights and (len(weights) != 21 or not all(math.isfinite(w) for w in weights)):
+        yield f"strength.parameters: FSRS-6 takes 21 finite numbers, got {len(weights)}"
 
 
 def _problems(s: Settings) -> Iterator[str]:
@@ -578,6 +602,7 @@ def _problems(s: Settings) -> Iterator[str]:
         yield f"strength.forget_below: must be >= 0 and below 1, got {s.strength.forget_below}"
     if s.strength.forget_interval_s <= 0:
         yield f"strength.forget_interval_s: must be positive, got {s.strength.forget_interval_s}"
+    yield from _strength_problems(s.strength)
     yield from _storage_problems(s.storage)
     yield from _search_problems(s.search)
     if s.search.cache_size < 0:

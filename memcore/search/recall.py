@@ -24,7 +24,9 @@ from memcore.core.errors import VaultError
 from memcore.core.lines import split_lines
 from memcore.core.models import MemoryRecord, Strength
 from memcore.search.strength import (
+    DEFAULT,
     GOOD,
+    Policy,
     Review,
     parse_time,
     recall_curve,
@@ -145,8 +147,9 @@ class ReviewLog:
 class Recall:
     """Strength of memory records and note chunks now, from the review log."""
 
-    def __init__(self, vault: Path) -> None:
+    def __init__(self, vault: Path, policy: Policy = DEFAULT) -> None:
         self.log = ReviewLog(vault)
+        self.policy = policy.checked()
 
     async def review(
         self,
@@ -166,7 +169,10 @@ class Recall:
         now = now or dt.datetime.now(dt.UTC)
         born = parse_time(record.created) or now
         tier = tier_of(record.path, record.category, record.metadata)
-        return recall_curve(tier, born, times.get(record.id, []), now)
+        return recall_curve(
+            tier, born, times.get(record.id, []), now,
+            policy=self.policy, pace=self.policy.pace_of(record.run_id),
+        )  # fmt: skip
 
     async def of_records(
         self, records: Sequence[MemoryRecord], now: dt.datetime | None = None
@@ -174,7 +180,7 @@ class Recall:
         """Strength of each memory (by id); a note record's id is its note key."""
         times = await self.log.times()
         now = now or dt.datetime.now(dt.UTC)
-        return {r.id: _record_strength(r, times, now) for r in records}
+        return {r.id: _record_strength(r, times, now, self.policy) for r in records}
 
     async def of_chunks(
         self,
@@ -189,17 +195,18 @@ class Recall:
         out = {}
         for cid, row in rows.items():
             if cid in memories:
-                out[cid] = _record_strength(memories[cid], times, now)
+                out[cid] = _record_strength(memories[cid], times, now, self.policy)
                 continue
             born = parse_time(row.date) or now
             tier = tier_of(row.path, None, row.metadata)
             key = note_key(row.path, row.start_line, row.end_line)
-            out[cid] = strength_of(tier, born, times.get(key, []), now)
+            out[cid] = strength_of(tier, born, times.get(key, []), now, self.policy)
         return out
 
 
 def _record_strength(
-    r: MemoryRecord, times: Mapping[str, list[Review]], now: dt.datetime
+    r: MemoryRecord, times: Mapping[str, list[Review]], now: dt.datetime, policy: Policy
 ) -> Strength:
     born = parse_time(r.created) or now
-    return strength_of(tier_of(r.path, r.category, r.metadata), born, times.get(r.id, []), now)
+    tier = tier_of(r.path, r.category, r.metadata)
+    return strength_of(tier, born, times.get(r.id, []), now, policy, policy.pace_of(r.run_id))
