@@ -6,6 +6,7 @@ weighed by its rarity there, as in SQLite."""
 
 from __future__ import annotations
 
+import asyncio
 import math
 from collections.abc import Sequence
 
@@ -302,15 +303,18 @@ class KeywordQueries(Queries):
         through the scope's indexes; None when there is no scope or more than SMALL_SCOPE:
         then the vector index does the filtering as it walks."""
         memo = self._few_memo
-        if memo is not None and memo[0] is filters:  # the other half of the same search
-            return memo[1]
+        if memo is not None and memo[0] is filters:  # the other half of the same search,
+            return await asyncio.shield(memo[1])  # which may be reading them right now
+        reading = asyncio.ensure_future(self._read_few_ids(filters))
+        self._few_memo = (filters, reading)
+        return await asyncio.shield(reading)
+
+    async def _read_few_ids(self, filters: SearchFilters) -> list[int] | None:
         selects = scope_selects(filters, POSTGRES)
-        found: list[int] | None = None
-        if selects is not None:
-            ids: set[int] = set()
-            for query, params in selects:
-                rows = await self.all(f"{query} LIMIT %s", [*params, SMALL_SCOPE + 1])
-                ids.update(int(r[0]) for r in rows)
-            found = sorted(ids) if len(ids) <= SMALL_SCOPE else None
-        self._few_memo = (filters, found)
-        return found
+        if selects is None:
+            return None
+        ids: set[int] = set()
+        for query, params in selects:
+            rows = await self.all(f"{query} LIMIT %s", [*params, SMALL_SCOPE + 1])
+            ids.update(int(r[0]) for r in rows)
+        return sorted(ids) if len(ids) <= SMALL_SCOPE else None

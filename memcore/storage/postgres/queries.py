@@ -4,6 +4,7 @@ Every query names the store's namespace."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import weakref
 from collections.abc import Sequence
@@ -121,7 +122,8 @@ class Queries:
         self.conn = conn
         self._store = store
         self.ns = store.namespace
-        self._few_memo: tuple[SearchFilters, list[int] | None] | None = None
+        # a scope's few chunk ids, being read or read (see KeywordQueries._few_ids)
+        self._few_memo: tuple[SearchFilters, asyncio.Future[list[int] | None]] | None = None
         # the last words counted: (words, counts, chunks counted over: the index's or a scope's)
         self._counted: tuple[list[str], dict[str, int], int] | None = None
 
