@@ -418,7 +418,7 @@ async def test_batches_tags_and_write_memory(vault: Path, service: MemoryService
     )
     hits = await service.search("shipped v2 all green")
     assert hits.hits[0].path == "MEMORY.md"
-    with pytest.raises(InputError, match="not a memory file"):
+    with pytest.raises(InputError, match="not a vault path"):
         await service.memories.write_memory("x", "../outside.md")
     with pytest.raises(InputError, match="not a memory file"):
         await service.memories.write_memory("x", "notes.txt")
