@@ -73,6 +73,20 @@ class Conversations:
         for n, m in enumerate(messages):
             self._checked(m, n)
 
+    async def _check_transcript(
+        self, session_id: str, messages: Sequence[Mapping[str, Any]]
+    ) -> Scope:
+        """The session's scope, once every message is checked: a bad one (or too many)
+        refuses the whole transcript before anything is kept. A long one off the loop."""
+        if len(messages) > MAX_TURNS:
+            raise InputError(f"a transcript holds at most {MAX_TURNS:,} messages")
+        scope = Scope(run_id=session_id)  # validates the name
+        if len(messages) > SYNC_TURNS:
+            await asyncio.to_thread(self._check_all, messages)
+        else:
+            self._check_all(messages)
+        return scope
+
     def _page(self, messages: Sequence[Mapping[str, Any]], start: int) -> list[NewMemory]:
         """The turns of the page that begins at message ``start``."""
         window = messages[start : start + PAGE_TURNS]
@@ -85,15 +99,7 @@ class Conversations:
     async def save(self, session_id: str, messages: Sequence[Mapping[str, Any]]) -> int:
         """Make the session's transcript these messages; how many turns it holds now. Every
         page is written or none; turns already saved in place are left as they are."""
-        if len(messages) > MAX_TURNS:
-            raise InputError(f"a transcript holds at most {MAX_TURNS:,} messages")
-        scope = Scope(run_id=session_id)
-        # every message checked before any page is written (a bad one refuses the save);
-        # a long transcript off the event loop
-        if len(messages) > SYNC_TURNS:
-            await asyncio.to_thread(self._check_all, messages)
-        else:
-            self._check_all(messages)
+        scope = await self._check_transcript(session_id, messages)
         # a page's turns are built while that page is written (in the writer's worker
         # thread), so a transcript of 200k messages never holds all its turns at once
         starts = range(0, len(messages), PAGE_TURNS)
@@ -274,10 +280,7 @@ class NoConversations(Conversations):
     session reads as empty."""
 
     async def save(self, session_id: str, messages: Sequence[Mapping[str, Any]]) -> int:
-        if len(messages) > MAX_TURNS:
-            raise InputError(f"a transcript holds at most {MAX_TURNS:,} messages")
-        Scope(run_id=session_id)  # validates the name
-        await asyncio.to_thread(self._check_all, messages)
+        await self._check_transcript(session_id, messages)
         return 0
 
     async def _append(self, session_id: str, message: Mapping[str, Any]) -> MemoryRecord | None:

@@ -21,17 +21,9 @@ class ScratchConversations(Conversations):
         super().__init__(*args)
         self._sessions: dict[str, list[dict[str, Any]]] = {}
 
-    def _kept(self, session_id: str, messages: Sequence[Mapping[str, Any]]) -> list[Any]:
-        Scope(run_id=session_id)  # validates the name
-        if len(messages) > MAX_TURNS:
-            raise InputError(f"a transcript holds at most {MAX_TURNS:,} messages")
-        self._check_all(messages)
-        # as plain JSON, as a saved transcript's Markdown holds it: no caller's object shared
-        out: list[Any] = json.loads(json.dumps(list(messages), ensure_ascii=False))
-        return out
-
     async def save(self, session_id: str, messages: Sequence[Mapping[str, Any]]) -> int:
-        self._sessions[session_id] = self._kept(session_id, messages)
+        await self._check_transcript(session_id, messages)
+        self._sessions[session_id] = _copied(messages)
         return len(messages)
 
     async def _append(self, session_id: str, message: Mapping[str, Any]) -> MemoryRecord | None:
@@ -39,7 +31,7 @@ class ScratchConversations(Conversations):
         if len(turns) >= MAX_TURNS:
             raise InputError(f"a transcript holds at most {MAX_TURNS:,} messages")
         self._checked(message, len(turns), session_id)
-        self._sessions[session_id] = [*turns, *self._kept(session_id, [message])]
+        self._sessions[session_id] = [*turns, *_copied([message])]
         return None  # not a memory of the vault: it has no id or file
 
     async def load(self, session_id: str, limit: int | None = None) -> list[dict[str, Any]]:
@@ -75,3 +67,10 @@ class ScratchConversations(Conversations):
     async def reset(self, session_id: str) -> int:
         Scope(run_id=session_id)
         return len(self._sessions.pop(session_id, []))
+
+
+def _copied(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The messages as plain JSON, as a saved transcript's Markdown holds them: no object of
+    the caller's is kept."""
+    out: list[dict[str, Any]] = json.loads(json.dumps(list(messages), ensure_ascii=False))
+    return out
