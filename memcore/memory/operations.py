@@ -352,7 +352,11 @@ class MemoryApi(Memory):
 
     async def delete_many(self, memory_ids: Sequence[str]) -> int:
         """Forget these memories: all of their files written, or none (see the port)."""
-        records = [await self.writer.get(mid) for mid in dict.fromkeys(memory_ids)]
+        ids = list(dict.fromkeys(memory_ids))
+        records = await self.writer.records(ids, missing_ok=True)  # one read, not one an id
+        if len(records) < len(ids):
+            lost = next(i for i in ids if i not in {r.id for r in records})
+            raise NotFound(f"no memory with id {lost!r}")
         return await self.writer.delete_many(records, restorable=True)
 
     async def forget(
