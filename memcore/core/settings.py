@@ -488,20 +488,26 @@ def _to_str(value: object) -> str:
     raise ValueError(value)
 
 
+def _listed(value: object) -> object:
+    """A list setting given as text (an environment variable): a JSON list, as in
+    MEMCORE_INDEX_INCLUDE='["a.md"]', or items separated by commas; other values as given."""
+    if not isinstance(value, str):
+        return value
+    if value.strip().startswith("["):
+        parsed: object = json.loads(value)
+        return parsed
+    return [p.strip() for p in value.split(",") if p.strip()]
+
+
 def _to_float_tuple(value: object) -> tuple[float, ...]:
-    if isinstance(value, str):
-        text = value.strip()  # a JSON list, or numbers separated by commas
-        value = json.loads(text) if text.startswith("[") else [v for v in text.split(",") if v]
+    value = _listed(value)
     if isinstance(value, list | tuple):
         return tuple(_to_float(v) for v in value)
     raise ValueError(value)
 
 
 def _to_str_tuple(value: object) -> tuple[str, ...]:
-    if isinstance(value, str) and value.strip().startswith("["):
-        value = json.loads(value)  # a JSON list, as in MEMCORE_INDEX_INCLUDE='["a.md"]'
-    if isinstance(value, str):
-        return tuple(p.strip() for p in value.split(",") if p.strip())
+    value = _listed(value)
     if isinstance(value, list | tuple) and all(isinstance(v, str) for v in value):
         return tuple(value)
     raise ValueError(value)
