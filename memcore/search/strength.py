@@ -107,10 +107,9 @@ def strength_of(
     """Strength at ``now``. Core memories report retrievability 1.0 whatever their age.
     ``pace``: the memory ages that many times as fast (its reviews and now, on a clock that
     runs faster from its birth); ``last_review`` stays the real date."""
-    graded = [(_paced(born, t, pace), g) for t, g in map(_graded, reviews)]
-    card = card_of(born, graded, policy.parameters)
-    real = max((_utc(t) for t, _ in map(_graded, reviews)), default=None)
-    last = max(real, _utc(born)) if real is not None else _utc(born)
+    graded = [_graded(r) for r in reviews]
+    card = card_of(born, [(_paced(born, t, pace), g) for t, g in graded], policy.parameters)
+    last = max([_utc(born), *(_utc(t) for t, _ in graded)])  # the real date, not the paced
     at = _paced(born, now, pace)
     recall = 1.0 if tier == "core" else retrievability(card, at, policy.parameters)
     return Strength(
