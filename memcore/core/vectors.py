@@ -5,13 +5,15 @@ from __future__ import annotations
 import functools
 import threading
 from collections.abc import Callable, Iterable, Sequence
-from typing import Concatenate, ParamSpec, Protocol, TypeVar
+from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
 Vector = npt.NDArray[np.float32]
 Matrix = npt.NDArray[np.float32]
+# a vector as a caller gives it: numbers in a list, or an array
+VectorLike = Sequence[float] | npt.NDArray[np.floating[Any]]
 T = TypeVar("T", bound=np.generic)
 
 

@@ -171,16 +171,20 @@ def build_mcp(service: MemoryService) -> MCPServer:  # noqa: C901 - a tool table
         timestamp: int | float | str | None = None,
         expiration_date: str | None = None,
         immutable: bool = False,
+        vector: list[float] | None = None,
+        vector_model: str | None = None,
     ) -> list[dict[str, Any]]:
         """Remember something (written to the workspace's Markdown, searchable at once). A key
         replaces the memory under that key in the same scope and category. An
         idempotency_key makes a retried call return the first call's memories. timestamp
         (Unix seconds or ISO) is when it was made; after expiration_date (YYYY-MM-DD) reads
-        leave it out; an immutable memory refuses updates."""
+        leave it out; an immutable memory refuses updates. vector: your own embedding of the
+        content (the index's model and size; vector_model names the model that made it)."""
         added = await m().add(content, user_id=user_id, agent_id=agent_id, run_id=run_id,
                               app_id=app_id, category=category, key=key, metadata=metadata,
                               idempotency_key=idempotency_key, created=timestamp,
-                              expiration_date=expiration_date, immutable=immutable)  # fmt: skip
+                              expiration_date=expiration_date, immutable=immutable,
+                              vector=vector, vector_model=vector_model)  # fmt: skip
         return [r.to_dict() for r in added]
 
     @mcp.tool()
@@ -210,9 +214,15 @@ def build_mcp(service: MemoryService) -> MCPServer:  # noqa: C901 - a tool table
 
     @mcp.tool()
     @one_line_errors
-    async def update(memory_id: str, content: str) -> dict[str, Any]:
-        """Change a memory's text; its id stays."""
-        return (await m().update(memory_id, content)).to_dict()
+    async def update(
+        memory_id: str,
+        content: str | None = None,
+        vector: list[float] | None = None,
+        vector_model: str | None = None,
+    ) -> dict[str, Any]:
+        """Change a memory's text and/or give your own vector for it; its id stays."""
+        changed = await m().update(memory_id, content, vector=vector, vector_model=vector_model)
+        return changed.to_dict()
 
     @mcp.tool()
     @one_line_errors

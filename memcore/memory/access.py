@@ -28,6 +28,7 @@ from memcore.core.models import (
     SearchFilters,
     scope_ids,
 )
+from memcore.core.vectors import VectorLike
 from memcore.memory.port import Memory, Message
 
 if TYPE_CHECKING:
@@ -138,12 +139,15 @@ class ScopedMemory(Memory):
         created: str | float | None = None,
         expiration_date: str | None = None,
         immutable: bool = False,
+        vector: VectorLike | None = None,
+        vector_model: str | None = None,
     ) -> list[MemoryRecord]:
         scope = self._scope(user_id=user_id, agent_id=agent_id, run_id=run_id, app_id=app_id)
         return await self.inner.add(
             content, **scope, metadata=metadata, category=category, key=key, infer=infer,
             idempotency_key=request_key(self.caller, idempotency_key), created=created,
-            expiration_date=expiration_date, immutable=immutable,
+            expiration_date=expiration_date, immutable=immutable, vector=vector,
+            vector_model=vector_model,
         )  # fmt: skip
 
     async def add_batch(self, memories: Sequence[NewMemory]) -> list[MemoryRecord]:
@@ -236,12 +240,15 @@ class ScopedMemory(Memory):
         *,
         created: str | float | None = None,
         expiration_date: str | None = None,
+        vector: VectorLike | None = None,
+        vector_model: str | None = None,
     ) -> MemoryRecord:
         if self.caller.binding:
             await self._own(memory_id)
         return await self.inner.update(
-            memory_id, content, metadata, created=created, expiration_date=expiration_date
-        )
+            memory_id, content, metadata, created=created, expiration_date=expiration_date,
+            vector=vector, vector_model=vector_model,
+        )  # fmt: skip
 
     async def delete(self, memory_id: str) -> None:
         if self.caller.binding:

@@ -31,6 +31,7 @@ from memcore.core.errors import (
     WriteConflict,
 )
 from memcore.core.models import TURNS_CATEGORY, MemoryQuery, MemoryRecord
+from memcore.core.vectors import Vector
 from memcore.index.indexer import Indexer, PathLocks
 from memcore.memory.file_writes import (
     WRITE_ATTEMPTS,
@@ -40,6 +41,7 @@ from memcore.memory.file_writes import (
     Written,
     api_event,
 )
+from memcore.memory.supplied import supply
 from memcore.storage.base import Store
 from memcore.vault.chunker import memory_embed_text, memory_file_of
 from memcore.vault.history import (
@@ -92,6 +94,9 @@ class NewMemory:
     file: str | None = None  # the memory file it goes to (default: ``file_for`` its scope)
     expires: str | None = None  # an ISO date (Mem0's expiration_date)
     immutable: bool = False
+    # the caller's own vector for it, and the model that made it (see memory/supplied.py)
+    vector: Vector | None = field(default=None, compare=False, repr=False)
+    vector_model: str | None = None
 
 
 Queued = tuple[list["NewMemory"], "asyncio.Future[list[MemoryRecord]]", str | None]
@@ -105,6 +110,9 @@ def fingerprint(memories: Sequence[NewMemory]) -> str:
          m.file, m.expires, m.immutable]
         for m in memories
     ]  # fmt: skip
+    for row, m in zip(asked, memories, strict=True):
+        if m.vector is not None:  # (only then: the fingerprints logged before vectors hold)
+            row += [hashlib.sha256(m.vector.tobytes()).hexdigest(), m.vector_model]
     text = json.dumps(asked, sort_keys=True, ensure_ascii=False, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
@@ -247,6 +255,11 @@ class Adds:
     async def _add_checked(
         self, checked: list[NewMemory], request: str | None, many: bool = True
     ) -> list[MemoryRecord]:
+        await supply(
+            self.store, self.indexer.embedder,
+            ((m.category, m.content, m.vector, m.vector_model) for m in checked
+             if m.vector is not None),
+        )  # fmt: skip
         by_file: dict[str, list[NewMemory]] = {}
         for m in checked:
             by_file.setdefault(m.file or self.writer.file_for(m.scope, m.category), []).append(m)
@@ -261,6 +274,7 @@ class Adds:
                 for rel, group in by_file.items()
                 if rel in self._draining
                 for m in group
+                if m.vector is None
             ]
         )
         loop = asyncio.get_running_loop()

@@ -3,7 +3,9 @@ line so that a bad line is named and skipped and the rest go in. Pure.
 
 A line is ``{"memory": "..."}`` (or ``"content"`` / ``"text"``) with optional ``user_id``,
 ``agent_id``, ``run_id``, ``app_id``, ``category``, ``key``, ``metadata`` and ``id``: the fields of
-memcore's own records (``memcore list --json``), so an export reads back as it was.
+memcore's own records (``memcore list --json``), so an export reads back as it was. ``vector``
+(and ``vector_model``) carry the caller's own vector for the text (memory/supplied.py); one of
+the wrong size or model refuses its chunk of the file whole, naming both.
 """
 
 from __future__ import annotations
@@ -17,10 +19,12 @@ from memcore.core.errors import InputError
 from memcore.core.ids import check_id
 from memcore.core.models import SCOPE_KEYS
 from memcore.memory.adding import NewMemory
+from memcore.memory.supplied import checked_vector
 from memcore.vault.memory_format import Scope, check_content, check_metadata, check_name
 
 TEXT_FIELDS = ("memory", "content", "text")
-KNOWN = {*TEXT_FIELDS, *SCOPE_KEYS, "category", "key", "metadata", "id"}
+KNOWN = {*TEXT_FIELDS, *SCOPE_KEYS, "category", "key", "metadata", "id", "vector",
+         "vector_model"}  # fmt: skip
 # what a record of `memcore list --json` also holds, derived or read-only: taken and ignored
 DERIVED = {"created_at", "updated_at", "path", "start_line", "end_line", "score", "strength",
            "event", "hash"}  # fmt: skip
@@ -75,12 +79,15 @@ def _memory(line: str, defaults: Scope, category: str | None) -> NewMemory:
     key = data.get("key")
     if key is not None and (not isinstance(key, str) or not key.strip()):
         raise InputError("key must be a non-empty string")
+    vector, model = data.get("vector"), data.get("vector_model")
     memory = NewMemory(
         check_content(text),
         Scope(**scope),
         _name(data.get("category") or category or "core", "category"),
         key,
         check_metadata(data.get("metadata")),
+        vector=None if vector is None else checked_vector(vector, model),
+        vector_model=None if model is None else str(model),
     )
     given = data.get("id")
     if given is not None:

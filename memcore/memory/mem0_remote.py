@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 from memcore.core.errors import ConfigError, InputError, MemcoreError, NotFound
 from memcore.core.models import Entity, MemoryRecord, scope_ids
 from memcore.core.redact import redact_url
+from memcore.core.vectors import VectorLike
 from memcore.memory.adding import NewMemory
 from memcore.memory.port import Memory, Message
 from memcore.storage.base import Vector
@@ -111,6 +112,8 @@ class Mem0Memory(Memory):
         created: str | float | None = None,
         expiration_date: str | None = None,
         immutable: bool = False,
+        vector: VectorLike | None = None,
+        vector_model: str | None = None,
     ) -> list[MemoryRecord]:
         if key is not None:
             raise self._refuse("keep memories under a key")
@@ -118,6 +121,8 @@ class Mem0Memory(Memory):
             raise self._refuse(f"file memories under a category ({category!r})")
         if idempotency_key is not None:
             raise self._refuse("take an idempotency key")
+        if vector is not None:
+            raise self._refuse("take a caller's vector (Mem0's platform embeds every text)")
         messages = content if isinstance(content, str) else [dict(m) for m in content]
         scope = _scope(user_id, agent_id, run_id, app_id)
         extra = {k: v for k, v in (("timestamp", created), ("expiration_date", expiration_date),
@@ -228,7 +233,11 @@ class Mem0Memory(Memory):
         *,
         created: str | float | None = None,
         expiration_date: str | None = None,
+        vector: VectorLike | None = None,
+        vector_model: str | None = None,
     ) -> MemoryRecord:
+        if vector is not None:
+            raise self._refuse("take a caller's vector (Mem0's platform embeds every text)")
         change: dict[str, Any] = {}
         if content is not None:
             change["text"] = content

@@ -15,12 +15,14 @@ from memcore.core.errors import ConfigError, InputError, NotFound
 from memcore.core.ids import check_id
 from memcore.core.models import Entity, Hit, MemoryQuery, MemoryRecord, scope_ids
 from memcore.core.moments import utc_today
+from memcore.core.vectors import VectorLike
 from memcore.llm.base import LLM
 from memcore.memory import infer
 from memcore.memory.adding import NewMemory
 from memcore.memory.archive import Archive
 from memcore.memory.conversations import TOOL_ROLES, message_text
 from memcore.memory.port import Memory
+from memcore.memory.supplied import checked_vector
 from memcore.memory.writer import MemoryWriter
 from memcore.search.filters import read_filters
 from memcore.search.recall import Recall, note_key
@@ -68,6 +70,8 @@ class MemoryApi(Memory):
         created: str | float | None = None,
         expiration_date: str | None = None,
         immutable: bool = False,
+        vector: VectorLike | None = None,
+        vector_model: str | None = None,
     ) -> list[MemoryRecord]:
         """Remember ``content`` (a text, or chat messages: one memory per message with text).
         With ``key``, replaces that key's memory in the same scope and category. With
@@ -76,10 +80,17 @@ class MemoryApi(Memory):
         key) returns what the first one added and writes nothing.
         ``created`` (Unix seconds or an ISO time) is when they were made, for memories
         imported from elsewhere; after ``expiration_date`` (an ISO date) reads leave them out
-        and the forget loop archives them; ``immutable`` ones refuse updates."""
+        and the forget loop archives them; ``immutable`` ones refuse updates. ``vector``, the
+        caller's own vector for the one text given (made by ``vector_model``, which must be
+        the index's when named): stored instead of the model's (memory/supplied.py)."""
         scope = Scope(user_id, agent_id, run_id, app_id)
+        own = None if vector is None else checked_vector(vector, vector_model)
+        if own is None and vector_model is not None:
+            raise InputError("vector_model names the model of a vector: give the vector too")
         made = NewMemory("", created=check_moment(created), expires=check_expiry(expiration_date),
                          immutable=immutable)  # fmt: skip
+        if infer and own is not None:
+            raise InputError("a vector is for the text given: infer=True writes its own texts")
         if infer:
             if self.llm is None:
                 raise ConfigError("infer=True needs an LLM: set llm.provider to ollama or openai")
@@ -91,9 +102,12 @@ class MemoryApi(Memory):
         texts = [content] if isinstance(content, str) else _message_texts(content)
         if key is not None and len(texts) != 1:
             raise InputError("a key names one memory; give one text")
+        if own is not None and len(texts) != 1:
+            raise InputError(f"a vector is for one memory; these messages make {len(texts)}")
         items = [
             dataclasses.replace(made, content=t, scope=scope, category=category, key=key,
-                                metadata=metadata, id=new_id())
+                                metadata=metadata, id=new_id(), vector=own,
+                                vector_model=vector_model)
             for t in texts
         ]  # fmt: skip
         return await self.writer.add_batch(items, idempotency_key)
@@ -337,14 +351,18 @@ class MemoryApi(Memory):
         *,
         created: str | float | None = None,
         expiration_date: str | None = None,
+        vector: VectorLike | None = None,
+        vector_model: str | None = None,
     ) -> MemoryRecord:
         """Change a memory's text, metadata (replaced whole), ``created`` time (Unix seconds
         or an ISO time) or ``expiration_date`` (an ISO date; "" takes it away). An immutable
-        memory refuses (ImmutableMemory, a WriteConflict)."""
+        memory refuses (ImmutableMemory, a WriteConflict). ``vector``: the caller's own vector
+        for its (new) text, as ``add`` takes one."""
         expires = None if expiration_date in (None, "") else check_expiry(expiration_date)
+        own = None if vector is None else checked_vector(vector, vector_model)
         return await self.writer.update(
             memory_id, content, metadata, check_moment(created),
-            "" if expiration_date == "" else expires,
+            "" if expiration_date == "" else expires, own, vector_model,
         )  # fmt: skip
 
     async def delete(self, memory_id: str) -> None:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from memcore.core.errors import NotSupported
 from memcore.core.models import Entity, Hit, MemoryRecord
+from memcore.core.vectors import VectorLike
 
 if TYPE_CHECKING:
     from memcore.memory.adding import NewMemory
@@ -50,6 +51,8 @@ class Memory:
         created: str | float | None = None,
         expiration_date: str | None = None,
         immutable: bool = False,
+        vector: VectorLike | None = None,
+        vector_model: str | None = None,
     ) -> list[MemoryRecord]:
         raise self._refuse("add memories")
 
@@ -146,6 +149,8 @@ class Memory:
         *,
         created: str | float | None = None,
         expiration_date: str | None = None,
+        vector: VectorLike | None = None,
+        vector_model: str | None = None,
     ) -> MemoryRecord:
         raise self._refuse("update a memory")
 

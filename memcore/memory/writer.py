@@ -29,6 +29,7 @@ from memcore.core.errors import (
     WriteConflict,
 )
 from memcore.core.models import MemoryQuery, MemoryRecord
+from memcore.core.vectors import Vector
 from memcore.index.indexer import Indexer
 from memcore.memory.adding import Adds, NewMemory
 from memcore.memory.file_writes import (
@@ -38,6 +39,7 @@ from memcore.memory.file_writes import (
     Written,
     api_event,
 )
+from memcore.memory.supplied import checked_vector, supply
 from memcore.storage.base import Store
 from memcore.vault.files import append_text, is_memory_path
 from memcore.vault.history import (
@@ -96,9 +98,12 @@ class MemoryWriter:
         check_name(m.category, "category")
         if m.key is not None and (not isinstance(m.key, str) or not m.key.strip()):
             raise InputError("key must be a non-empty string")
+        if m.vector is None and m.vector_model is not None:
+            raise InputError("vector_model names the model of a vector: give the vector too")
         return dataclasses.replace(
-            m, content=check_content(m.content), metadata=check_metadata(m.metadata)
-        )
+            m, content=check_content(m.content), metadata=check_metadata(m.metadata),
+            vector=None if m.vector is None else checked_vector(m.vector, m.vector_model),
+        )  # fmt: skip
 
     def file_for(self, scope: Scope, category: str, day: dt.date | None = None) -> str:
         """memory/<users/u/agents/a/runs/r>/<category>.md; daily memories get a file per day."""
@@ -171,17 +176,30 @@ class MemoryWriter:
         metadata: Mapping[str, object] | None = None,
         created: str | None = None,
         expires: str | None = None,
+        vector: Vector | None = None,
+        vector_model: str | None = None,
     ) -> MemoryRecord:
         """Change a memory's text, metadata (replacing the old one), created time and/or
-        expiry date ("" takes it away). An immutable memory refuses (ImmutableMemory, a
+        expiry date ("" takes it away); ``vector``, the caller's own vector for its (new)
+        text (memory/supplied.py). An immutable memory refuses (ImmutableMemory, a
         WriteConflict)."""
         text = check_content(content) if content is not None else None
         meta = check_metadata(metadata) if metadata is not None else None
-        if text is None and meta is None and created is None and expires is None:
-            raise InputError("update needs new content, metadata, timestamp or expiration_date")
+        if vector is None and vector_model is not None:
+            raise InputError("vector_model names the model of a vector: give the vector too")
+        own = None if vector is None else checked_vector(vector, vector_model)
+        if text is None and meta is None and created is None and expires is None and own is None:
+            raise InputError(
+                "update needs new content, metadata, timestamp, expiration_date or vector"
+            )
         record = await self.get(memory_id)
         if record.immutable:
             raise ImmutableMemory(memory_id)
+        if own is not None:  # the vector of the text the memory will hold
+            texts = [(record.category, text or record.text, own, vector_model)]
+            await supply(self.store, self.indexer.embedder, texts)
+        if text is None and meta is None and created is None and expires is None:
+            return record  # only the vector: the Markdown stays as it is
 
         def change(f: MemoryFile) -> FileEdit:
             item = _must_find(f, memory_id)

@@ -288,6 +288,12 @@ class IndexWriter(Protocol):
 
     async def cache_vectors(self, vectors: Mapping[str, Vector], model_id: str) -> None: ...
 
+    async def supply_vectors(self, vectors: Mapping[str, Vector], model_id: str) -> int:
+        """A caller's vectors (by content hash) for this model: kept in the embedding cache,
+        where every later index run finds them before running the model, and given now to
+        each chunk that holds that text; returns how many chunks took one."""
+        ...
+
     async def set_meta(self, key: str, value: str) -> None: ...
 
 

@@ -117,13 +117,16 @@ def mem0_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a route 
         metadata = dict(data.metadata or {})
         if data.source is not None:
             metadata.setdefault("source", data.source)
-        infer, warned = inference(service, data.infer)
+        # a caller's own vector is for the text it sends: stored as given, never inferred from
+        asked = False if data.vector is not None and data.infer is None else data.infer
+        infer, warned = inference(service, asked)
         if not infer:  # as Mem0 stores messages it does not infer from: the system's are not
             messages = [m for m in messages if m.get("role") != "system"] or messages
         records = await memories_of(service, request).add(
             messages, metadata=metadata or None, infer=infer, **scope,
             idempotency_key=request.headers.get("idempotency-key"), created=data.timestamp,
             expiration_date=data.expiration_date, immutable=bool(data.immutable),
+            vector=data.vector, vector_model=data.vector_model,
         )  # fmt: skip
         out: dict[str, Any] = {"results": [{**record(r), "event": r.event or "ADD"}
                                            for r in records]}  # fmt: skip
@@ -239,7 +242,13 @@ def mem0_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a route 
             "" if "expiration_date" in data.model_fields_set else None
         )  # fmt: skip
         changed = await memories_of(service, request).update(
-            memory_id, text, data.metadata, created=data.timestamp, expiration_date=expiry
+            memory_id,
+            text,
+            data.metadata,
+            created=data.timestamp,
+            expiration_date=expiry,
+            vector=data.vector,
+            vector_model=data.vector_model,
         )
         return reply(Mem0MemoryOut, record(changed), headers=ignored(data, params))
 

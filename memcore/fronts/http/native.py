@@ -142,6 +142,7 @@ def native_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a rout
             infer=data.infer, **scope_fields(data),
             idempotency_key=request.headers.get("idempotency-key"), created=data.timestamp,
             expiration_date=data.expiration_date, immutable=data.immutable,
+            vector=data.vector, vector_model=data.vector_model,
         )  # fmt: skip
         return reply(MemoriesOut, {"results": [r.to_dict() for r in records]})
 
@@ -183,8 +184,9 @@ def native_routes(service: MemoryService) -> list[Route]:  # noqa: C901 - a rout
             "" if "expiration_date" in data.model_fields_set else None
         )  # fmt: skip
         record = await memories_of(service, request).update(
-            memory_id, data.content, data.metadata, created=data.timestamp, expiration_date=expiry
-        )
+            memory_id, data.content, data.metadata, created=data.timestamp,
+            expiration_date=expiry, vector=data.vector, vector_model=data.vector_model,
+        )  # fmt: skip
         return reply(MemoryOut, record.to_dict())
 
     @contract(DeletedOut)

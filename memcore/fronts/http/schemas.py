@@ -129,6 +129,20 @@ class ReadFields(ScopeFields):
     show_expired: bool = Field(False, description="memories past their expiration_date too")
 
 
+# A caller's own vector for the memory it writes (memory/supplied.py), and the model that made
+# it: checked against the index's model and size (a mismatch is a 400 naming both).
+OwnVector = Annotated[
+    list[float],
+    Field(min_length=1, max_length=8192,
+          description="your own vector for this text (the index's model and size)"),
+]  # fmt: skip
+VectorModel = Annotated[
+    str,
+    Field(min_length=1, max_length=256,
+          description="the model that made vector: refused unless it is the index's"),
+]  # fmt: skip
+
+
 class SearchBody(ReadFields):
     query: Text | None = None
     threshold: Score | None = None
@@ -169,6 +183,8 @@ class AddBody(ScopeFields):
     timestamp: Moment | None = Field(None, description="when it was made (created_at)")
     expiration_date: Expiry | None = None
     immutable: bool = Field(False, description="true: updates are refused (409)")
+    vector: OwnVector | None = None
+    vector_model: VectorModel | None = None
 
 
 class UpdateBody(Body):
@@ -176,6 +192,8 @@ class UpdateBody(Body):
     metadata: JSONObject | None = None
     timestamp: Moment | None = Field(None, description="a new created_at")
     expiration_date: Expiry | None = Field(None, description="a new date; null takes it away")
+    vector: OwnVector | None = None
+    vector_model: VectorModel | None = None
 
 
 class CountQuery(Query):
@@ -414,6 +432,8 @@ class Mem0AddBody(Mem0Body):
     timestamp: Moment | None = Field(None, description="the memories' created_at")
     expiration_date: Expiry | None = Field(None, description="hidden from reads after this")
     immutable: bool | None = Field(None, description="true: updates are refused (409)")
+    vector: OwnVector | None = Field(None, description="memcore's extension: your own vector")
+    vector_model: VectorModel | None = None
 
 
 class Mem0ListBody(Mem0Body):
@@ -471,6 +491,8 @@ class Mem0UpdateBody(Mem0Body):
     metadata: JSONObject | None = None
     timestamp: Moment | None = Field(None, description="a new created_at")
     expiration_date: Expiry | None = Field(None, description="a new date; null takes it away")
+    vector: OwnVector | None = Field(None, description="memcore's extension: your own vector")
+    vector_model: VectorModel | None = None
 
 
 class Mem0DeleteQuery(Mem0Params):

@@ -302,6 +302,14 @@ class PostgresWriter(Queries):
                 [(self.ns, h, model_id, as_list(v), stamp) for h, v in vectors.items()],
             )
 
+    async def supply_vectors(self, vectors: Mapping[str, Vector], model_id: str) -> int:
+        await self.cache_vectors(vectors, model_id)
+        rows = await self.all(
+            "SELECT id, content_hash FROM memory_chunks WHERE ns = %s AND content_hash = ANY(%s)",
+            (self.ns, list(vectors)),
+        )
+        return await self.set_vectors([(cid, h, vectors[h]) for cid, h in rows], model_id)
+
     async def set_meta(self, key: str, value: str) -> None:
         await self.conn.execute(
             "INSERT INTO meta (ns, key, value) VALUES (%s, %s, %s) "

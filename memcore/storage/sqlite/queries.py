@@ -840,6 +840,20 @@ class SqliteWriter(_Queries, file_rows.Changes):
             [(h, model_id, encode_vector(v), stamp) for h, v in vectors.items()],
         )
 
+    async def supply_vectors(self, vectors: Mapping[str, Vector], model_id: str) -> int:
+        await self.cache_vectors(vectors, model_id)
+        hashes = list(vectors)
+        holders: list[tuple[int, str, Vector]] = []
+        for i in range(0, len(hashes), BATCH):
+            part = hashes[i : i + BATCH]
+            rows = await self._all(
+                f"SELECT id, content_hash FROM memory_chunks WHERE content_hash IN "
+                f"({marks(len(part))})",
+                part,
+            )
+            holders += [(cid, h, vectors[h]) for cid, h in rows]
+        return await self.set_vectors(holders, model_id)
+
     async def set_meta(self, key: str, value: str) -> None:
         await self.conn.execute(
             "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, value)
