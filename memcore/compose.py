@@ -11,9 +11,11 @@ import logging
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from memcore.core.errors import ConfigError, MemcoreError, VaultError
+from memcore.core.own_words import Words, read_words
 from memcore.core.places import make_private_dir
 from memcore.core.redact import keep_secret
 from memcore.core.settings import MEMORY_DB, Settings
@@ -89,7 +91,19 @@ def build_llm(settings: Settings) -> LLM | None:
     return None
 
 
+def own_words(settings: Settings) -> Words:
+    """The vault's own dictionary and stop words (``keywords.dictionary`` / ``.stop_words``:
+    paths in the vault, absolute or under ~). Raises ConfigError for a file that is not fit."""
+    k = settings.keywords
+
+    def place(name: str) -> Path | None:
+        return (settings.vault / Path(name).expanduser()) if name else None
+
+    return read_words(place(k.dictionary), place(k.stop_words))
+
+
 def build_store(settings: Settings) -> Store:
+    k = settings.keywords
     if settings.database_url:
         try:
             from memcore.storage.postgres.store import PostgresStore
@@ -103,14 +117,24 @@ def build_store(settings: Settings) -> Store:
             busy_timeout_s=settings.storage.busy_timeout_s,
             readers=settings.storage.pool_size,
             bm25=settings.storage.keyword_index == "auto",
+            words=own_words(settings),
+            k1=k.k1,
+            b=k.b,
         )
     from memcore.storage.sqlite.store import SqliteStore
+
+    if (k.k1, k.b) != (1.2, 0.75):
+        raise ConfigError(
+            "keywords.k1 / keywords.b: SQLite's FTS5 ranks with a fixed k1 = 1.2 and b = 0.75; "
+            "they can be set when the index is in PostgreSQL (storage.url)"
+        )
 
     return SqliteStore(
         settings.db_path,
         busy_timeout_s=settings.storage.busy_timeout_s,
         ann_min_vectors=settings.storage.ann_min_vectors,
         reader_cache_mb=settings.storage.cache_mb,
+        words=own_words(settings),
     )
 
 

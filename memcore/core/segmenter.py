@@ -147,3 +147,43 @@ def _substrings(text: str, longest: int) -> list[str]:
     return list(
         {text[i:j] for i in range(len(text)) for j in range(i + 1, min(len(text), i + longest) + 1)}
     )
+
+
+_layered: dict[tuple[int, tuple[tuple[str, int | None], ...]], Any] = {}
+
+
+def layered(base: Any, entries: tuple[tuple[str, int | None], ...], text: str | None = None) -> Any:
+    """A tokenizer that cuts as ``base`` does and keeps these dictionary entries whole (a
+    vault's own words, core/own_words.py), ``base`` left as it is. An entry without a
+    frequency gets what jieba's ``suggest_freq`` gives: just enough to be cut whole. With
+    ``text``, only the entries found in it (a query's tokenizer, made for that text); without,
+    the tokenizer is kept for the next call with the same base and entries."""
+    if text is not None:
+        entries = tuple(e for e in entries if e[0] in text)
+        if not entries:
+            return base
+    else:
+        found = _layered.get((id(base), entries))
+        if found is not None:
+            return found
+    from collections import ChainMap
+
+    jieba = _import()
+    own: dict[str, int] = {}
+    tokenizer = jieba.Tokenizer()
+    tokenizer.FREQ, tokenizer.total, tokenizer.initialized = (
+        ChainMap(own, base.FREQ),
+        base.total,
+        True,
+    )
+    for word, freq in entries:
+        n = freq if freq is not None else int(tokenizer.suggest_freq(word, tune=False))
+        own[word] = n
+        tokenizer.total += n
+        for end in range(1, len(word)):  # jieba's prefix entries: how it finds longer words
+            if word[:end] not in tokenizer.FREQ:
+                own[word[:end]] = 0
+    if text is None:
+        with _lock:
+            _layered[(id(base), entries)] = tokenizer
+    return tokenizer

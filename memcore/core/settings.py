@@ -104,6 +104,20 @@ class SearchSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class KeywordSettings:
+    """The keyword index's own words and BM25's parameters (core/own_words.py)."""
+
+    # files of the vault (or absolute, or ~/...): a jieba user dictionary ("word [freq]" a
+    # line) and stop words (one or more a line); "" = none. A change tokenizes once again
+    dictionary: str = ""
+    stop_words: str = ""
+    # BM25's term-frequency saturation and length normalization: PostgreSQL only (SQLite's
+    # FTS5 ranks with a fixed 1.2 and 0.75)
+    k1: float = 1.2
+    b: float = 0.75
+
+
+@dataclass(frozen=True, slots=True)
 class StrengthSettings:
     """FSRS-6 memory strength (strength.py): how it ranks and when memories are forgotten."""
 
@@ -220,6 +234,7 @@ class Settings:
     ollama: OllamaSettings = field(default_factory=OllamaSettings)
     openai: OpenAISettings = field(default_factory=OpenAISettings)
     search: SearchSettings = field(default_factory=SearchSettings)
+    keywords: KeywordSettings = field(default_factory=KeywordSettings)
     strength: StrengthSettings = field(default_factory=StrengthSettings)
     storage: StorageSettings = field(default_factory=StorageSettings)
     watch: WatchSettings = field(default_factory=WatchSettings)
@@ -553,6 +568,13 @@ def _search_problems(s: SearchSettings) -> Iterator[str]:
         yield "search.vector_weight + search.keyword_weight: must be above 0"
 
 
+def _keyword_problems(s: KeywordSettings) -> Iterator[str]:
+    if not 0 <= s.k1 <= 3:
+        yield f"keywords.k1: must be between 0 and 3, got {s.k1}"
+    if not 0 <= s.b <= 1:
+        yield f"keywords.b: must be between 0 and 1, got {s.b}"
+
+
 def _strength_problems(s: StrengthSettings) -> Iterator[str]:
     if not 0.01 <= s.run_pace <= 100:
         yield f"strength.run_pace: must be between 0.01 and 100, got {s.run_pace}"
@@ -611,6 +633,7 @@ def _problems(s: Settings) -> Iterator[str]:
     yield from _strength_problems(s.strength)
     yield from _storage_problems(s.storage)
     yield from _search_problems(s.search)
+    yield from _keyword_problems(s.keywords)
     if s.search.cache_size < 0:
         yield f"search.cache_size: must be >= 0, got {s.search.cache_size}"
     if s.search.recency_weight < 0:

@@ -5,10 +5,12 @@ from __future__ import annotations
 import math
 import re
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any
 
 from memcore.core import segmenter
 from memcore.core.lru import LRU
+from memcore.core.own_words import NO_WORDS, Words
 
 # CJK Unified Ideographs (+ Extension A, compatibility) - the scripts FTS5 cannot split itself.
 _CJK_RUN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
@@ -56,16 +58,24 @@ def warm_segmenter() -> None:
     segmenter.full()
 
 
-def _cjk_words(run: str, for_index: bool) -> Iterator[str]:
+def _tokenizer(run: str, for_index: bool, own: Words) -> Any:
     # a query is cut with only the dictionary entries it can touch when the whole dictionary
     # is not loaded (a one-shot search); the text to index, always with the whole of it
-    jb = segmenter.full().dt if for_index else segmenter.for_text(run)
-    words = list(jb.cut_for_search(run, HMM=True))
+    if for_index or segmenter.loaded():
+        jb = segmenter.full().dt
+        return segmenter.layered(jb, own.entries) if own.entries else jb
+    jb = segmenter.for_text(run)
+    return segmenter.layered(jb, own.entries, run) if own.entries else jb
+
+
+def _cjk_words(run: str, for_index: bool, own: Words = NO_WORDS) -> Iterator[str]:
+    jb = _tokenizer(run, for_index, own)
+    words = [w for w in jb.cut_for_search(run, HMM=True) if w not in own.stop]
     yield from words
     if for_index:
         # single characters too, so one-character queries find longer words that contain them
         seen = {w for w in words if len(w) == 1}
-        yield from (ch for ch in run if ch not in seen)
+        yield from (ch for ch in run if ch not in seen and ch not in own.stop)
         return
     # A word jieba does not know (a name, often glued to the next character: "杨昊现") may be
     # cut differently in the text; its characters still match the indexed single characters.
@@ -74,29 +84,44 @@ def _cjk_words(run: str, for_index: bool) -> Iterator[str]:
             yield from word
 
 
-def segment(text: str, for_index: bool = True) -> str:
-    """Text with every CJK run replaced by space-separated words (other text unchanged)."""
+def segment(text: str, for_index: bool = True, own: Words = NO_WORDS) -> str:
+    """Text with every CJK run replaced by space-separated words (other text unchanged), and
+    the vault's own stop words (``own``) left out."""
+    if own.stop:
+        text = _WORD.sub(lambda m: "" if m.group().lower() in own.stop else m.group(), text)
     if not has_cjk(text):
         return text
     out, pos = [], 0
     for m in _CJK_RUN.finditer(text):
         out.append(text[pos : m.start()])
-        out.append(" " + " ".join(_cjk_words(m.group(), for_index)) + " ")
+        out.append(" " + " ".join(_cjk_words(m.group(), for_index, own)) + " ")
         pos = m.end()
     out.append(text[pos:])
     return "".join(out)
 
 
-def query_terms(text: str) -> list[str]:
-    """Distinct search terms of a user query, stopwords dropped unless nothing else is left."""
+def fts_text(heading: str, text: str, own: Words = NO_WORDS) -> str:
+    """What full text sees of a chunk: heading and body, Chinese segmented into words, the
+    vault's own words applied (core/own_words.py)."""
+    return segment(f"{heading}\n{text}", own=own)
+
+
+def fts_texts(rows: Iterable[Sequence[Any]], own: Words) -> list[str]:
+    """``fts_text`` of (id, heading, text, ...) rows."""
+    return [fts_text(r[1], r[2], own) for r in rows]
+
+
+def query_terms(text: str, own: Words = NO_WORDS) -> list[str]:
+    """Distinct search terms of a user query, stopwords dropped unless nothing else is left
+    (the vault's own stop words always: the index holds none of them)."""
     terms: list[str] = []
     pos = 0
     for m in _CJK_RUN.finditer(text):
         terms.extend(w.lower() for w in _WORD.findall(text[pos : m.start()]))
-        terms.extend(w for w in _cjk_words(m.group(), for_index=False) if w.strip())
+        terms.extend(w for w in _cjk_words(m.group(), False, own) if w.strip())
         pos = m.end()
     terms.extend(w.lower() for w in _WORD.findall(text[pos:]))
-    unique = list(dict.fromkeys(terms))
+    unique = [t for t in dict.fromkeys(terms) if t not in own.stop]
     content = [t for t in unique if t.replace("\u2019", "'") not in STOPWORDS]
     return content or unique
 

@@ -30,6 +30,7 @@ from memcore.core.models import (
     SkippedFile,
 )
 from memcore.core.nodes import NodeCard, NodeInfo
+from memcore.core.own_words import NO_WORDS, Words
 from memcore.core.tokenize import cuts_quickly, query_terms
 
 Vector = npt.NDArray[np.float32]
@@ -51,12 +52,12 @@ async def both(first: Awaitable[A], second: Awaitable[B]) -> tuple[A, B]:
         await settled(task)  # also when both failed: the first's error is seen
 
 
-async def search_terms(query: str) -> list[str]:
-    """The query's search terms; loading jieba (the first Chinese query: about a second) is
-    never on the event loop."""
-    return (
-        query_terms(query) if cuts_quickly(query) else await asyncio.to_thread(query_terms, query)
-    )
+async def search_terms(query: str, own: Words = NO_WORDS) -> list[str]:
+    """The query's search terms (``own``: the vault's own words); loading jieba (the first
+    Chinese query: about a second) is never on the event loop."""
+    if cuts_quickly(query):
+        return query_terms(query, own)
+    return await asyncio.to_thread(query_terms, query, own)
 
 
 async def settled(task: asyncio.Future[A]) -> None:
@@ -326,6 +327,7 @@ class Store(Protocol):
     """An index database. Constructing does no I/O; open it with ``async with``."""
 
     backend: str
+    retokenized: int  # chunks tokenized again at open: the vault's own words had changed
 
     async def __aenter__(self) -> Self: ...
 

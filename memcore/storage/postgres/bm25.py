@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import re
 import time
 from typing import Any
@@ -16,7 +17,9 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from memcore.storage.postgres.queries import TS, fts_text
+from memcore.core.own_words import NO_WORDS, Words
+from memcore.core.tokenize import fts_texts
+from memcore.storage.postgres.queries import TS
 
 log = logging.getLogger(__name__)
 
@@ -25,10 +28,18 @@ FILLED = "bm25_body"  # meta key: this namespace's rows all have their body
 _BATCH = 5000
 
 
-async def enable_bm25(db: psycopg.AsyncConnection[Any], namespace: str, lock: int) -> str:
+async def enable_bm25(
+    db: psycopg.AsyncConnection[Any],
+    namespace: str,
+    lock: int,
+    own: Words = NO_WORDS,
+    k1_b: tuple[float, float] = (1.2, 0.75),
+) -> str:
     """pg_textsearch's version when keywords can be ranked by it here, else "" (the server
     lacks it, or cannot load it: it must be in shared_preload_libraries). Takes ``lock`` (the
-    migration lock) so that processes starting at once set it up once."""
+    migration lock) so that processes starting at once set it up once. The index ranks with
+    BM25's ``k1_b``: one built with others is built again (it is the database's, so every
+    vault in it ranks with the last values a store opened with)."""
     cur = await db.execute(
         "SELECT default_version FROM pg_available_extensions WHERE name = 'pg_textsearch'"
     )
@@ -37,7 +48,7 @@ async def enable_bm25(db: psycopg.AsyncConnection[Any], namespace: str, lock: in
     await db.execute("SELECT pg_advisory_lock(%s)", (lock,))
     try:
         await db.execute("CREATE EXTENSION IF NOT EXISTS pg_textsearch")
-        await _fill_bodies(db, namespace)
+        await _fill_bodies(db, namespace, own)
         cur = await db.execute(
             "SELECT n.nspname FROM pg_ts_config c JOIN pg_namespace n "
             "ON n.oid = c.cfgnamespace WHERE c.cfgname = %s",
@@ -45,12 +56,16 @@ async def enable_bm25(db: psycopg.AsyncConnection[Any], namespace: str, lock: in
         )
         schema = await cur.fetchone()
         config = f"{schema[0]}.{TS}" if schema else TS
+        await _drop_if_ranking_otherwise(db, k1_b)
         await db.execute(
             sql.SQL(
                 "CREATE INDEX IF NOT EXISTS {} ON memory_chunks USING bm25 (body) "
-                "WITH (text_config = {})"
-            ).format(sql.Identifier(INDEX), sql.Literal(config))
-        )
+                "WITH (text_config = {}, k1 = {}, b = {})"
+            ).format(
+                sql.Identifier(INDEX), sql.Literal(config), sql.Literal(str(k1_b[0])),
+                sql.Literal(str(k1_b[1])),
+            )
+        )  # fmt: skip
         await repair(db)
         await db.execute(  # a library that is installed but not loaded fails here
             f"SELECT id FROM memory_chunks ORDER BY body <@> to_bm25query('probe', '{INDEX}') "
@@ -73,11 +88,27 @@ async def enable_bm25(db: psycopg.AsyncConnection[Any], namespace: str, lock: in
             log.debug("could not release the migration lock", exc_info=True)
 
 
-def _bodies(rows: list[Any]) -> list[str]:
-    return [fts_text(r[1], r[2]) for r in rows]
+async def _drop_if_ranking_otherwise(
+    db: psycopg.AsyncConnection[Any], k1_b: tuple[float, float]
+) -> None:
+    """Drop the index when it was built with another k1 or b than these (the next statement
+    builds it again with them): they are fixed when an index is built."""
+    cur = await db.execute(
+        "SELECT reloptions FROM pg_class WHERE relname = %s AND relkind = 'i'", (INDEX,)
+    )
+    row = await cur.fetchone()
+    if row is None:
+        return
+    options = dict(str(o).split("=", 1) for o in row[0] or [])
+    built = (float(options.get("k1", 1.2)), float(options.get("b", 0.75)))
+    if all(math.isclose(x, y) for x, y in zip(built, k1_b, strict=True)):
+        return
+    log.warning("pg_textsearch's index ranks with k1 %s, b %s: building it again with k1 %s, "
+                "b %s (every vault in this database ranks with them)", *built, *k1_b)  # fmt: skip
+    await db.execute(sql.SQL("DROP INDEX {}").format(sql.Identifier(INDEX)))
 
 
-async def _fill_bodies(db: psycopg.AsyncConnection[Any], namespace: str) -> None:
+async def _fill_bodies(db: psycopg.AsyncConnection[Any], namespace: str, own: Words) -> None:
     """The body of every row of the namespace written without one (before pg_textsearch was
     there), once: segmenting Chinese takes memcore, not SQL."""
     cur = await db.execute("SELECT 1 FROM meta WHERE ns = %s AND key = %s", (namespace, FILLED))
@@ -93,7 +124,7 @@ async def _fill_bodies(db: psycopg.AsyncConnection[Any], namespace: str) -> None
         rows = await cur.fetchall()
         if not rows:
             break
-        bodies = await asyncio.to_thread(_bodies, rows)
+        bodies = await asyncio.to_thread(fts_texts, rows, own)
         await db.execute(
             "UPDATE memory_chunks c SET body = u.b FROM unnest(%s::int8[], %s::text[]) "
             "AS u(id, b) WHERE c.id = u.id",

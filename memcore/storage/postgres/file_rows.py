@@ -19,8 +19,10 @@ from psycopg.adapt import Dumper
 from psycopg.pq import Format
 
 from memcore.core.models import Chunk
+from memcore.core.own_words import Words
+from memcore.core.tokenize import fts_text
 from memcore.storage.base import FileRows, Vector
-from memcore.storage.postgres.queries import TS, Conn, fts_text
+from memcore.storage.postgres.queries import TS, Conn
 from memcore.storage.rows import (
     OLD_CHUNK_COLUMNS,
     Homes,
@@ -42,6 +44,9 @@ class PostgresWriter(Protocol):
 
     @property
     def bm25(self) -> str: ...
+
+    @property
+    def own_words(self) -> Words: ...
 
     async def all(self, query: str, params: Sequence[object] = ()) -> list[Any]: ...
 
@@ -240,7 +245,7 @@ async def _insert_fresh(
     if not fresh:
         return
     tx.chunks_changed = True
-    rows = await asyncio.to_thread(_stage_rows, fresh, model_id)
+    rows = await asyncio.to_thread(_stage_rows, fresh, model_id, tx.own_words)
     await tx.stage()
     async with tx.conn.cursor() as cur:
         async with cur.copy(f"COPY {STAGE} FROM STDIN (FORMAT BINARY)") as copy:
@@ -257,7 +262,9 @@ async def _insert_fresh(
     await tx.ensure_vector_index(model_id, [f.rows.vectors[n] for f, n in fresh])
 
 
-def _stage_rows(fresh: Sequence[tuple[_File, int]], model_id: str) -> list[tuple[Any, ...]]:
+def _stage_rows(
+    fresh: Sequence[tuple[_File, int]], model_id: str, own: Words
+) -> list[tuple[Any, ...]]:
     """The staging table's rows (pure CPU: segmenting and JSON, off the event loop)."""
     out = []
     for f, n in fresh:
@@ -265,7 +272,7 @@ def _stage_rows(fresh: Sequence[tuple[_File, int]], model_id: str) -> list[tuple
         out.append(
             (
                 f.path, n, c.heading, c.start_line, c.end_line, c.text,
-                fts_text(c.heading, c.text), c.content_hash, v,
+                fts_text(c.heading, c.text, own), c.content_hash, v,
                 None if v is None else model_id, *fresh_chunk_fields(c),
             )
         )  # fmt: skip

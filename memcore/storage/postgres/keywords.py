@@ -27,8 +27,6 @@ from memcore.storage.postgres.bm25 import INDEX as BM25_INDEX
 from memcore.storage.postgres.bm25 import lost_statistics, summary_docs
 from memcore.storage.postgres.queries import SMALL_SCOPE, TS, Conn, Queries, StoreState
 
-K1, B = 1.2, 0.75  # BM25's, in pg_textsearch's index (its defaults) and in _ranked
-
 
 class KeywordQueries(Queries):
     """The keyword half of a snapshot's reads (and the scope lookup both halves share)."""
@@ -40,7 +38,7 @@ class KeywordQueries(Queries):
     async def search_text(
         self, query: str, k: int, filters: SearchFilters
     ) -> list[tuple[int, float]]:
-        terms = await search_terms(query)
+        terms = await search_terms(query, self._store.words)
         if not terms:
             return []
         # a small scope's halves are a few ms each: not worth a second connection
@@ -151,7 +149,8 @@ class KeywordQueries(Queries):
             "WITH ORDINALITY AS u(t, n) ORDER BY u.n",
             (terms,),
         )
-        factor = (K1 + 1) / (1 + K1 * (1 - B + B / length))
+        k1, b = self._store.k1, self._store.b  # the index's own (see bm25.enable_bm25)
+        factor = (k1 + 1) / (1 + k1 * (1 - b + b / length))
         counts = {}
         for term, (score,) in zip(terms, rows, strict=True):
             weight = -float(score) / factor
@@ -191,7 +190,7 @@ class KeywordQueries(Queries):
         return int(memo["bm25_docs"]), memo["bm25_length"]
 
     async def keyword_coverage(self, query: str, ids: Sequence[int]) -> dict[int, float]:
-        terms = (await search_terms(query))[:ANCHOR_MAX_TERMS]
+        terms = (await search_terms(query, self._store.words))[:ANCHOR_MAX_TERMS]
         if not terms or not ids:
             return {}
         if self._counted and self._counted[0] == terms:  # this snapshot's search counted them
@@ -252,27 +251,29 @@ class KeywordQueries(Queries):
         params: list[object],
         anchors: list[str] | None = None,
     ) -> list[tuple[int, float]]:
-        """BM25 (k1 1.2, b 0.75, as FTS5 and pg_textsearch) of the chunks that hold a word (or
-        an anchor word), each word weighed by ``weights`` (its rarity; 1 each when None: one
-        word, or a scope's). A word's frequency in a chunk and the chunk's length are read
-        from its tsvector; the average length is the namespace's (sampled, see
+        """BM25 (keywords.k1 and .b: 1.2 and 0.75 unless set, as FTS5) of the chunks that hold
+        a word (or an anchor word), each word weighed by ``weights`` (its rarity; 1 each when
+        None: one word, or a scope's). A word's frequency in a chunk and the chunk's length
+        are read from its tsvector; the average length is the namespace's (sampled, see
         ``_average_length``)."""
         # Every word is its own plainto_tsquery, ORed: nothing the user typed is syntax.
         one = f"plainto_tsquery('{TS}', %s)"
         match = "(" + " || ".join([one] * len(anchors or terms)) + ")"
         average = await self._average_length()
+        k1, b = self._store.k1, self._store.b
         rows = await self.all(
             "WITH q AS (SELECT DISTINCT ON (t.lexeme) t.lexeme, q.w FROM unnest(%s::text[], "
             f"%s::float8[]) AS q(term, w), unnest(to_tsvector('{TS}', q.term)) AS t "
             "ORDER BY t.lexeme, q.w DESC) "
-            "SELECT c.id, (SELECT sum(q.w * f.tf * 2.2 / (f.tf + 1.2 * (0.25 + 0.75 * "
+            "SELECT c.id, (SELECT sum(q.w * f.tf * (%s + 1) / (f.tf + %s * (1 - %s + %s * "
             "d.n / %s))) FROM (SELECT u.lexeme, coalesce(array_length(u.positions, 1), 1) "
             "AS tf FROM unnest(c.fts) AS u) f JOIN q ON q.lexeme = f.lexeme) AS r "
             "FROM memory_chunks c CROSS JOIN LATERAL (SELECT sum(coalesce(array_length("
             "u.positions, 1), 1)) AS n FROM unnest(c.fts) AS u) d "
             f"WHERE c.ns = %s AND c.fts @@ {match}{where} ORDER BY r DESC NULLS LAST, c.id "
             "LIMIT %s",
-            [terms, weights or [1.0] * len(terms), average, self.ns, *(anchors or terms),
+            [terms, weights or [1.0] * len(terms), k1, k1, b, b, average, self.ns,
+             *(anchors or terms),
              *params, k],
         )  # fmt: skip
         return [(int(r[0]), float(r[1] or 0.0)) for r in rows]

@@ -17,9 +17,9 @@ from psycopg import sql
 from memcore.core.models import (
     SearchFilters,
 )
+from memcore.core.own_words import Words
 from memcore.core.tokenize import (
     CommonCounts,
-    segment,
 )
 from memcore.storage.base import (
     Vector,
@@ -35,6 +35,9 @@ class StoreState(Protocol):
     bm25: str  # pg_textsearch's version when keywords are ranked in its index, else ""
     bm25_sound: bool  # False while its index is rebuilt (see bm25.lost_statistics)
     bm25_check_due: bool  # connected again since its index was last checked
+    words: Words  # the vault's own dictionary and stop words
+    k1: float  # BM25's term-frequency saturation and length normalization (keywords.k1 / b)
+    b: float
 
     def bm25_lost(self) -> None:
         """The index lost its statistics: rank without it, and rebuild it."""
@@ -76,10 +79,6 @@ def as_list(vec: Vector) -> list[float]:
 
 def as_vector(value: Sequence[float]) -> Vector:
     return np.asarray(value, dtype=np.float32)
-
-
-def fts_text(heading: str, text: str) -> str:
-    return segment(f"{heading}\n{text}")
 
 
 def vector_index_name(namespace: str, model_id: str, dim: int) -> str:
@@ -126,6 +125,11 @@ class Queries:
         self._few_memo: tuple[SearchFilters, asyncio.Future[list[int] | None]] | None = None
         # the last words counted: (words, counts, chunks counted over: the index's or a scope's)
         self._counted: tuple[list[str], dict[str, int], int] | None = None
+
+    @property
+    def own_words(self) -> Words:
+        """The vault's own dictionary and stop words, which its chunks' full text holds."""
+        return self._store.words
 
     async def all(
         self, query: str | sql.Composed, params: Sequence[object] = (), *, prepare: bool = True

@@ -29,6 +29,7 @@ import psycopg
 
 from memcore.core.errors import StorageError
 from memcore.core.nodes import NodeCard, NodeInfo
+from memcore.core.own_words import NO_WORDS, Words
 from memcore.core.redact import redact_url
 from memcore.core.tokenize import CommonCounts
 from memcore.storage.migrations import load_migrations
@@ -39,6 +40,7 @@ from memcore.storage.postgres.file_rows import vector_dumper
 from memcore.storage.postgres.reader import PostgresReader
 from memcore.storage.postgres.roles import FileHolds, PostgresRoles, live_nodes
 from memcore.storage.postgres.server import lock_key, translate, uses_iterative_scan
+from memcore.storage.postgres.tokens import retokenize
 from memcore.storage.postgres.writer import PostgresWriter
 from memcore.storage.rows import now
 
@@ -64,8 +66,14 @@ class PostgresStore:
         busy_timeout_s: float = 10.0,
         ef_search: int = EF_SEARCH,
         bm25: bool = True,
+        words: Words = NO_WORDS,
+        k1: float = 1.2,
+        b: float = 0.75,
     ) -> None:
         self.url = url
+        self.words = words  # the vault's own dictionary and stop words
+        self.k1, self.b = k1, b  # BM25's, in _ranked and pg_textsearch's index
+        self.retokenized = 0  # chunks tokenized again at open, the words having changed
         self.namespace = namespace
         self.ef_search = ef_search
         self._busy_ms = max(1, int(busy_timeout_s * 1000))
@@ -184,8 +192,13 @@ class PostgresStore:
             self._writer = await self._connect()
             await self._migrate(self._writer)
             await self._read_versions(self._writer)
+            self.retokenized = await retokenize(
+                self._writer, self.namespace, self.words, _MIGRATION_LOCK
+            )
             if self.want_bm25:
-                self.bm25 = await enable_bm25(self._writer, self.namespace, _MIGRATION_LOCK)
+                self.bm25 = await enable_bm25(
+                    self._writer, self.namespace, _MIGRATION_LOCK, self.words, (self.k1, self.b)
+                )
             await self._writer.execute(
                 "INSERT INTO generation (ns, value) VALUES (%s, 0) ON CONFLICT DO NOTHING",
                 (self.namespace,),

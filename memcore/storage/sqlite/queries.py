@@ -24,6 +24,7 @@ from memcore.core.models import (
     SearchFilters,
     SkippedFile,
 )
+from memcore.core.own_words import Words
 from memcore.core.tokenize import (
     ANCHOR_CAP,
     ANCHOR_MAX_TERMS,
@@ -76,6 +77,7 @@ class StoreState(Protocol):
     path: Path
     pending_memo: dict[tuple[int, str], int]  # (generation, model) -> chunks pending
     common_counts: CommonCounts
+    words: Words  # the vault's own dictionary and stop words
 
     async def vectors_at(
         self, conn: aiosqlite.Connection, generation: int, model_id: str
@@ -466,7 +468,7 @@ class SqliteReader(_Queries):
     async def search_text(
         self, query: str, k: int, filters: SearchFilters
     ) -> list[tuple[int, float]]:
-        terms = await search_terms(query)
+        terms = await search_terms(query, self._store.words)
         if not terms:
             return []
         if filters.scoped:  # a small scope: rank its own chunks, not every match of the vault
@@ -488,7 +490,7 @@ class SqliteReader(_Queries):
         return rows
 
     async def keyword_coverage(self, query: str, ids: Sequence[int]) -> dict[int, float]:
-        terms = (await search_terms(query))[:ANCHOR_MAX_TERMS]
+        terms = (await search_terms(query, self._store.words))[:ANCHOR_MAX_TERMS]
         if not terms or not ids:
             return {}
         if self._held and self._held[0] == terms and set(ids) <= set(self._held[1][1]):

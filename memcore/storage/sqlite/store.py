@@ -31,14 +31,16 @@ import numpy.typing as npt
 
 from memcore.core.errors import StorageBusy, StorageError, StorageFull
 from memcore.core.nodes import NodeCard, NodeInfo
+from memcore.core.own_words import NO_WORDS, Words
 from memcore.core.places import open_private
-from memcore.core.tokenize import CommonCounts, segment
+from memcore.core.tokenize import CommonCounts, fts_text
 from memcore.core.vectors import VectorIndex
 from memcore.storage.base import NodeRoles, Vector
 from memcore.storage.migrations import load_migrations
 from memcore.storage.rows import now
 from memcore.storage.sqlite.file_rows import enqueue, on_thread
 from memcore.storage.sqlite.queries import SqliteReader, SqliteWriter, begin_snapshot
+from memcore.storage.sqlite.tokens import retokenize
 
 if TYPE_CHECKING:  # usearch (and numkong) load only for a vault that needs the graph
     from memcore.storage.ann import AnnIndex
@@ -72,11 +74,6 @@ def translate(exc: sqlite3.Error, what: str) -> StorageError:
     return StorageError(f"index {what} failed: {text}")
 
 
-def _fts_text(heading: str, text: str) -> str:
-    """What full text sees of a chunk: heading and body, Chinese segmented into words."""
-    return segment(f"{heading}\n{text}")
-
-
 def _scratch_folder() -> Path:
     """A private folder for a ":memory:" index: in memory-backed /dev/shm where there is one."""
     shm = "/dev/shm"
@@ -97,6 +94,7 @@ class SqliteStore:
         busy_timeout_s: float = 10.0,
         ann_min_vectors: int = ANN_MIN_VECTORS,
         reader_cache_mb: int = READER_CACHE_MB,
+        words: Words = NO_WORDS,
     ) -> None:
         # ":memory:": a database in a private folder of its own, in memory-backed /dev/shm
         # where there is one, removed when the store closes. (SQLite's own :memory: is one
@@ -105,6 +103,8 @@ class SqliteStore:
         self._scratch: Path | None = None
         self.path = path
         self.reader_cache_mb = reader_cache_mb
+        self.words = words  # the vault's own dictionary and stop words
+        self.retokenized = 0  # chunks tokenized again at open, the words having changed
         self.ann_min_vectors = ann_min_vectors
         self._index_id = ""
         self._busy_ms = max(0, int(busy_timeout_s * 1000))
@@ -170,8 +170,12 @@ class SqliteStore:
                 os.close(open_private(self.path, os.O_RDWR))
             self._writer = await self._connect()
             await self._writer.execute("PRAGMA journal_mode = WAL")
-            await self._writer.create_function("memcore_fts", 2, _fts_text, deterministic=True)
+            own = self.words
+            await self._writer.create_function(
+                "memcore_fts", 2, lambda h, t: fts_text(h, t, own), deterministic=True
+            )
             await self._migrate(self._writer)
+            self.retokenized = await retokenize(self._writer, own)
             async with self._writer.execute("SELECT value FROM meta WHERE key = 'index_id'") as cur:
                 row = await cur.fetchone()
             self._index_id = str(row[0]) if row else ""
