@@ -310,6 +310,9 @@ class SearchResult:
     hits: tuple[Hit, ...]
     mode: SearchMode
     warnings: tuple[str, ...] = ()
+    # the memories among the hits, by chunk id, read in the search's own snapshot (a hit not
+    # here is a note); None when not known (a result assembled elsewhere)
+    memories: Mapping[int, MemoryRecord] | None = field(default=None, compare=False, repr=False)
 
     def to_dict(self) -> dict[str, object]:
         out: dict[str, object] = {

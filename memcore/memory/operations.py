@@ -467,15 +467,21 @@ class MemoryApi(Memory):
         result = await self.searcher.search(
             query, limit, search_filters, min_score=threshold, query_vector=query_vector
         )
-        out = await self.records_of(result.hits)
+        out = await self.records_of(result.hits, result.memories)
         if reinforce:
             await self.recall.review([r.id for r in out])
         return await self.with_strength(out)
 
-    async def records_of(self, hits: Sequence[Hit]) -> list[MemoryRecord]:
-        """Search hits as records with their scores: a memory's own record, or a note's."""
-        async with self._store.snapshot() as reader:
-            records = await reader.memories_of_chunks([h.chunk_id for h in hits])
+    async def records_of(
+        self, hits: Sequence[Hit], known: Mapping[int, MemoryRecord] | None = None
+    ) -> list[MemoryRecord]:
+        """Search hits as records with their scores: a memory's own record, or a note's.
+        ``known``: the hits' memories as the search read them (then nothing is read again)."""
+        if known is not None:
+            records = known
+        else:
+            async with self._store.snapshot() as reader:
+                records = await reader.memories_of_chunks([h.chunk_id for h in hits])
         out = []
         for hit in hits:
             record = records.get(hit.chunk_id)

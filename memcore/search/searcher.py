@@ -23,7 +23,7 @@ import numpy as np
 from memcore.core.errors import EmbedderError, InputError
 from memcore.core.lru import LRU
 from memcore.core.metrics import Metrics
-from memcore.core.models import Hit, SearchFilters, SearchMode, SearchResult
+from memcore.core.models import Hit, MemoryRecord, SearchFilters, SearchMode, SearchResult
 from memcore.core.moments import utc_today
 from memcore.core.settings import Settings
 from memcore.core.tokenize import has_cjk, has_words, warm_segmenter
@@ -222,32 +222,34 @@ class Searcher:
             ) from exc
         passing = [(cid, sc) for cid, sc in ranking if sc >= min_score]
         hits: list[Hit] = []
+        memories: dict[int, MemoryRecord] = {}
         at = 0
         while len(hits) < limit and at < len(passing):  # past expired memories, the next ones
             top = passing[at : at + limit - len(hits)]
             at += len(top)
-            hits += await self.hits(reader, found.candidates, top, filters)
+            hits += await self.hits(reader, found.candidates, top, filters, memories)
         mode: SearchMode = (
             "keyword"
             if not found.vectors_available
             else ("vector" if method == "vector" else "hybrid")
         )
-        return SearchResult(query, tuple(hits), mode, (*warnings, *found.warnings))
+        return SearchResult(query, tuple(hits), mode, (*warnings, *found.warnings), memories)
 
     async def listing(self, filters: SearchFilters, limit: int) -> SearchResult:
         """What carries the filters' tag (with no query): newest first, each scored 1 (every
         threshold, at most 1, lets it through)."""
         async with self.store.snapshot() as reader:
             hits: list[Hit] = []
+            memories: dict[int, MemoryRecord] = {}
             offset = 0
             while len(hits) < limit:  # more only when expired memories were left out
                 want = limit - len(hits)
                 ids = await reader.newest_matching(filters, want, offset)
-                hits += await self.hits(reader, [], [(cid, 1.0) for cid in ids], filters)
+                hits += await self.hits(reader, [], [(cid, 1.0) for cid in ids], filters, memories)
                 offset += len(ids)
                 if len(ids) < want:
                     break
-        return SearchResult("", tuple(hits), "keyword")
+        return SearchResult("", tuple(hits), "keyword", (), memories)
 
     async def rank(
         self,
@@ -322,10 +324,12 @@ class Searcher:
         )
         if query_vector is not None:
             available = bool(vector) or await reader.has_vectors(model)
-            if vector:
-                cosine = await reader.vector_similarity(
-                    query_vector, model, [cid for cid, _ in keyword]
-                )
+            # the cosine of the keyword hits the vector list does not hold (a database reads
+            # each row it is asked for: the others' scores are known)
+            seen = {cid for cid, _ in vector}
+            unseen = [cid for cid, _ in keyword if cid not in seen]
+            if vector and unseen:
+                cosine = await reader.vector_similarity(query_vector, model, unseen)
             elif not available:
                 warnings.append("no vectors indexed yet; keyword results only")
             pending = await reader.count_pending(model)
@@ -398,9 +402,11 @@ class Searcher:
         cands: Sequence[fusion.Candidate],
         top: Sequence[tuple[int, float]],
         filters: SearchFilters | None = None,
+        memories_out: dict[int, MemoryRecord] | None = None,
     ) -> list[Hit]:
         """Hit values for fused (chunk id, score) pairs, in that order; memories past their
-        expiration date (a UTC day) left out unless the filters show them."""
+        expiration date (a UTC day) left out unless the filters show them. The memories among
+        them go into ``memories_out`` (by chunk id) when given."""
         ids = [cid for cid, _ in top]
         rows, memories = await reader.hit_rows(ids)
         if filters is None or not filters.show_expired:
@@ -408,6 +414,8 @@ class Searcher:
             for cid, m in memories.items():
                 if m.expiration_date is not None and m.expiration_date < today:
                     rows.pop(cid, None)
+        if memories_out is not None:
+            memories_out.update((cid, m) for cid, m in memories.items() if cid in rows)
         by_id = {c.chunk_id: c for c in cands}
         none = fusion.Candidate(0, None, None, None, None)
         return [
