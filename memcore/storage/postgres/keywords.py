@@ -64,10 +64,11 @@ class KeywordQueries(Queries):
             return None
         try:
             rows = await self.all("SELECT pg_export_snapshot()")
-            await conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-            await conn.execute(
-                sql.SQL("SET TRANSACTION SNAPSHOT {}").format(sql.Literal(rows[0][0]))
-            )
+            async with conn.pipeline():  # one round trip for both
+                await conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                await conn.execute(
+                    sql.SQL("SET TRANSACTION SNAPSHOT {}").format(sql.Literal(rows[0][0]))
+                )
         except BaseException:
             await self._store.end_side_read(conn)
             raise

@@ -85,6 +85,7 @@ class PostgresStore:
         # one more connection, for the reads a write makes (see Store.snapshot)
         self._write_reader: psycopg.AsyncConnection[tuple[object, ...]] | None = None
         self._write_reads = asyncio.Lock()
+        self._ending: set[asyncio.Task[None]] = set()  # reads being rolled back (_end_later)
         self._write_lock = asyncio.Lock()
         self.vector_indexes: set[str] = set()  # HNSW indexes known to exist
         self.pending_memo: dict[tuple[int, str], int] = {}
@@ -266,6 +267,7 @@ class PostgresStore:
             self._repairing.cancel()
             with suppress(asyncio.CancelledError):
                 await self._repairing
+        await asyncio.gather(*self._ending, return_exceptions=True)  # reads ending
         async with self._write_lock:
             conns = [
                 *self._all_readers,
@@ -319,7 +321,14 @@ class PostgresStore:
         return None
 
     async def end_side_read(self, conn: psycopg.AsyncConnection[tuple[object, ...]]) -> None:
-        await self._end_read(conn)
+        self._end_later(conn)
+
+    def _end_later(self, conn: psycopg.AsyncConnection[tuple[object, ...]]) -> None:
+        """End a read without its caller waiting for the ROLLBACK's round trip: the
+        connection goes back to the pool when it is done (``close`` waits for it)."""
+        task = asyncio.create_task(self._end_read(conn))
+        self._ending.add(task)
+        task.add_done_callback(self._ending.discard)
 
     async def _take_reader(self) -> psycopg.AsyncConnection[tuple[object, ...]]:
         if self._readers is None:
@@ -371,30 +380,32 @@ class PostgresStore:
         except psycopg.Error as exc:
             raise translate(exc, "read") from exc
         finally:
-            await self._end_read(conn)
+            self._end_later(conn)
 
     async def _begin_read(
         self, writing: bool = False
     ) -> tuple[psycopg.AsyncConnection[tuple[object, ...]], int]:
         """A reader connection inside a fresh snapshot, and the snapshot's generation. A
-        pooled connection the server has dropped (a restart) is replaced, once."""
-        for attempt in range(2):
+        pooled connection the server has dropped (a restart: every pooled one) is replaced."""
+        tries = self._max_readers + 2  # each pooled connection, the write reader, a new one
+        for attempt in range(tries):
             conn = (await self._take_write_reader() if writing else None) or (
                 await self._take_reader()
             )
             try:
-                await conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-                await conn.execute(f"SET LOCAL hnsw.ef_search = {int(self.ef_search)}")
-                if self.iterative_scan:
-                    await conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
-                cur = await conn.execute(
-                    "SELECT value FROM generation WHERE ns = %s", (self.namespace,)
-                )
+                async with conn.pipeline():  # one round trip for the four
+                    await conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                    await conn.execute(f"SET LOCAL hnsw.ef_search = {int(self.ef_search)}")
+                    if self.iterative_scan:
+                        await conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
+                    cur = await conn.execute(
+                        "SELECT value FROM generation WHERE ns = %s", (self.namespace,)
+                    )
                 row = await cur.fetchone()
                 return conn, int(str(row[0])) if row else 0
             except psycopg.OperationalError as exc:
                 await self._end_read(conn)
-                if attempt or not conn.broken:
+                if attempt == tries - 1 or not (conn.broken or conn.closed):
                     raise translate(exc, "read") from exc
             except psycopg.Error as exc:
                 await self._end_read(conn)
