@@ -129,7 +129,9 @@ class Searcher:
             # snapshot's generation is known (a hit leaves that list unused).
             keywords = (
                 asyncio.ensure_future(
-                    self._timed_keywords(reader.search_text(query, s.candidates, filters))
+                    self._timed_keywords(
+                        reader.search_text(query, s.candidates, filters, self._with(query_vector))
+                    )
                 )
                 if method != "vector"
                 else None
@@ -157,6 +159,9 @@ class Searcher:
             cache.put(key, result)
         self._observe_search(result, "off" if cache is None else "miss", started)
         return result
+
+    def _with(self, query_vector: Vector | None) -> tuple[Vector, str] | None:
+        return None if query_vector is None else (query_vector, self.embedder.model_id)
 
     def _observe(self, part: str, started: float) -> None:
         if self.metrics is not None:
@@ -312,7 +317,11 @@ class Searcher:
         cosine: dict[int, float] = {}
         available = False
         if keywords is None:
-            keywords = reader.search_text(query, n, filters) if use_keywords else _no_hits()
+            keywords = (
+                reader.search_text(query, n, filters, self._with(query_vector))
+                if use_keywords
+                else _no_hits()
+            )
         # the keyword query runs in the database's thread while the vectors are scored
         keyword, vector = await both(
             keywords,

@@ -145,10 +145,17 @@ class IndexReader(Protocol):
         ...
 
     async def search_text(
-        self, query: str, k: int, filters: SearchFilters
+        self,
+        query: str,
+        k: int,
+        filters: SearchFilters,
+        vector: tuple[Vector, str] | None = None,
     ) -> list[tuple[int, float]]:
         """Keyword search for the words of ``query`` (any text; nothing in it is syntax).
-        (chunk id, score) best first, higher is better; [] when the query has no words."""
+        (chunk id, score) best first, higher is better; [] when the query has no words.
+        ``vector`` (the query's vector and model): the search's ``vector_similarity`` of the
+        hits will be asked for next, and a reader that reads the hits' rows anyway may note
+        their cosine as it goes."""
         ...
 
     async def keyword_coverage(self, query: str, ids: Sequence[int]) -> dict[int, float]:

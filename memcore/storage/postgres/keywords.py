@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import math
 from collections.abc import Sequence
+from typing import Any
 
 from psycopg import sql
 
@@ -21,11 +22,18 @@ from memcore.core.tokenize import (
     coverage,
     idf,
 )
-from memcore.storage.base import search_terms
+from memcore.storage.base import Vector, search_terms
 from memcore.storage.filters_sql import POSTGRES, filter_sql, scope_selects, unscoped
 from memcore.storage.postgres.bm25 import INDEX as BM25_INDEX
 from memcore.storage.postgres.bm25 import lost_statistics, summary_docs
-from memcore.storage.postgres.queries import SMALL_SCOPE, TS, Conn, Queries, StoreState
+from memcore.storage.postgres.queries import (
+    SMALL_SCOPE,
+    TS,
+    Conn,
+    Queries,
+    StoreState,
+    as_list,
+)
 
 
 class KeywordQueries(Queries):
@@ -34,22 +42,33 @@ class KeywordQueries(Queries):
     def __init__(self, conn: Conn, generation: int, store: StoreState) -> None:
         super().__init__(conn, store)
         self.generation = generation
+        # the query's vector and model, and the cosine of each keyword hit read with it (None:
+        # another model's chunk, or none yet), which vector_similarity then answers from
+        self._vector: tuple[Vector, str] | None = None
+        self.cosines: dict[int, float | None] = {}
 
     async def search_text(
-        self, query: str, k: int, filters: SearchFilters
+        self,
+        query: str,
+        k: int,
+        filters: SearchFilters,
+        vector: tuple[Vector, str] | None = None,
     ) -> list[tuple[int, float]]:
         terms = await search_terms(query, self._store.words)
         if not terms:
             return []
-        # a small scope's halves are a few ms each: not worth a second connection
-        few = await self._few_ids(filters)  # once, here: the vector half reuses it
+        self._vector = vector
+        # a small scope's halves are a few ms each: not worth a second connection. Without a
+        # scope the snapshot is exported at once, before the vector half's query takes the
+        # connection (else the keyword half would start only after it)
+        few = None if scope_selects(filters, POSTGRES) is None else await self._few_ids(filters)
         side = await self._side_reader() if few is None else None
         if side is None:
             return await self._search_text(terms, k, filters)
-        side._few_memo = self._few_memo
+        side._few_memo, side._vector = self._few_memo, vector
         try:
             found = await side._search_text(terms, k, filters)
-            self._counted = side._counted
+            self._counted, self.cosines = side._counted, side.cosines
             return found
         finally:
             await self._store.end_side_read(side.conn)
@@ -126,13 +145,31 @@ class KeywordQueries(Queries):
         row it returns again from its text (92 ms a CMRC question against 1.3, measured)."""
         score = f"c.body <@> to_bm25query(%s, '{BM25_INDEX}')"
         query = " ".join(terms)
+        cosine, cosine_params = self._cosine_column()
         rows = await self.all(
-            f"SELECT c.id, {score} FROM memory_chunks c WHERE c.ns = %s{where} "
+            f"SELECT c.id, {score}{cosine} FROM memory_chunks c WHERE c.ns = %s{where} "
             f"ORDER BY {score} LIMIT %s",
-            [query, self.ns, *params, query, k],
+            [query, *cosine_params, self.ns, *params, query, k],
             prepare=False,
         )
+        self._note_cosines(rows)
         return [(int(r[0]), -float(r[1])) for r in rows if float(r[1]) < 0]
+
+    def _cosine_column(self) -> tuple[str, list[object]]:
+        """The hits' cosine to the query's vector as a last column, read with their rows (a
+        search then asks no second query for it), and its parameters; none without one."""
+        if self._vector is None:
+            return "", []
+        vector, model_id = self._vector
+        column = (
+            ", CASE WHEN c.embedding_model = %s AND vector_dims(c.embedding) = %s "
+            "THEN 1 - (c.embedding <=> %s::float4[]::vector) END"
+        )
+        return column, [model_id, int(vector.size), as_list(vector)]
+
+    def _note_cosines(self, rows: Sequence[Sequence[Any]]) -> None:
+        if self._vector is not None:
+            self.cosines.update((int(r[0]), None if r[-1] is None else float(r[-1])) for r in rows)
 
     async def _bm25_counts(self, terms: list[str]) -> tuple[list[str], dict[str, int], int]:
         """Each word's chunk count as the BM25 index knows it, without reading a row: a word
@@ -262,6 +299,7 @@ class KeywordQueries(Queries):
         match = "(" + " || ".join([one] * len(anchors or terms)) + ")"
         average = await self._average_length()
         k1, b = self._store.k1, self._store.b
+        cosine, cosine_params = self._cosine_column()
         rows = await self.all(
             "WITH q AS (SELECT DISTINCT ON (t.lexeme) t.lexeme, q.w FROM unnest(%s::text[], "
             f"%s::float8[]) AS q(term, w), unnest(to_tsvector('{TS}', q.term)) AS t "
@@ -269,14 +307,15 @@ class KeywordQueries(Queries):
             "SELECT c.id, (SELECT sum(q.w * f.tf * (%s + 1) / (f.tf + %s * (1 - %s + %s * "
             "d.n / %s))) FROM (SELECT u.lexeme, coalesce(array_length(u.positions, 1), 1) "
             "AS tf FROM unnest(c.fts) AS u) f JOIN q ON q.lexeme = f.lexeme) AS r "
-            "FROM memory_chunks c CROSS JOIN LATERAL (SELECT sum(coalesce(array_length("
+            f"{cosine} FROM memory_chunks c CROSS JOIN LATERAL (SELECT sum(coalesce(array_length("
             "u.positions, 1), 1)) AS n FROM unnest(c.fts) AS u) d "
             f"WHERE c.ns = %s AND c.fts @@ {match}{where} ORDER BY r DESC NULLS LAST, c.id "
             "LIMIT %s",
-            [terms, weights or [1.0] * len(terms), k1, k1, b, b, average, self.ns,
+            [terms, weights or [1.0] * len(terms), k1, k1, b, b, average, *cosine_params, self.ns,
              *(anchors or terms),
              *params, k],
         )  # fmt: skip
+        self._note_cosines(rows)
         return [(int(r[0]), float(r[1] or 0.0)) for r in rows]
 
     async def _average_length(self) -> float:

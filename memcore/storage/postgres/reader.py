@@ -94,6 +94,10 @@ class PostgresReader(KeywordQueries):
     ) -> dict[int, float]:
         if not ids:
             return {}
+        if self._vector is not None and self._vector[0] is vector and self._vector[1] == model_id:
+            known = self.cosines  # read with the keyword hits (see KeywordQueries.search_text)
+            if all(cid in known for cid in ids):
+                return {cid: c for cid in ids if (c := known[cid]) is not None}
         dim = int(np.asarray(vector).size)
         rows = await self.all(
             "SELECT id, 1 - (embedding <=> %s::float4[]::vector) FROM memory_chunks "

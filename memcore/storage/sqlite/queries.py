@@ -466,7 +466,11 @@ class SqliteReader(_Queries):
         return await asyncio.to_thread(file_states, rows)
 
     async def search_text(
-        self, query: str, k: int, filters: SearchFilters
+        self,
+        query: str,
+        k: int,
+        filters: SearchFilters,
+        vector: tuple[Vector, str] | None = None,  # the matrix has every cosine at hand
     ) -> list[tuple[int, float]]:
         terms = await search_terms(query, self._store.words)
         if not terms:
