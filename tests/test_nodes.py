@@ -26,6 +26,7 @@ from memcore.core.errors import StorageBusy
 from memcore.core.nodes import NodeCard
 from memcore.index.watcher import network_file_system
 from memcore.storage.postgres.roles import FileHolds, PostgresRoles, live_nodes
+from memcore.storage.postgres.server import lock_key
 from tests.support import free_port, wait_until, write
 
 USERS = 6  # 600 adds over 6 users: every node writes every user's file
@@ -328,6 +329,46 @@ async def test_a_file_held_in_postgres_by_one_node_waits_for_another_and_is_busy
     finally:
         for holds in (one, other, impatient):
             await holds.aclose()
+
+
+async def test_many_files_are_held_in_one_go_and_a_waiter_holds_only_a_sorted_prefix(
+    postgres_url: str, namespace: str
+) -> None:
+    """Holding 200 files takes their locks in one round trip; a holder that meets a file
+    another node holds keeps only the files before it (in key order) while it waits, as
+    taking them one at a time would, so two nodes never wait for each other in a circle."""
+    paths = [f"memory/users/u{n}/core.md" for n in range(200)]
+    ordered = sorted(paths, key=lambda p: lock_key(f"file:{namespace}:{p}"))
+    middle, last = ordered[100], ordered[-1]
+    one = FileHolds(postgres_url, namespace, busy_timeout_s=5.0)
+    other = FileHolds(postgres_url, namespace, busy_timeout_s=5.0)
+    probe = FileHolds(postgres_url, namespace, busy_timeout_s=0.1)
+    try:
+        async with one.hold(paths):
+            for path in (ordered[0], middle, last):
+                with pytest.raises(StorageBusy):
+                    async with probe.hold([path]):
+                        pass
+        async with one.hold([middle]):
+            waiting = asyncio.create_task(_hold_briefly(other, paths))
+            await asyncio.sleep(0.3)
+            assert not waiting.done()
+            async with probe.hold([last]):  # after the one it waits for: not kept meanwhile
+                pass
+            with pytest.raises(StorageBusy):  # before it: kept
+                async with probe.hold([ordered[0]]):
+                    pass
+        await asyncio.wait_for(waiting, 5)
+        async with probe.hold(paths):  # all let go
+            pass
+    finally:
+        for holds in (one, other, probe):
+            await holds.aclose()
+
+
+async def _hold_briefly(holds: FileHolds, paths: list[str]) -> None:
+    async with holds.hold(paths):
+        await asyncio.sleep(0.05)
 
 
 MOUNTINFO = """\

@@ -208,14 +208,36 @@ class FileHolds:
         try:
             conn = await self._connection()
             deadline = time.monotonic() + self.busy_timeout_s
-            for key in keys:
-                await self._take(conn, key, deadline, paths)
-                taken.append(key)
+            rest = keys
+            while rest:
+                got = await self._try_all(conn, rest)
+                # the keys up to the first one another node holds are kept (a sorted prefix,
+                # as one at a time would take them); those after it go back until it is free
+                first = got.index(False) if False in got else len(got)
+                taken += rest[:first]
+                await self._release([k for k, ok in zip(rest[first:], got[first:]) if ok])
+                if first == len(rest):
+                    break
+                await self._take(conn, rest[first], deadline, paths)
+                taken.append(rest[first])
+                rest = rest[first + 1 :]
             yield
         except psycopg.Error as exc:
             raise translate(exc, "file lock") from exc
         finally:
             await self._release(taken)
+
+    async def _try_all(
+        self, conn: psycopg.AsyncConnection[tuple[object, ...]], keys: list[int]
+    ) -> list[bool]:
+        """Try each key once, in order, in one round trip (a write of 1,000 files asked
+        1,000 times); whether each was taken."""
+        cur = await conn.execute(
+            "SELECT pg_try_advisory_lock(u.k) FROM unnest(%s::int8[]) WITH ORDINALITY "
+            "AS u(k, n) ORDER BY u.n",
+            (keys,),
+        )
+        return [bool(r[0]) for r in await cur.fetchall()]
 
     async def _take(
         self,
@@ -241,9 +263,10 @@ class FileHolds:
         conn = self._conn
         if not keys or conn is None or conn.closed or conn.broken:
             return  # a connection that ended took its locks with it
-        for key in keys:
-            with suppress(psycopg.Error):
-                await conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
+        with suppress(psycopg.Error):
+            await conn.execute(
+                "SELECT pg_advisory_unlock(u.k) FROM unnest(%s::int8[]) AS u(k)", (keys,)
+            )
 
     async def _connection(self) -> psycopg.AsyncConnection[tuple[object, ...]]:
         async with self._connecting:
