@@ -354,8 +354,8 @@ class KeywordQueries(Queries):
         selects = scope_selects(filters, POSTGRES)
         if selects is None:
             return None
-        ids: set[int] = set()
-        for query, params in selects:
-            rows = await self.all(f"{query} LIMIT %s", [*params, SMALL_SCOPE + 1])
-            ids.update(int(r[0]) for r in rows)
+        # one round trip: each part keeps its own plan (its index) inside the UNION ALL
+        query = " UNION ALL ".join(f"({q} LIMIT %s)" for q, _ in selects)
+        rows = await self.all(query, [p for _, ps in selects for p in (*ps, SMALL_SCOPE + 1)])
+        ids = {int(r[0]) for r in rows}
         return sorted(ids) if len(ids) <= SMALL_SCOPE else None

@@ -139,6 +139,12 @@ class Queries:
         cur = await self.conn.execute(query, params, prepare=None if prepare else False)
         return list(await cur.fetchall())
 
+    async def all_of(self, statements: Sequence[tuple[str, Sequence[object]]]) -> list[list[Any]]:
+        """The rows of each statement, all sent in one round trip (a pipeline)."""
+        async with self.conn.pipeline():
+            cursors = [await self.conn.execute(q, p) for q, p in statements]
+        return [list(await cur.fetchall()) for cur in cursors]
+
     async def _ids_of(self, paths: Sequence[str]) -> list[int]:
         rows = await self.all(
             "SELECT id FROM memory_chunks WHERE ns = %s AND source_file = ANY(%s)",

@@ -275,7 +275,17 @@ class PostgresReader(KeywordQueries):
     async def hit_rows(
         self, ids: Sequence[int]
     ) -> tuple[dict[int, ChunkRow], dict[int, MemoryRecord]]:
-        return await self.chunk_rows(ids), await self.memories_of_chunks(ids)
+        if not ids:
+            return {}, {}
+        chunks, memories = await self.all_of([
+            (f"SELECT {CHUNK_ROW_COLUMNS} FROM memory_chunks WHERE ns = %s AND id = ANY(%s)",
+             (self.ns, list(ids))),
+            (f"{MEMORY_SELECT} WHERE m.ns = %s AND m.chunk_id = ANY(%s)", (self.ns, list(ids))),
+        ])  # fmt: skip
+        return (
+            {int(r[0]): chunk_row(r) for r in chunks},
+            {int(r[-1]): memory_record(r) for r in memories},
+        )
 
     async def memories_of_chunks(self, ids: Sequence[int]) -> dict[int, MemoryRecord]:
         if not ids:

@@ -215,7 +215,8 @@ class FileHolds:
                 # as one at a time would take them); those after it go back until it is free
                 first = got.index(False) if False in got else len(got)
                 taken += rest[:first]
-                await self._release([k for k, ok in zip(rest[first:], got[first:]) if ok])
+                after = zip(rest[first:], got[first:], strict=True)
+                await self._release([k for k, ok in after if ok])
                 if first == len(rest):
                     break
                 await self._take(conn, rest[first], deadline, paths)
