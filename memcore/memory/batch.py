@@ -19,7 +19,7 @@ from memcore.core.errors import InputError
 from memcore.core.ids import check_id
 from memcore.core.models import SCOPE_KEYS
 from memcore.memory.adding import NewMemory
-from memcore.memory.supplied import checked_vector
+from memcore.memory.supplied import own_vector
 from memcore.vault.memory_format import Scope, check_content, check_metadata, check_name
 
 TEXT_FIELDS = ("memory", "content", "text")
@@ -86,7 +86,7 @@ def _memory(line: str, defaults: Scope, category: str | None) -> NewMemory:
         _name(data.get("category") or category or "core", "category"),
         key,
         check_metadata(data.get("metadata")),
-        vector=None if vector is None else checked_vector(vector, model),
+        vector=own_vector(vector, model),
         vector_model=None if model is None else str(model),
     )
     given = data.get("id")

@@ -22,7 +22,7 @@ from memcore.memory.adding import NewMemory
 from memcore.memory.archive import Archive
 from memcore.memory.conversations import TOOL_ROLES, message_text
 from memcore.memory.port import Memory
-from memcore.memory.supplied import checked_vector
+from memcore.memory.supplied import own_vector
 from memcore.memory.writer import MemoryWriter
 from memcore.search.filters import read_filters
 from memcore.search.recall import Recall, note_key
@@ -84,9 +84,7 @@ class MemoryApi(Memory):
         caller's own vector for the one text given (made by ``vector_model``, which must be
         the index's when named): stored instead of the model's (memory/supplied.py)."""
         scope = Scope(user_id, agent_id, run_id, app_id)
-        own = None if vector is None else checked_vector(vector, vector_model)
-        if own is None and vector_model is not None:
-            raise InputError("vector_model names the model of a vector: give the vector too")
+        own = own_vector(vector, vector_model)
         made = NewMemory("", created=check_moment(created), expires=check_expiry(expiration_date),
                          immutable=immutable)  # fmt: skip
         if infer and own is not None:
@@ -359,7 +357,7 @@ class MemoryApi(Memory):
         memory refuses (ImmutableMemory, a WriteConflict). ``vector``: the caller's own vector
         for its (new) text, as ``add`` takes one."""
         expires = None if expiration_date in (None, "") else check_expiry(expiration_date)
-        own = None if vector is None else checked_vector(vector, vector_model)
+        own = own_vector(vector, vector_model)
         return await self.writer.update(
             memory_id, content, metadata, check_moment(created),
             "" if expiration_date == "" else expires, own, vector_model,

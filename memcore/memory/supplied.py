@@ -55,6 +55,16 @@ def checked_vector(values: object, model: object = None) -> Vector:
     return out
 
 
+def own_vector(values: object | None, model: object = None) -> Vector | None:
+    """``checked_vector`` of a vector that may not be there (None: none); a model named
+    without a vector is an InputError."""
+    if values is None:
+        if model is not None:
+            raise InputError("vector_model names the model of a vector: give the vector too")
+        return None
+    return checked_vector(values, model)
+
+
 def memory_hash(category: str, text: str) -> str:
     """The content hash the chunker gives the chunk of a memory holding ``text``."""
     return text_hash(memory_embed_text(category, text))

@@ -25,7 +25,7 @@ from memcore.core.lines import split_lines
 from memcore.core.models import SCOPE_KEYS, MemoryQuery, MemoryRecord
 from memcore.memory.adding import NewMemory
 from memcore.memory.port import Memory
-from memcore.memory.supplied import checked_vector
+from memcore.memory.supplied import own_vector
 from memcore.memory.writer import MemoryWriter
 from memcore.vault.memory_format import Scope, check_content, check_expiry, check_name
 
@@ -155,7 +155,7 @@ def new_memory(row: Any) -> NewMemory:
         content=text, scope=scope, category=check_name(str(category or "core"), "category"),
         key=key, metadata=dict(metadata), created=created, updated=updated or created,
         expires=check_expiry(row.get("expiration_date")), immutable=row.get("immutable") is True,
-        vector=None if vector is None else checked_vector(vector, model),
+        vector=own_vector(vector, model),
         vector_model=None if model is None else str(model),
     )  # fmt: skip
     return dataclasses.replace(made, id=memory_id) if memory_id else made

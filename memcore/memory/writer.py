@@ -39,7 +39,7 @@ from memcore.memory.file_writes import (
     Written,
     api_event,
 )
-from memcore.memory.supplied import checked_vector, supply
+from memcore.memory.supplied import own_vector, supply
 from memcore.storage.base import Store
 from memcore.vault.files import append_text, is_memory_path
 from memcore.vault.history import (
@@ -98,11 +98,9 @@ class MemoryWriter:
         check_name(m.category, "category")
         if m.key is not None and (not isinstance(m.key, str) or not m.key.strip()):
             raise InputError("key must be a non-empty string")
-        if m.vector is None and m.vector_model is not None:
-            raise InputError("vector_model names the model of a vector: give the vector too")
         return dataclasses.replace(
             m, content=check_content(m.content), metadata=check_metadata(m.metadata),
-            vector=None if m.vector is None else checked_vector(m.vector, m.vector_model),
+            vector=own_vector(m.vector, m.vector_model),
         )  # fmt: skip
 
     def file_for(self, scope: Scope, category: str, day: dt.date | None = None) -> str:
@@ -185,9 +183,7 @@ class MemoryWriter:
         WriteConflict)."""
         text = check_content(content) if content is not None else None
         meta = check_metadata(metadata) if metadata is not None else None
-        if vector is None and vector_model is not None:
-            raise InputError("vector_model names the model of a vector: give the vector too")
-        own = None if vector is None else checked_vector(vector, vector_model)
+        own = own_vector(vector, vector_model)
         if text is None and meta is None and created is None and expires is None and own is None:
             raise InputError(
                 "update needs new content, metadata, timestamp, expiration_date or vector"
