@@ -74,16 +74,21 @@ async def settle(store: BulkStore) -> None:
     table, VACUUM (ANALYZE). A load leaves every new row for each search to check and mark
     (hint bits), GIN's pending list for every search to read through, and the planner without
     statistics: 24 ms a search right after 20k rows instead of 9 (measured). pg_textsearch's
-    memtable goes into a segment."""
+    index is built again when the load was a large share of it: filled row by row it ranks
+    worse than built in one go (CMRC nDCG@10 0.956 against 0.983, SQLite's; 0.5 s at 20k
+    chunks); else its memtable goes into a segment."""
     if store.owed_indexes:
         await build_missing_indexes(store)
     written, store.bulk_rows, store.bulk_analyzed = store.bulk_rows, 0, 0
     rows = await store.outside_transaction(
         "SELECT reltuples FROM pg_class WHERE oid = 'memory_chunks'::regclass"
     )
-    if not rows or float(str(rows[0][0])) < 10 * written:
+    large = not rows or float(str(rows[0][0])) < 10 * written
+    if large:
         await store.outside_transaction("VACUUM (ANALYZE) memory_chunks, memories")
-    if store.bm25:
+    if store.bm25 and large:
+        await store.outside_transaction(f"REINDEX INDEX {BM25_INDEX}")
+    elif store.bm25:
         await store.outside_transaction(f"SELECT bm25_spill_index('{BM25_INDEX}')")
 
 
