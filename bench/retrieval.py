@@ -6,6 +6,7 @@
         [--chunk-tokens 400] [--overlap-tokens 50]
         [--recency-weight 0.1 --half-life 30 --as-of question|newest|today]
         [--strength-weight 0.3]
+        [--rankings out.jsonl] [--overlap other.jsonl]
 
 Indexes through the real pipeline (chunker, embedder, SQLite, FTS5) and asks every query
 through MemoryService.search. Index databases are cached under ~/.cache/memcore-eval keyed by
@@ -13,6 +14,10 @@ set, vault and settings; the vault's own content hashes decide what is re-read, 
 are cached by text hash, so reruns and other fusion methods cost only the queries. Sets whose
 queries name a ``vault_dir`` (locomo, longmemeval_s) index one vault per value and ask each
 query only against its own vault.
+
+``--rankings`` writes each question's top 10 (chunks, as path and lines) to a file;
+``--overlap`` reads such a file from another run (SQLite's, say, beside PostgreSQL's) and
+reports ``top10_overlap``: the mean share of each question's top 10 both runs hold.
 
 A server embedder is measured the same way: ``--embedder ollama -o ollama.model=bge-m3`` or
 ``--embedder openai -o openai.base_url=http://127.0.0.1:8080/v1 -o openai.model=NAME``
@@ -173,6 +178,7 @@ async def run_vault(
                 )
                 scores[method].latencies.append((time.perf_counter() - t0) * 1000)
                 score_query(q, list(result.hits), scores[method])
+                TOP10.append([f"{h.path}#L{h.start_line}-{h.end_line}" for h in result.hits[:10]])
                 if getattr(args, "calibrate", None):
                     gold = set(q["gold_files"])  # type: ignore[call-overload]
                     CALIBRATION.hits += [(h.score, h.path in gold) for h in result.hits[:10]]
@@ -236,6 +242,20 @@ class Calibration:
 
 CALIBRATION = Calibration()
 NEGATIVES: list[tuple[bool, str]] = []  # (from another set, question)
+
+
+TOP10: list[list[str]] = []  # each question's top 10 chunks, in the order asked
+
+
+def top10_overlap(mine: list[list[str]], theirs_file: Path) -> float:
+    """The mean share of each question's top 10 that the other run's top 10 holds too."""
+    theirs = [json.loads(line) for line in theirs_file.read_text().splitlines() if line]
+    if len(theirs) != len(mine):
+        raise SystemExit(f"{theirs_file}: {len(theirs)} questions, this run {len(mine)}")
+    shares = [
+        len(set(a) & set(b)) / max(len(a), len(b), 1) for a, b in zip(mine, theirs, strict=True)
+    ]
+    return round(statistics.fmean(shares), 4) if shares else 0.0
 
 
 def nonsense(n: int, seed: int = 7) -> list[str]:
@@ -357,6 +377,8 @@ def main() -> None:
         "--fusion", default=None, help="a method, or 'all' to compare (default: configured)"
     )
     ap.add_argument("--limit", type=int, default=100, help="chunks retrieved per query")
+    ap.add_argument("--rankings", type=Path, help="write each question's top 10 here (JSON lines)")
+    ap.add_argument("--overlap", type=Path, help="report top10_overlap with such a file")
     ap.add_argument(
         "--calibrate",
         type=Path,
@@ -391,6 +413,10 @@ def main() -> None:
         for other, word in zip(others, made_up, strict=True):
             NEGATIVES.extend([(True, other), (False, word)])
     rows = asyncio.run(evaluate(args))
+    if args.rankings:
+        args.rankings.write_text("".join(json.dumps(t) + "\n" for t in TOP10))
+    if args.overlap and len(rows) == 1:
+        rows[0]["top10_overlap"] = top10_overlap(TOP10, args.overlap)
     if args.json:
         for row in rows:
             print(json.dumps(row))
