@@ -7,7 +7,6 @@ a word's rarity is counted over every namespace in the database."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import math
 import re
@@ -18,14 +17,13 @@ import psycopg
 from psycopg import sql
 
 from memcore.core.own_words import NO_WORDS, Words
-from memcore.core.tokenize import fts_texts
 from memcore.storage.postgres.queries import TS
+from memcore.storage.postgres.tokens import keyword_texts
 
 log = logging.getLogger(__name__)
 
 INDEX = "memory_chunks_bm25"
 FILLED = "bm25_body"  # meta key: this namespace's rows all have their body
-_BATCH = 5000
 
 
 async def enable_bm25(
@@ -114,23 +112,14 @@ async def _fill_bodies(db: psycopg.AsyncConnection[Any], namespace: str, own: Wo
     cur = await db.execute("SELECT 1 FROM meta WHERE ns = %s AND key = %s", (namespace, FILLED))
     if await cur.fetchone() is not None:
         return
-    last, filled = 0, 0
-    while True:
-        cur = await db.execute(
-            "SELECT id, heading_path, content FROM memory_chunks WHERE ns = %s "
-            "AND body IS NULL AND id > %s ORDER BY id LIMIT %s",
-            (namespace, last, _BATCH),
-        )
-        rows = await cur.fetchall()
-        if not rows:
-            break
-        bodies = await asyncio.to_thread(fts_texts, rows, own)
+    filled = 0
+    async for ids, bodies in keyword_texts(db, namespace, own, " AND body IS NULL"):
         await db.execute(
             "UPDATE memory_chunks c SET body = u.b FROM unnest(%s::int8[], %s::text[]) "
             "AS u(id, b) WHERE c.id = u.id",
-            ([int(r[0]) for r in rows], bodies),
+            (ids, bodies),
         )
-        last, filled = int(rows[-1][0]), filled + len(rows)
+        filled += len(ids)
     if filled:
         log.info("pg_textsearch: filled in the ranked text of %d chunks", filled)
     await db.execute(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import AsyncIterator
 from typing import Any
 
 import psycopg
@@ -33,26 +34,15 @@ async def retokenize(
         await db.execute("SELECT pg_advisory_xact_lock(%s)", (lock,))
         if await _tokenized_with(db, namespace) == own.fingerprint:
             return 0
-        last = 0
-        while True:
-            cur = await db.execute(
-                "SELECT id, heading_path, content FROM memory_chunks "
-                "WHERE ns = %s AND id > %s ORDER BY id LIMIT %s",
-                (namespace, last, _BATCH),
-            )
-            rows = await cur.fetchall()
-            if not rows:
-                break
-            texts = await asyncio.to_thread(fts_texts, rows, own)
+        async for ids, texts in keyword_texts(db, namespace, own):
             cur = await db.execute(
                 f"UPDATE memory_chunks c SET fts = to_tsvector('{TS}', u.t), "
                 "body = CASE WHEN c.body IS NULL THEN NULL ELSE u.t END "
                 "FROM unnest(%s::int8[], %s::text[]) AS u(id, t) "
                 f"WHERE c.id = u.id AND c.fts IS DISTINCT FROM to_tsvector('{TS}', u.t)",
-                ([int(r[0]) for r in rows], texts),
+                (ids, texts),
             )
             changed += max(cur.rowcount, 0)
-            last = int(rows[-1][0])
         await db.execute(
             "INSERT INTO meta (ns, key, value) VALUES (%s, %s, %s) "
             "ON CONFLICT (ns, key) DO UPDATE SET value = excluded.value",
@@ -61,6 +51,26 @@ async def retokenize(
     if changed:
         log.info("the vault's own words changed: %d chunks tokenized again", changed)
     return changed
+
+
+async def keyword_texts(
+    db: psycopg.AsyncConnection[Any], namespace: str, own: Words, where: str = ""
+) -> AsyncIterator[tuple[list[int], list[str]]]:
+    """(ids, the text keyword search sees of each) of the namespace's chunks (``where``: more
+    conditions on ``memory_chunks``), _BATCH at a time in id order; segmenting Chinese takes
+    memcore, not SQL, and runs in a worker thread."""
+    last = 0
+    while True:
+        cur = await db.execute(
+            "SELECT id, heading_path, content FROM memory_chunks "
+            f"WHERE ns = %s AND id > %s{where} ORDER BY id LIMIT %s",
+            (namespace, last, _BATCH),
+        )
+        rows = await cur.fetchall()
+        if not rows:
+            return
+        yield [int(r[0]) for r in rows], await asyncio.to_thread(fts_texts, rows, own)
+        last = int(rows[-1][0])
 
 
 async def _tokenized_with(db: psycopg.AsyncConnection[Any], namespace: str) -> str:
