@@ -173,21 +173,36 @@ class HistoryLog:
         # What this process's writes put in a file and have not logged yet (set in the worker
         # thread just before the file is replaced): the indexer, reading that file first,
         # must not log it as a person's edit. Each of its single operations is atomic.
-        self._expected: OrderedDict[str, tuple[object, object, object]] = OrderedDict()
+        self._expected: OrderedDict[str, HistoryEvent] = OrderedDict()
+        # Expected events the indexer logged on their write's behalf (as _seen_as), before a
+        # person's edit of the same memory: the write, logging later, leaves them out.
+        self._early: OrderedDict[tuple[object, object, object], None] = OrderedDict()
 
     def expect(self, events: Iterable[HistoryEvent]) -> None:
         """A write is about to put ``events`` in a file and will log them itself (called
         from a worker thread, before the file is replaced)."""
         for e in events:
-            self._expected[e.memory_id] = _seen_as(e)
+            self._expected[e.memory_id] = e
         while len(self._expected) > WRITTEN_MEMORY:  # a write that neither logged nor undid
             self._expected.popitem(last=False)
 
     def unexpect(self, events: Iterable[HistoryEvent]) -> None:
         """The write of ``events`` was undone or failed: nothing of it is left to log."""
         for e in events:
-            if self._expected.get(e.memory_id) == _seen_as(e):
+            if self._expecting(e):
                 self._expected.pop(e.memory_id, None)
+
+    def _logged_early(self, e: HistoryEvent) -> bool:
+        """Whether ``e`` was logged ahead of a person's edit (once: forgotten as it is asked)."""
+        seen = _seen_as(e)
+        if seen not in self._early:
+            return False
+        del self._early[seen]
+        return True
+
+    def _expecting(self, e: HistoryEvent) -> bool:
+        found = self._expected.get(e.memory_id)
+        return found is not None and _seen_as(found) == _seen_as(e)
 
     async def append(
         self, events: Sequence[HistoryEvent], unlogged: bool = False
@@ -196,9 +211,17 @@ class HistoryLog:
         ``unlogged``: leave out those this process logged last (checked under the lock, so
         two writers of one event cannot both pass)."""
         async with self._lock:
+            asked = events
+            if self._early:  # logged already, ahead of a person's edit (see append_new)
+                events = [e for e in events if not self._logged_early(e)]
             if unlogged:
                 events = [e for e in events if not self.logged_last(e)]
-            return await self._append_locked(events)
+            try:
+                return await self._append_locked(events)
+            finally:  # logged now or before: none of them is still to come
+                for e in asked:
+                    if self._expecting(e):
+                        self._expected.pop(e.memory_id, None)
 
     async def _append_locked(self, events: Sequence[HistoryEvent]) -> Appended | None:
         if not events:
@@ -207,8 +230,8 @@ class HistoryLog:
         start, size, digest = await asyncio.to_thread(self._append, events)
         for e in events:
             self._written.pop(e.memory_id, None)  # to the end: the newest
-            self._written[e.memory_id] = seen = _seen_as(e)
-            if self._expected.get(e.memory_id) == seen:  # (a worker may drop it meanwhile)
+            self._written[e.memory_id] = _seen_as(e)
+            if self._expecting(e):  # (a worker may drop it meanwhile)
                 self._expected.pop(e.memory_id, None)
         while len(self._written) > WRITTEN_MEMORY:  # O(1) each: a dict's next(iter()) walks
             self._written.popitem(last=False)  # the slots deleted before it (103 ms a page)
@@ -315,11 +338,22 @@ class HistoryLog:
             if not events:  # all of them written by this process: no need to read the log
                 return
             last = await asyncio.to_thread(self._recent)
-            await self._append_locked([e for e in events if last.get(e.memory_id) != _seen_as(e)])
+            # A person's edit of a memory this process has just written and not yet logged
+            # (an editor's stale save right after an API add): the write's event goes first,
+            # so the history reads in the order things happened; the write then skips it.
+            early = [
+                x for e in events if (x := self._expected.get(e.memory_id)) is not None
+            ]  # fmt: skip
+            for x in early:
+                self._early[_seen_as(x)] = None
+            while len(self._early) > WRITTEN_MEMORY:
+                self._early.popitem(last=False)
+            fresh = [e for e in events if last.get(e.memory_id) != _seen_as(e)]
+            await self._append_locked([*early, *fresh])
 
     def _ours(self, e: HistoryEvent) -> bool:
         """Whether this process logged ``e`` last or is writing it and will log it."""
-        return self.logged_last(e) or self._expected.get(e.memory_id) == _seen_as(e)
+        return self.logged_last(e) or self._expecting(e)
 
     def _recent(self) -> dict[object, tuple[object, object, object]]:
         """The last event of each memory in the log's tail (as ``_seen_as``)."""
