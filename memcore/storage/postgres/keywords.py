@@ -153,11 +153,7 @@ class KeywordQueries(Queries):
             prepare=False,
         )
         self._note_cosines(rows)
-        # in the order of the scores it returns: the scan's own order follows quantised
-        # document lengths, and near-ties come out of order (CMRC nDCG@10 0.956 as returned,
-        # 0.983 sorted: SQLite's)
-        found = [(int(r[0]), -float(r[1])) for r in rows if float(r[1]) < 0]
-        return sorted(found, key=lambda h: (-h[1], h[0]))
+        return [(int(r[0]), -float(r[1])) for r in rows if float(r[1]) < 0]
 
     def _cosine_column(self) -> tuple[str, list[object]]:
         """The hits' cosine to the query's vector as a last column, read with their rows (a
