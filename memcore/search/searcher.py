@@ -108,7 +108,7 @@ class Searcher:
             # "?" or "..." would only match noise (every chunk is somewhat near it)
             warnings.append("the query has no words to search for")
             empty: SearchMode = "keyword" if method == "keyword" else "hybrid"
-            return SearchResult(query, (), empty, tuple(warnings))
+            return SearchResult(query, (), empty, tuple(warnings), {})
         # Embedded before the snapshot opens, so no snapshot waits on an embedder (a repeated
         # query's vector is remembered by the runner: a cached answer costs no model run).
         if query_vector is None and method != "keyword" and query.strip():

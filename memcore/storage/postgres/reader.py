@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -127,11 +128,16 @@ class PostgresReader(KeywordQueries):
     async def chunk_rows(self, ids: Sequence[int]) -> dict[int, ChunkRow]:
         if not ids:
             return {}
-        rows = await self.all(
+        return _chunks_by_id(await self.all(*self._chunk_rows_query(ids)))
+
+    def _chunk_rows_query(self, ids: Sequence[int]) -> tuple[str, tuple[object, ...]]:
+        return (
             f"SELECT {CHUNK_ROW_COLUMNS} FROM memory_chunks WHERE ns = %s AND id = ANY(%s)",
             (self.ns, list(ids)),
         )
-        return {int(r[0]): chunk_row(r) for r in rows}
+
+    def _memories_query(self, ids: Sequence[int]) -> tuple[str, tuple[object, ...]]:
+        return f"{MEMORY_SELECT} WHERE m.ns = %s AND m.chunk_id = ANY(%s)", (self.ns, list(ids))
 
     async def cached_vectors(self, hashes: Sequence[str], model_id: str) -> dict[str, Vector]:
         if not hashes:
@@ -277,24 +283,25 @@ class PostgresReader(KeywordQueries):
     ) -> tuple[dict[int, ChunkRow], dict[int, MemoryRecord]]:
         if not ids:
             return {}, {}
-        chunks, memories = await self.all_of([
-            (f"SELECT {CHUNK_ROW_COLUMNS} FROM memory_chunks WHERE ns = %s AND id = ANY(%s)",
-             (self.ns, list(ids))),
-            (f"{MEMORY_SELECT} WHERE m.ns = %s AND m.chunk_id = ANY(%s)", (self.ns, list(ids))),
-        ])  # fmt: skip
-        return (
-            {int(r[0]): chunk_row(r) for r in chunks},
-            {int(r[-1]): memory_record(r) for r in memories},
+        # one round trip for both (a pipeline)
+        chunks, memories = await self.all_of(
+            [self._chunk_rows_query(ids), self._memories_query(ids)]
         )
+        return _chunks_by_id(chunks), _memories_by_chunk(memories)
 
     async def memories_of_chunks(self, ids: Sequence[int]) -> dict[int, MemoryRecord]:
         if not ids:
             return {}
-        rows = await self.all(
-            f"{MEMORY_SELECT} WHERE m.ns = %s AND m.chunk_id = ANY(%s)", (self.ns, list(ids))
-        )
-        return {int(r[-1]): memory_record(r) for r in rows}
+        return _memories_by_chunk(await self.all(*self._memories_query(ids)))
 
     async def get_meta(self, key: str) -> str | None:
         rows = await self.all("SELECT value FROM meta WHERE ns = %s AND key = %s", (self.ns, key))
         return str(rows[0][0]) if rows else None
+
+
+def _chunks_by_id(rows: Sequence[Any]) -> dict[int, ChunkRow]:
+    return {int(r[0]): chunk_row(r) for r in rows}
+
+
+def _memories_by_chunk(rows: Sequence[Any]) -> dict[int, MemoryRecord]:
+    return {int(r[-1]): memory_record(r) for r in rows}
