@@ -70,6 +70,7 @@ MANY_FILES = 8  # an add touching more files than this writes them all, then ind
 
 
 WRITERS = 4  # files such an add writes at a time (their fsyncs overlap)
+HELD_FILES = 256  # files such an add holds against other nodes at a time (one statement)
 
 
 # An idempotency key as recorded: the caller's own key (1-256 characters) behind its identity
@@ -331,36 +332,7 @@ class Adds:
         ids: dict[str, str] = {}  # NewMemory.id -> its memory's id (an upsert: the replaced)
         pages: dict[str, str] = {}
         writes: list[Written] = []
-        gate = asyncio.Semaphore(WRITERS)
-        limit = self.indexer.settings.index.max_file_bytes
-        # the last page of every list, looked at in one go (not a thread hop a file)
-        wanted = {
-            first: sum(_item_bytes(m) for m in group[:PAGE_ITEMS])
-            for first, group in by_file.items()
-            if _paged(group[0]) and all(m.key is None for m in group)
-        }
-        opened = await asyncio.to_thread(
-            lambda: {f: open_page(self.vault, f, limit // 2, n) for f, n in wanted.items()}
-        )
-
-        async def write(first: str, group: list[NewMemory]) -> None:
-            async with gate:
-                placed = await self._place(first, list(enumerate(group)), opened.get(first))
-                for page, idxs in placed:
-                    items = [group[n] for n in idxs]
-                    change = _adder(items, page, requests)
-                    writes.append(
-                        await self.files.write(
-                            page, items[0].scope, items[0].category, change, False
-                        )
-                    )
-                    for m, mid in zip(items, writes[-1].ids, strict=True):
-                        ids[m.id], pages[m.id] = mid, page
-
-        done = await asyncio.gather(
-            *(write(first, group) for first, group in by_file.items()), return_exceptions=True
-        )
-        failed = next((e for e in done if isinstance(e, BaseException)), None)
+        failed = await self._write_pages(by_file, requests, writes, ids, pages)
         logged = None
         try:  # the history of every file in one append (not one a file)
             if failed is None:  # a memory put back after a stale save: its ADD not twice
@@ -389,6 +361,65 @@ class Adds:
                 for m, r in zip(again, await self._add_checked(again, request, False), strict=True)
             }
         return [found.get(ids[m.id]) or _as_written(m, ids[m.id], pages[m.id]) for m in checked]
+
+    async def _write_pages(
+        self,
+        by_file: Mapping[str, list[NewMemory]],
+        requests: Mapping[str, str],
+        writes: list[Written],
+        ids: dict[str, str],
+        pages: dict[str, str],
+    ) -> BaseException | None:
+        """Write every list's memories to its pages, a few files at a time, the pages held
+        against other nodes a few hundred at a time (``_add_many``); ``writes``, ``ids`` and
+        ``pages`` fill as they go. The first error, or None; the writes made are kept for the
+        caller to undo."""
+        gate = asyncio.Semaphore(WRITERS)
+        limit = self.indexer.settings.index.max_file_bytes
+        # the last page of every list, looked at in one go (not a thread hop a file)
+        wanted = {
+            first: sum(_item_bytes(m) for m in group[:PAGE_ITEMS])
+            for first, group in by_file.items()
+            if _paged(group[0]) and all(m.key is None for m in group)
+        }
+        opened = await asyncio.to_thread(
+            lambda: {f: open_page(self.vault, f, limit // 2, n) for f, n in wanted.items()}
+        )
+
+        async def write(first: str, group: list[NewMemory], held: set[str]) -> None:
+            async with gate:
+                placed = await self._place(first, list(enumerate(group)), opened.get(first))
+                for page, idxs in placed:
+                    items = [group[n] for n in idxs]
+                    change = _adder(items, page, requests)
+                    writes.append(
+                        await self.files.write(
+                            page, items[0].scope, items[0].category, change, False,
+                            held=page in held,
+                        )
+                    )  # fmt: skip
+                    for m, mid in zip(items, writes[-1].ids, strict=True):
+                        ids[m.id], pages[m.id] = mid, page
+
+        async def write_some(firsts: list[str]) -> list[BaseException | None]:
+            # the pages they will most likely write, held against other nodes in one round
+            # trip (not two a file); a page _place opens besides is held on its own
+            held = {opened[f][0] if f in opened else f for f in firsts}
+            try:
+                async with self.store.holding(sorted(held)):
+                    return await asyncio.gather(
+                        *(write(f, by_file[f], held) for f in firsts), return_exceptions=True
+                    )
+            except MemcoreError as exc:  # StorageBusy: another node holds one of them
+                return [exc]
+
+        firsts = list(by_file)
+        for at in range(0, len(firsts), HELD_FILES):
+            done = await write_some(firsts[at : at + HELD_FILES])
+            failed = next((e for e in done if isinstance(e, BaseException)), None)
+            if failed is not None:
+                return failed
+        return None
 
     async def _drain(self, rel: str) -> None:
         """Write everything queued for one file, in rounds, until nothing is left."""

@@ -89,17 +89,20 @@ class FileWrites:
         change: Change,
         log: bool = True,
         again: bool = False,
+        held: bool = False,
     ) -> Written:
         """Apply ``change`` to a memory file and replace it atomically, re-reading and retrying
         while someone else changes it, then log its events (unless ``log`` is False: then
         the caller logs ``Written.events``). ``again``: the change puts back what an editor's
         stale save dropped, so events already logged as they are are not logged twice.
+        ``held``: the caller holds the file against other nodes already (``Store.holding``).
         Nothing is changed when it raises (a full disk is a VaultWriteError)."""
         target = check_writable(self.vault, rel)
         limit = self.indexer.settings.index.max_file_bytes
         # this process's writers of the file take turns, then every node's (the database's
         # lock: on shared storage a file lock is not to be trusted)
-        async with self.locks.hold([rel]), self.store.holding([rel]):
+        nodes = contextlib.nullcontext() if held else self.store.holding([rel])
+        async with self.locks.hold([rel]), nodes:
             edit, before, after = await _until_it_lands(
                 rel,
                 partial(_apply, target, rel, scope, category, change, limit, self.history),
