@@ -32,6 +32,11 @@ from memcore.storage.rows import (
     now,
 )
 
+# candidates each vector's links are chosen from as the graph is built (pgvector's default is
+# 64): 40 builds it ~25% faster, and searched with the store's ef_search of 400 its recall@10
+# against an exact scan is the same (1.000 at 20k chunks; 0.9945 against 1.000 at ef_search
+# 100), measured with the fleet's vectors
+EF_CONSTRUCTION = 40
 ANALYZE_FROM = 2000  # chunks a bulk load writes before the planner's statistics are refreshed
 
 
@@ -132,11 +137,13 @@ class PostgresWriter(Queries):
         await self.conn.execute(
             sql.SQL(
                 "CREATE INDEX IF NOT EXISTS {name} ON memory_chunks USING hnsw "
-                "((embedding::vector({dim})) vector_cosine_ops) WHERE ns = {ns} "
+                "((embedding::vector({dim})) vector_cosine_ops) "
+                "WITH (ef_construction = {efc}) WHERE ns = {ns} "
                 "AND embedding_model = {model} AND vector_dims(embedding) = {dim}"
             ).format(
                 name=sql.Identifier(name),
                 dim=sql.Literal(dim),
+                efc=sql.Literal(EF_CONSTRUCTION),
                 ns=sql.Literal(self.ns),
                 model=sql.Literal(model_id),
             )
