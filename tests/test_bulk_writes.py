@@ -1,6 +1,8 @@
 """A batch over many users' files on PostgreSQL holds their pages against other nodes a few
 hundred at a time (one statement, not two a file): it waits for a page another node is
-writing, then lands whole beside that node's edit; past the busy timeout it is refused whole."""
+writing, then lands whole beside that node's edit; past the busy timeout it is refused whole.
+And the indexer's overlapped batches: at most N at once, every error surfaced, none left
+running."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from memcore.core.errors import StorageBusy
+from memcore.core.overlap import overlapped
 from memcore.core.settings import load_settings
 from memcore.memory.adding import NewMemory
 from memcore.storage.postgres.roles import FileHolds
@@ -72,3 +75,41 @@ async def test_a_batch_meeting_a_page_held_past_the_timeout_is_refused_whole(
             assert await svc.memories.count() == USERS
     finally:
         await other.aclose()
+
+
+async def test_overlapped_jobs_run_at_most_n_at_once_and_all_end_before_an_error_is_raised() -> (
+    None
+):
+    running, most, ended = 0, 0, []
+
+    def job(n: int, fail: bool = False):  # type: ignore[no-untyped-def]
+        async def run() -> None:
+            nonlocal running, most
+            running += 1
+            most = max(most, running)
+            try:
+                await asyncio.sleep(0.02 if n % 2 else 0.05)
+                if fail:
+                    raise ValueError(f"job {n} failed")
+            finally:
+                running -= 1
+                ended.append(n)
+
+        return run
+
+    await overlapped([job(n) for n in range(7)], 2)
+    assert most == 2 and sorted(ended) == list(range(7))
+
+    ended.clear()
+    with pytest.raises(ValueError, match="job 2 failed"):
+        await overlapped([job(n, fail=n == 2) for n in range(10)], 3)
+    assert running == 0  # nothing left running when the error comes out
+    assert 2 in ended and len(ended) < 10  # the jobs after the error were never started
+
+    ended.clear()
+    done: list[int] = []
+    await overlapped(
+        [job(n) for n in range(6)], 2, stopped=lambda: len(ended) >= 2,
+        each_done=lambda: done.append(1),
+    )  # fmt: skip
+    assert len(ended) < 6 and len(done) == len(ended)

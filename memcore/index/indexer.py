@@ -21,6 +21,7 @@ from collections.abc import (
     Mapping,
     Sequence,
 )
+from functools import partial
 from pathlib import Path
 
 from memcore.core.errors import (
@@ -42,6 +43,7 @@ from memcore.core.models import (
     MemoryRecord,
     SkippedFile,
 )
+from memcore.core.overlap import overlapped
 from memcore.core.settings import Settings
 from memcore.embedders.base import EmbeddingRunner
 from memcore.index.planner import plan_changes
@@ -65,6 +67,7 @@ log = logging.getLogger(__name__)
 
 Progress = Callable[[str, int, int], None]  # (phase, done, total)
 FILES_PER_BATCH = 32  # files chunked and embedded together; each is still its own transaction
+BATCHES_AT_ONCE = 2  # batches in flight: one prepares while the other writes
 PENDING_BATCH = 256
 STORED_FILES = 64  # memory files whose version written last is remembered (see StoredVersion)
 
@@ -315,15 +318,24 @@ class Indexer:
         # builds once after this run (see Store.bulk)
         # and no full GC walking the heap the run builds: 0.2-0.6 s each, stalling requests
         large = total > TX_FILES
+        step = FILES_PER_BATCH
+        batches = [plan.to_read[start : start + step] for start in range(0, total, step)]
+        finished = [0]
+
+        def batch_done() -> None:
+            finished[0] += 1
+            progress("files", min(finished[0] * FILES_PER_BATCH, total), total)
+
         with paused_collection() if large else contextlib.nullcontext():
             async with self.store.bulk(total) if large else contextlib.nullcontext():
-                for start in range(0, total, FILES_PER_BATCH):
-                    if stopped():
-                        break
-                    await self._index_batch(
-                        plan.to_read[start : start + FILES_PER_BATCH], states, tally, log_edits
-                    )
-                    progress("files", min(start + FILES_PER_BATCH, total), total)
+                # two batches at a time: one is read, chunked and embedded while the other
+                # waits on its transaction (their files differ; each is still whole or not)
+                await overlapped(
+                    (partial(self._index_batch, b, states, tally, log_edits) for b in batches),
+                    BATCHES_AT_ONCE,
+                    stopped=stopped,
+                    each_done=batch_done,
+                )
         deleted = tuple(
             p for p in await self._delete(plan.to_delete, tally, log_edits) if p in states
         )
@@ -371,15 +383,19 @@ class Indexer:
         s = self.settings
         stale: list[str] = []  # changed on disk while being indexed: read them again
         async with self._paths.hold([f.path for f in files]):
-            failed_before = len(tally.failed)
+            # its own tally: another batch's worker thread may be preparing meanwhile
+            mine = Tally(rebuild=tally.rebuild)
             prepared = await asyncio.to_thread(
-                prepare_files, s.vault, s.index, self.chunker, files, states, tally
+                prepare_files, s.vault, s.index, self.chunker, files, states, mine
             )
-            touched, tally.touched = tally.touched, []
+            tally.unchanged += mine.unchanged
+            tally.failed += mine.failed
+            tally.warnings += mine.warnings
+            touched = mine.touched
             by_path = {f.path: f for f in files}
             skips = [
                 SkippedFile(x.path, x.reason, by_path[x.path].size, by_path[x.path].mtime_ns)
-                for x in tally.failed[failed_before:]
+                for x in mine.failed
             ]
 
             async def skip(tx: IndexWriter) -> None:
