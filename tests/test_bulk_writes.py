@@ -48,9 +48,7 @@ async def test_a_batch_waits_for_a_page_another_node_writes_then_lands_beside_it
             text = page.read_text()
             assert "written by the other node" in text and "second fact 7 of user 7" in text
             found = await svc.memories.get_all(user_id="u7")
-            assert {"first fact 7 of user 7", "second fact 7 of user 7"} <= {
-                r.text for r in found
-            }
+            assert {"first fact 7 of user 7", "second fact 7 of user 7"} <= {r.text for r in found}
     finally:
         await other.aclose()
 
