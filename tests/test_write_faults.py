@@ -265,3 +265,25 @@ async def test_a_retry_after_kill_9_at_any_step_of_a_keyed_add_makes_one_memory(
         assert history[0]["actor"] == "api" and history[0]["new_memory"] == "lunch is at noon"
     markdown = (vault / "memory/users/alice/core.md").read_text()
     assert markdown.count("lunch is at noon") == 1 and first[0].id in markdown
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "kept"),
+    [
+        (b"- a\n", b"- a\n- b\n", True),  # an append: cut back, no text kept
+        (b"- a\n- b\n", b"- a\n- B\n", False),  # changed in place: the texts are kept
+        (None, b"- a\n", True),  # created: removed
+    ],
+)
+def test_an_undo_puts_back_what_a_write_changed_unless_a_person_saved_since(
+    tmp_path: Path, before: bytes | None, after: bytes, kept: bool
+) -> None:
+    page = tmp_path / "core.md"
+    undo = safe_file.Undo.of(before, after)
+    assert (undo.before is None and undo.after is None) == kept  # small where it can be
+    page.write_bytes(after)
+    assert safe_file.restore_if_unchanged(page, undo)
+    assert (page.read_bytes() if page.exists() else None) == before
+    page.write_bytes(after + b"- a person's line\n")  # saved since: theirs stays
+    assert not safe_file.restore_if_unchanged(page, undo)
+    assert page.read_bytes() == after + b"- a person's line\n"

@@ -39,7 +39,13 @@ from memcore.vault.chunker import memory_file_of
 from memcore.vault.files import check_writable
 from memcore.vault.history import Appended, Event, HistoryEvent, HistoryLog, now
 from memcore.vault.memory_format import MemoryFile, Scope, edit_lines, new_memory_file, render_item
-from memcore.vault.safe_file import decode, read_or_none, replace_if_unchanged, restore_if_unchanged
+from memcore.vault.safe_file import (
+    Undo,
+    decode,
+    read_or_none,
+    replace_if_unchanged,
+    restore_if_unchanged,
+)
 
 T = TypeVar("T")
 WRITE_ATTEMPTS = 20
@@ -64,8 +70,7 @@ class Written:
     """One write applied to a memory file, with what it takes to undo it."""
 
     rel: str
-    before: bytes | None  # None: the write created the file
-    after: bytes
+    undo: Undo  # how to take it back (safe_file.Undo: small, not the file's text twice)
     ids: list[str]
     logged: Appended | None
     events: tuple[HistoryEvent, ...] = ()  # what it did, to log (see MemoryWriter._write)
@@ -107,7 +112,7 @@ class FileWrites:
                 rel,
                 partial(_apply, target, rel, scope, category, change, limit, self.history),
             )
-            written = Written(rel, before, after, edit.ids, None, tuple(edit.events))
+            written = Written(rel, Undo.of(before, after), edit.ids, None, tuple(edit.events))
             if not log:
                 return written
             try:
@@ -141,7 +146,7 @@ class FileWrites:
             self.history.unexpect(w.events)  # not to be logged now, by anyone but a person
             target = self.vault / w.rel
             try:
-                restored = await asyncio.to_thread(restore_if_unchanged, target, w.before, w.after)
+                restored = await asyncio.to_thread(restore_if_unchanged, target, w.undo)
             except OSError:
                 restored = False
             if not restored:

@@ -56,6 +56,7 @@ from memcore.vault.memory_format import (
     check_name,
     render_item,
 )
+from memcore.vault.safe_file import Undo
 
 READ_IDS = 10_000  # memories read back by id in one query (PostgreSQL takes 65,535 parameters)
 log = logging.getLogger(__name__)
@@ -129,7 +130,7 @@ class MemoryWriter:
         before, after = await self.files.transform(rel, transform)
         if after is None:
             return False
-        await self.files.commit([Written(rel, before, after, [], None)])
+        await self.files.commit([Written(rel, Undo.of(before, after), [], None)])
         return True
 
     # --- reading ------------------------------------------------------------------------
@@ -279,7 +280,7 @@ class MemoryWriter:
         except MemcoreError:
             await self.files.undo(writes)
             raise
-        changed = [w for w in writes if w.before != w.after]
+        changed = [w for w in writes if w.undo.changed]
         made = sum(len(w.logged.events) for w in changed if w.logged is not None)
         if background_over is not None and made > background_over:
             self.index_later([w.rel for w in changed])
