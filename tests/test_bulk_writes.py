@@ -13,11 +13,11 @@ import pytest
 
 from memcore.core.errors import StorageBusy
 from memcore.core.overlap import overlapped
-from memcore.core.settings import load_settings
+from memcore.core.settings import Settings, load_settings
 from memcore.memory.adding import NewMemory
 from memcore.storage.postgres.roles import FileHolds
 from memcore.vault.memory_format import Scope
-from tests.conftest import make_service
+from tests.conftest import make_service, on_backend
 from tests.support import FakeEmbedder
 
 USERS = 30  # over adding.MANY_FILES: the many-files path
@@ -111,3 +111,28 @@ async def test_overlapped_jobs_run_at_most_n_at_once_and_all_end_before_an_error
         each_done=lambda: done.append(1),
     )  # fmt: skip
     assert len(ended) < 6 and len(done) == len(ended)
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def backend(request: pytest.FixtureRequest, vault: Path) -> Settings:
+    return on_backend(request, vault)
+
+
+async def test_a_load_over_many_files_counts_its_memories_without_reading_them_back(
+    backend: Settings, embedder: FakeEmbedder
+) -> None:
+    async with make_service(backend, embedder) as svc:
+
+        async def no_records(*_: object, **__: object) -> list[object]:
+            raise AssertionError("a load read its records back")
+
+        writer = svc.memories.writer  # type: ignore[attr-defined]
+        reading = writer.records
+        writer.records = no_records
+        try:
+            assert await svc.memories.load(_batch("loaded")) == USERS
+        finally:
+            writer.records = reading
+        assert await svc.memories.count() == USERS
+        found = await svc.memories.search("loaded fact 9 of user 9", user_id="u9", limit=1)
+        assert found and found[0].text == "loaded fact 9 of user 9"

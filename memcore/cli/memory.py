@@ -223,7 +223,7 @@ def _add_file(
                 for b in skipped:
                     typer.echo(f"{source}:{b.number}: skipped: {b.reason}", err=True)
                 bad.extend(skipped)
-                done["added"] += len(await service.memories.add_batch(memories))
+                done["added"] += await service.memories.load(memories)
                 done["through"] = first + len(lines) - 1
                 bar.update(task, completed=read)
 

@@ -151,11 +151,18 @@ class ScopedMemory(Memory):
         )  # fmt: skip
 
     async def add_batch(self, memories: Sequence[NewMemory]) -> list[MemoryRecord]:
+        return await self.inner.add_batch(self._bound(memories))
+
+    async def load(self, memories: Sequence[NewMemory]) -> int:
+        return await self.inner.load(self._bound(memories))
+
+    def _bound(self, memories: Sequence[NewMemory]) -> list[NewMemory]:
+        """The memories in the caller's scope (its binding fills or checks each one's)."""
         bound = []
         for m in memories:
             fields = self._scope(**{k: getattr(m.scope, k) for k in SCOPE_KEYS})
             bound.append(replace(m, scope=type(m.scope)(**fields)))
-        return await self.inner.add_batch(bound)
+        return bound
 
     async def get(self, memory_id: str, *, review: bool = True) -> MemoryRecord:
         if self.caller.binding:

@@ -135,6 +135,8 @@ class Writer(Protocol):
         self, ids: Sequence[str], missing_ok: bool = False, writing: bool = False
     ) -> list[MemoryRecord]: ...
 
+    async def all_present(self, ids: Sequence[str]) -> bool: ...
+
     async def delete_many(self, records: Sequence[MemoryRecord]) -> int: ...
 
 
@@ -154,17 +156,19 @@ class Adds:
         self._drains: set[asyncio.Task[None]] = set()
 
     async def add_batch(
-        self, memories: Sequence[NewMemory], request: str | None = None
+        self, memories: Sequence[NewMemory], request: str | None = None, *, records: bool = True
     ) -> list[MemoryRecord]:
         """Add many memories: one write and one index run per file they land in. Adds to one
         file from concurrent callers are grouped the same way (one write for all waiting).
         ``request``, an idempotency key: a call with a key an earlier call already applied
-        returns that call's memories and writes nothing."""
+        returns that call's memories and writes nothing. ``records=False`` (a load that only
+        counts, without a key): an add over many files answers [] and reads back only whether
+        every memory is in the index, not their records."""
         if not memories:
             return []
         checked = [self.writer.checked(m) for m in memories]
         if request is None:
-            return await self._add_checked(checked, None)
+            return await self._add_checked(checked, None, read_back=records)
         if not isinstance(request, str) or not request.strip() or len(request) > MAX_REQUEST:
             raise InputError("an idempotency key is 1-256 characters of text")
         print_ = fingerprint(checked)
@@ -254,7 +258,11 @@ class Adds:
         return [found.get(mid) or _as_done(mid) for mid in ids]
 
     async def _add_checked(
-        self, checked: list[NewMemory], request: str | None, many: bool = True
+        self,
+        checked: list[NewMemory],
+        request: str | None,
+        many: bool = True,
+        read_back: bool = True,
     ) -> list[MemoryRecord]:
         await supply(
             self.store, self.indexer.embedder,
@@ -265,7 +273,7 @@ class Adds:
         for m in checked:
             by_file.setdefault(m.file or self.writer.file_for(m.scope, m.category), []).append(m)
         if many and len(by_file) > MANY_FILES:
-            return await self._add_many(by_file, checked, request)
+            return await self._add_many(by_file, checked, request, read_back)
         # A write that will wait for the round in progress on its file has its memories
         # embedded meanwhile. (One that goes at once leaves it to its index run, which takes
         # a vector the index has cached instead of running the model.)
@@ -322,12 +330,17 @@ class Adds:
             await self.writer.delete_many(added)
 
     async def _add_many(
-        self, by_file: Mapping[str, list[NewMemory]], checked: list[NewMemory], request: str | None
+        self,
+        by_file: Mapping[str, list[NewMemory]],
+        checked: list[NewMemory],
+        request: str | None,
+        read_back: bool = True,
     ) -> list[MemoryRecord]:
         """An add of many scopes at once (a batch over thousands of users): every file it
         touches written once, a few at a time, then all of them indexed in one run and read
-        back in one query. All of it applied, or none. A memory an editor's stale save
-        dropped meanwhile is added again the one-file way."""
+        back in one query (without ``read_back``, only counted, and [] answered). All of it
+        applied, or none. A memory an editor's stale save dropped meanwhile is added again
+        the one-file way."""
         requests = {m.id: request for m in checked} if request else {}
         ids: dict[str, str] = {}  # NewMemory.id -> its memory's id (an upsert: the replaced)
         pages: dict[str, str] = {}
@@ -348,6 +361,8 @@ class Adds:
         except MemcoreError:
             await self.history.retract(logged)  # _commit put the files back already
             raise
+        if not read_back and await self.writer.all_present(list(ids.values())):
+            return []  # every one is in: none read back, none built
         found = {
             r.id: r
             for r in await self.writer.records(list(ids.values()), missing_ok=True, writing=True)

@@ -146,6 +146,9 @@ class Mem0Memory(Memory):
             )  # fmt: skip
         return added
 
+    async def load(self, memories: Sequence[NewMemory]) -> int:
+        return len(await self.add_batch(memories))
+
     async def get(self, memory_id: str, *, review: bool = True) -> MemoryRecord:
         return _record(await self._call(lambda c: c.get(memory_id)))
 

@@ -22,6 +22,9 @@ class NoopMemory(Memory):
     async def add_batch(self, memories: Sequence[NewMemory]) -> list[MemoryRecord]:
         return []
 
+    async def load(self, memories: Sequence[NewMemory]) -> int:
+        return 0
+
     async def store(self, key: str, content: str, *_: Any, **__: Any) -> MemoryRecord | None:
         return None
 

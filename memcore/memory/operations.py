@@ -154,6 +154,9 @@ class MemoryApi(Memory):
     async def add_batch(self, memories: Sequence[NewMemory]) -> list[MemoryRecord]:
         return await self.writer.add_batch(memories)
 
+    async def load(self, memories: Sequence[NewMemory]) -> int:
+        return await self.writer.load(memories)
+
     async def store(
         self,
         key: str,

@@ -59,6 +59,9 @@ class Memory:
     async def add_batch(self, memories: Sequence[NewMemory]) -> list[MemoryRecord]:
         raise self._refuse("add a batch of memories")
 
+    async def load(self, memories: Sequence[NewMemory]) -> int:
+        raise self._refuse("add a batch of memories")
+
     async def store(
         self,
         key: str,

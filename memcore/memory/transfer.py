@@ -215,7 +215,7 @@ async def _write(
         else:
             fresh[memory.id] = memory
     if fresh:
-        await writer.add_batch(list(fresh.values()))
+        await writer.load(list(fresh.values()))
         report.added += len(fresh)
     if progress is not None:
         progress(len(page))

@@ -94,6 +94,12 @@ class MemoryWriter:
         they land in; ``request``, an idempotency key."""
         return await self.adds.add_batch(memories, request)
 
+    async def load(self, memories: Sequence[NewMemory]) -> int:
+        """Add many memories as ``add_batch`` does, without building their records (a load
+        of a file: ``memcore add --file``, an import); how many went in."""
+        await self.adds.add_batch(memories, records=False)
+        return len(memories)
+
     def checked(self, m: NewMemory) -> NewMemory:
         """The memory with its text and metadata checked (InputError if they are not fit)."""
         check_name(m.category, "category")
@@ -165,6 +171,16 @@ class MemoryWriter:
             lost = next(i for i in ids if i not in by_id)
             raise WriteConflict(f"memory {lost} was written but is not in the index")
         return [by_id[i] for i in ids if i in by_id]
+
+    async def all_present(self, ids: Sequence[str]) -> bool:
+        """Whether the index holds every one of these memories (counted, not read)."""
+        wanted = list(dict.fromkeys(ids))
+        held = 0
+        async with self.store.snapshot(writing=True) as reader:
+            for at in range(0, len(wanted), READ_IDS):
+                part = tuple(wanted[at : at + READ_IDS])
+                held += await reader.count_memories(MemoryQuery(ids=part, limit=len(part)))
+        return held == len(wanted)
 
     # --- changing -----------------------------------------------------------------------
 
