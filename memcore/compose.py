@@ -116,6 +116,7 @@ def build_store(settings: Settings) -> Store:
             settings.namespace,
             busy_timeout_s=settings.storage.busy_timeout_s,
             readers=settings.storage.pool_size,
+            build_memory_mb=settings.storage.build_memory_mb,
             bm25=settings.storage.keyword_index == "auto",
             words=own_words(settings),
             k1=k.k1,

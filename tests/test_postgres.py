@@ -342,6 +342,18 @@ async def test_pool_size_bounds_the_connections_concurrent_reads_take(
         load_settings(tmp_path, {"storage.pool_size": 0})
 
 
+def test_the_memory_a_vector_index_build_may_take_is_a_setting(
+    tmp_path: Path, postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from memcore.compose import build_store
+
+    monkeypatch.setenv("MEMCORE_STORAGE_BUILD_MEMORY_MB", "2048")
+    settings = load_settings(tmp_path, {"storage.url": postgres_url})
+    assert build_store(settings).build_memory_mb == 2048  # type: ignore[attr-defined]
+    with pytest.raises(ConfigError, match=r"storage\.build_memory_mb: must be 64-1048576"):
+        load_settings(tmp_path, {"storage.build_memory_mb": 8})
+
+
 @pytest.fixture
 def own_database(postgres_url: str, namespace: str) -> Iterator[str]:
     """A database of this test's own (the session's is shared by every test's namespace)."""

@@ -147,6 +147,10 @@ class StorageSettings:
     cache_mb: int = 128
     # PostgreSQL: connections for concurrent reads (seed 000's pool_size); writes take two more
     pool_size: int = 3
+    # PostgreSQL: at most this much maintenance_work_mem for building a vector index after a
+    # load. The graph builds fastest whole in memory: ~1.3 KB a 256-dimension vector, so 1M
+    # of them want ~1.5 GB; past it pgvector builds at about the rate of row-by-row inserts
+    build_memory_mb: int = 1024
     # PostgreSQL keyword ranking: "auto" = BM25 in a pg_textsearch index when the server has
     # the extension (in shared_preload_libraries), else PostgreSQL's own full text; "builtin"
     # = PostgreSQL's own full text even where pg_textsearch is installed
@@ -555,6 +559,8 @@ def _storage_problems(s: StorageSettings) -> Iterator[str]:
         yield "storage.namespace: 1-64 letters, digits, '.', '_' or '-'"
     if not 1 <= s.pool_size <= 100:
         yield f"storage.pool_size: must be 1-100, got {s.pool_size}"
+    if not 64 <= s.build_memory_mb <= 1_048_576:
+        yield f"storage.build_memory_mb: must be 64-1048576 (MB), got {s.build_memory_mb}"
 
 
 def _search_problems(s: SearchSettings) -> Iterator[str]:

@@ -16,7 +16,6 @@ from memcore.storage.postgres.writer import PostgresWriter
 
 # A load rebuilds a vector index holding at most this many times the rows it expects to add
 REBUILD_SHARE = 4
-BUILD_MEMORY_MB = 1024  # at most this much maintenance_work_mem for a vector index's build
 
 
 class BulkStore(Protocol):
@@ -28,6 +27,7 @@ class BulkStore(Protocol):
     owed_indexes: dict[str, tuple[str, int]]
     bulk_rows: int
     bulk_analyzed: int
+    build_memory_mb: int  # at most this much maintenance_work_mem for a vector index's build
 
     def transaction(self) -> AbstractAsyncContextManager[PostgresWriter]: ...
 
@@ -64,7 +64,7 @@ async def build_missing_indexes(store: BulkStore) -> None:
                 store.owed_indexes.pop(name, None)
                 continue
             # fastest with the whole graph in memory: ~dims x 4 bytes plus the links a vector
-            mb = min(BUILD_MEMORY_MB, max(64, count * (dim * 4 + 200) * 5 // 4 >> 20))
+            mb = min(store.build_memory_mb, max(64, count * (dim * 4 + 200) * 5 // 4 >> 20))
             await tx.conn.execute(f"SET LOCAL maintenance_work_mem = '{mb}MB'")
             await tx.create_vector_index(model_id, dim)
 

@@ -69,8 +69,10 @@ class PostgresStore:
         words: Words = NO_WORDS,
         k1: float = 1.2,
         b: float = 0.75,
+        build_memory_mb: int = 1024,
     ) -> None:
         self.url = url
+        self.build_memory_mb = build_memory_mb  # a vector index's build: storage.build_memory_mb
         self.words = words  # the vault's own dictionary and stop words
         self.k1, self.b = k1, b  # BM25's, in _ranked and pg_textsearch's index
         self.retokenized = 0  # chunks tokenized again at open, the words having changed
