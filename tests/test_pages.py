@@ -71,3 +71,21 @@ async def test_two_categories_and_two_users_page_apart(vault: Path, service: Mem
     assert [n for n, _ in list_pages(vault, "memory/users/alice/core.md")] == [1, 2]
     assert [n for n, _ in list_pages(vault, "memory/users/alice/prefs.md")] == [1]
     assert [n for n, _ in list_pages(vault, "memory/users/bob/core.md")] == [1]
+
+
+def test_a_page_is_counted_as_the_parser_counts_it_without_being_parsed() -> None:
+    from memcore.vault.chunker import memory_file_of, memory_items_in
+
+    page = (
+        '---\nmemcore: memories\nuser_id: "u1"\ncategory: "core"\n---\n# Memories: core\n\n'
+        '- first <!-- memcore {"id": "m-0000000000000001"} -->\n'
+        "  a continuation line\n"
+        "\n```\n- not an item: inside a fence\n```\n\n"
+        "- added by hand, no id yet\n"
+        "A paragraph ends the list.\n\n- a new list\n"
+    )
+    parsed = memory_file_of("memory/users/u1/core.md", page)
+    assert parsed is not None
+    counted = memory_items_in("memory/other.md", page)  # not the parse just cached
+    assert counted == len(parsed.items) == 4
+    assert memory_items_in("memory/notes.md", "# just notes\n\n- a list item\n") is None

@@ -17,6 +17,7 @@ from memcore.vault.files import text_hash
 from memcore.vault.memory_format import (
     MemoryFile,
     MemoryItem,
+    count_items,
     is_memory_file,
     parse_memory_file,
 )
@@ -172,6 +173,18 @@ def memory_file_of(
             del _PARSED[next(iter(_PARSED))]
         _PARSED[path] = (text, parsed)
     return parsed
+
+
+def memory_items_in(path: str, text: str) -> int | None:
+    """How many memories a memory file holds (None: it is not one), counted, not parsed: a
+    batch looks at the last page of 10,000 lists before it writes any, and parsing them all
+    would be the cost of parsing them again."""
+    with _PARSED_LOCK:
+        last = _PARSED.get(path)
+    if last is not None and last[0] == text:
+        return None if last[1] is None else len(last[1].items)
+    meta, fm_lines = split_front_matter(text)[:2]
+    return count_items(text, fm_lines) if is_memory_file(meta) else None
 
 
 PARSES_KEPT = 4

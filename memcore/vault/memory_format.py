@@ -223,6 +223,12 @@ def parse_memory_file(
     return MemoryFile(scope, category, items, lines)
 
 
+def count_items(text: str, first_body_line: int) -> int:
+    """How many items ``parse_memory_file`` finds in a memory file's text, without building
+    them (what paging needs of a long page)."""
+    return len(_item_spans(text.split("\n"), first_body_line))
+
+
 def _item_spans(lines: Sequence[str], first: int) -> list[tuple[int, int]]:
     """0-based inclusive line spans of top-level list items at or after line ``first``."""
     spans: list[tuple[int, int]] = []

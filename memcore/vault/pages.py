@@ -13,7 +13,7 @@ import os
 import re
 from pathlib import Path
 
-from memcore.vault.chunker import memory_file_of
+from memcore.vault.chunker import memory_items_in
 
 PAGE_ITEMS = 1000  # memories (or turns) a page holds before the next one starts
 _PAGE = re.compile(r"\.p(\d{4,})\.md")
@@ -64,10 +64,9 @@ def open_page(vault: Path, first: str, room_bytes: int, adding: int) -> tuple[st
         data = (vault / rel).read_bytes()
     except OSError:
         return rel, PAGE_ITEMS
-    parsed = memory_file_of(rel, data.decode("utf-8", "replace"))  # the write parses it again:
-    if parsed is None:  # the same text, from memory_file_of's cache
+    held = memory_items_in(rel, data.decode("utf-8", "replace"))
+    if held is None:
         return rel, PAGE_ITEMS  # not a memory file: the write says so
-    held = len(parsed.items)
     if held < PAGE_ITEMS and len(data) + adding <= room_bytes:
         return rel, PAGE_ITEMS - held
     return page_path(first, number + 1), PAGE_ITEMS
