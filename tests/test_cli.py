@@ -521,6 +521,25 @@ def test_add_from_json_lines_names_and_skips_bad_lines_and_adds_the_rest(vault: 
     assert code == 2 and "not both" in err
 
 
+def test_a_batch_past_ann_min_vectors_leaves_its_vector_graph_saved_for_the_next_start(
+    vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As `memcore index` does: a one-shot search after the load opens the saved graph,
+    instead of the exact matrix and a graph started again in every process."""
+    monkeypatch.setenv("MEMCORE_STORAGE_ANN_MIN_VECTORS", "50")
+    v = ("--vault", str(vault), "--embedder", "static")
+    lines = [json.dumps({"memory": f"fact {n} about user {n % 7}", "user_id": f"u{n % 7}"})
+             for n in range(120)]  # fmt: skip
+    (vault / "batch.jsonl").write_text("\n".join(lines) + "\n")
+    code, _, err = cli(*v, "add", "--file", str(vault / "batch.jsonl"))
+    assert code == 0, err
+    graphs = list((vault / ".memcore").glob("index.db.*.hnsw"))
+    assert len(graphs) == 1 and graphs[0].stat().st_size > 0
+    code, out, err = cli(*v, "search", "fact 33 about user 5", "--json")
+    assert code == 0, err
+    assert json.loads(out)["results"][0]["text"] == "fact 33 about user 5"
+
+
 def test_a_stopped_batch_says_what_went_in_and_resumes_from_the_line_it_names(
     vault: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
