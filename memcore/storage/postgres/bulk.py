@@ -27,6 +27,7 @@ class BulkStore(Protocol):
     owed_indexes: dict[str, tuple[str, int]]
     bulk_rows: int
     bulk_analyzed: int
+    vacuumed: bool  # the last load ended with VACUUM (ANALYZE): the statistics are fresh
     build_memory_mb: int  # at most this much maintenance_work_mem for a vector index's build
 
     def transaction(self) -> AbstractAsyncContextManager[PostgresWriter]: ...
@@ -84,6 +85,7 @@ async def settle(store: BulkStore) -> None:
     large = not rows or float(str(rows[0][0])) < 10 * written
     if large:  # first: the build then reads rows already marked visible
         await store.outside_transaction("VACUUM (ANALYZE) memory_chunks, memories")
+        store.vacuumed = True
     if store.owed_indexes:
         await build_missing_indexes(store)
     if store.bm25 and large:

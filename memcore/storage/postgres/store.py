@@ -108,6 +108,7 @@ class PostgresStore:
         self.bulk_loads = 0
         self.bulk_rows = 0  # chunks a bulk load has written so far
         self.bulk_analyzed = 0  # bulk_rows when the planner's statistics were last refreshed
+        self.vacuumed = False  # the last load ended with VACUUM (ANALYZE) (bulk.settle)
         self.owed_indexes: dict[str, tuple[str, int]] = {}
         self._holds = FileHolds(url, namespace, busy_timeout_s)
         self._build_after = 0.0  # monotonic time an owed vector index may be built again
@@ -140,7 +141,9 @@ class PostgresStore:
         freshly filled table the planner can take an exact scan for every search (~100 ms
         instead of ~5 at 12k chunks, measured)."""
         await build_missing_indexes(self)
-        await self.outside_transaction("ANALYZE memory_chunks")
+        if not self.vacuumed:  # a load that just ended with VACUUM (ANALYZE) needs none
+            await self.outside_transaction("ANALYZE memory_chunks")
+        self.vacuumed = False
 
     async def outside_transaction(self, statement: str) -> list[tuple[object, ...]]:
         """One statement on the writer's connection, outside any transaction (VACUUM must
