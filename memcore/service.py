@@ -11,8 +11,8 @@ import asyncio
 import dataclasses
 import datetime as dt
 import logging
-from collections.abc import Callable, Collection
-from contextlib import AbstractAsyncContextManager
+from collections.abc import AsyncIterator, Callable, Collection
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Self
@@ -197,10 +197,15 @@ class MemoryService:
             log.info("caught up with the vault: %s", report.summary())
         return report
 
-    def bulk(self, expected: int = 0) -> AbstractAsyncContextManager[None]:
+    @asynccontextmanager
+    async def bulk(self, expected: int = 0) -> AsyncIterator[None]:
         """Many writes follow, about ``expected`` chunks (see ``Store.bulk``): a batch job
-        wraps them in this."""
-        return self.store.bulk(expected)
+        (``add --file``, an import) wraps them in this. Once they went in, the index is left
+        quick to search from the next start (``prepare_search``): else every process opened
+        after a 1M load loads the exact matrix and starts the graph again."""
+        async with self.store.bulk(expected):
+            yield
+        await self.prepare_search()
 
     async def prepare_search(self, started: Callable[[int], None] | None = None) -> None:
         """Leave the index quick to search from the next start: past storage.ann_min_vectors,

@@ -540,6 +540,21 @@ def test_a_batch_past_ann_min_vectors_leaves_its_vector_graph_saved_for_the_next
     assert json.loads(out)["results"][0]["text"] == "fact 33 about user 5"
 
 
+def test_an_import_past_ann_min_vectors_leaves_its_vector_graph_saved_too(
+    vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MEMCORE_STORAGE_ANN_MIN_VECTORS", "50")
+    v = ("--vault", str(vault), "--embedder", "static")
+    rows = [json.dumps({"memory": f"imported fact {n}", "user_id": f"u{n % 7}"})
+            for n in range(120)]  # fmt: skip
+    (vault / "export.jsonl").write_text("\n".join(rows) + "\n")
+    code, _, err = cli(*v, "import", str(vault / "export.jsonl"))
+    assert code == 0, err
+    assert cli(*v, "count")[1].strip() == "120"
+    graphs = list((vault / ".memcore").glob("index.db.*.hnsw"))
+    assert len(graphs) == 1 and graphs[0].stat().st_size > 0
+
+
 def test_a_stopped_batch_says_what_went_in_and_resumes_from_the_line_it_names(
     vault: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -209,12 +209,8 @@ def _add_file(
     async def job(service: MemoryService) -> None:
         # every chunk of the file is one load: a vector index is built once, after the last
         expected = await asyncio.to_thread(_count_lines, source) - (from_line - 1)
-        async with service.bulk(max(0, expected)):
+        async with service.bulk(max(0, expected)):  # and the vector graph saved after it
             await add_all(service)
-        # past storage.ann_min_vectors, the vector graph built and saved now, as `memcore
-        # index` does: else every process opened after this one loads the exact matrix and
-        # starts the graph again (at 1M: 9 s to a first search, 60 ms unscoped searches)
-        await service.prepare_search()
 
     async def add_all(service: MemoryService) -> None:
         with Progress(transient=True, disable=as_json) as bar:

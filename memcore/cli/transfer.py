@@ -78,7 +78,8 @@ def import_command(
     async def job(service: Any) -> Any:
         _markdown_only(service, "import")
         found = list(enumerate(await _from_mem0(source, key), 1)) if from_mem0 else rows
-        return await import_rows(service.writer, found, _bar(len(found)))
+        async with service.bulk(len(found)):  # one load: vector indexes and graph built after
+            return await import_rows(service.writer, found, _bar(len(found)))
 
     report = with_service(ctx, job)
     for number, why in report.bad:
