@@ -509,6 +509,81 @@ async def test_a_write_that_names_its_unchanged_chunks_leaves_their_rows_and_onl
             ]  # fmt: skip
 
 
+async def test_an_append_given_by_its_new_chunks_is_written_only_onto_the_version_it_names(
+    open_store: OpenStore,
+) -> None:
+    """``FileRows`` whose chunks are a ChunkTail (an append read by its new lines): written
+    onto the version it names; left unwritten, and named, when the file is not stored so
+    (another node changed it, or it holds fewer rows). The other files of the call are
+    written either way, and nothing of the left one changes."""
+    from memcore.core.models import MemoryQuery
+    from memcore.storage.base import ChunkTail, FileRows
+    from memcore.vault.memory_format import MemoryItem, Scope, new_memory_file, render_item
+
+    def page(user: str, *texts: str) -> tuple[FileState, list[Chunk]]:
+        path = f"memory/users/{user}/core.md"
+        lines = [
+            line
+            for n, t in enumerate(texts)
+            for line in render_item(MemoryItem(f"{user}{n}", t, None, "2024-01-01", "", {}))
+        ]
+        text = new_memory_file(Scope(user_id=user), "core") + "\n".join(lines) + "\n"
+        return FileState(path, f"h{hash(text)}", len(text), 1), chunk_markdown(text, path)[0]
+
+    def appended(state: FileState, chunks: list[Chunk], head: int, on: str) -> FileRows:
+        tail = ChunkTail(head, chunks[head:])
+        return FileRows(state, tail, [vec(1, float(n)) for n in range(len(chunks))], head, on)
+
+    async def texts(user: str) -> list[str]:
+        async with store.snapshot() as r:
+            found = await r.memories(MemoryQuery(user_id=user, limit=10))
+        return [m.text for m in found]
+
+    async with open_store() as store:
+        a0, a_chunks = page("a", "likes tea")
+        b0, b_chunks = page("b", "likes coffee")
+        async with store.transaction() as tx:
+            assert not await tx.replace_files(
+                [FileRows(a0, a_chunks, [vec(1, 0)]), FileRows(b0, b_chunks, [vec(0, 1)])], M
+            )
+        a1, a_more = page("a", "likes tea", "works in Oslo")
+        b1, b_more = page("b", "likes coffee", "has a cat")
+        c0, c_chunks = page("c", "plays chess")
+        async with store.transaction() as tx:
+            left = await tx.replace_files(
+                [
+                    appended(a1, a_more, 1, a0.content_hash),  # true
+                    appended(b1, b_more, 1, "another version"),  # stale
+                    FileRows(c0, c_chunks, [vec(1, 1)]),
+                ],
+                M,
+            )
+        assert left == [b1.path]
+        assert await texts("a") == ["likes tea", "works in Oslo"]
+        assert await texts("b") == ["likes coffee"]  # as it was
+        assert await texts("c") == ["plays chess"]
+        async with store.snapshot() as r:
+            assert {s.path: s.content_hash for s in (await r.file_states()).values()} == {
+                a1.path: a1.content_hash, b0.path: b0.content_hash, c0.path: c0.content_hash
+            }  # fmt: skip
+            assert await r.search_text("Oslo", 5, SearchFilters())
+            assert not await r.search_text("cat", 5, SearchFilters())
+        # a claim of more rows than the file holds is not taken either
+        a2, a_last = page("a", "likes tea", "works in Oslo", "plays go", "reads Ibsen")
+        async with store.transaction() as tx:
+            assert await tx.replace_files([appended(a2, a_last, 3, a1.content_hash)], M) == [
+                a2.path
+            ]
+            assert not await tx.replace_files([appended(a2, a_last, 2, a1.content_hash)], M)
+        assert await texts("a") == ["likes tea", "works in Oslo", "plays go", "reads Ibsen"]
+        tail = ChunkTail(2, a_last[2:])
+        assert len(tail) == 4 and tail[3] is a_last[3] and list(tail[2:]) == a_last[2:]
+        with pytest.raises(LookupError):
+            tail[1]  # a chunk before the tail is not here
+        with pytest.raises(LookupError):
+            list(tail)
+
+
 async def test_many_files_in_one_call_end_as_if_written_one_by_one(open_store: OpenStore) -> None:
     """``replace_files`` of new files, a file whose chunks move, and one memory id in two
     files of the same call: each file ends as ``replace_file`` alone would leave it, the id's

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Protocol, Self, TypeVar
+from typing import Protocol, Self, TypeVar, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -106,13 +106,55 @@ class StoredFile:
 
 @dataclass(frozen=True, slots=True)
 class FileRows:
-    """One file's new chunks for ``IndexWriter.replace_files`` (see ``replace_file``)."""
+    """One file's new chunks for ``IndexWriter.replace_files`` (see ``replace_file``). With
+    ``chunks`` a ``ChunkTail`` (an append), the file is written only if it is stored as
+    ``stored_hash`` with exactly ``unchanged`` rows; otherwise it is left for the caller to
+    read again (``replace_files`` names it)."""
 
     state: FileState
     chunks: Sequence[Chunk]
     vectors: Sequence[Vector | None]
     unchanged: int = 0
     stored_hash: str | None = None
+
+    @property
+    def appended(self) -> bool:
+        return isinstance(self.chunks, ChunkTail)
+
+
+class ChunkTail(Sequence[Chunk]):
+    """A file's chunks from number ``head`` on, the ones an append added: the first ``head``
+    are stored already and not known here. Asking for one of those (or going through them
+    all) is an error, not an empty answer."""
+
+    __slots__ = ("head", "tail")
+
+    def __init__(self, head: int, tail: Sequence[Chunk]) -> None:
+        self.head = head
+        self.tail = tail
+
+    def __len__(self) -> int:
+        return self.head + len(self.tail)
+
+    @overload
+    def __getitem__(self, at: int) -> Chunk: ...
+
+    @overload
+    def __getitem__(self, at: slice) -> Sequence[Chunk]: ...
+
+    def __getitem__(self, at: int | slice) -> Chunk | Sequence[Chunk]:
+        if isinstance(at, slice):
+            start, stop, step = at.indices(len(self))
+            if step != 1 or (start < self.head and start < stop):
+                raise LookupError(f"chunks before {self.head} are not here")
+            return self.tail[max(start - self.head, 0) : max(stop - self.head, 0)]
+        n = at + len(self) if at < 0 else at
+        if not self.head <= n < len(self):
+            raise LookupError(f"chunk {at} is not here (the tail starts at {self.head})")
+        return self.tail[n - self.head]
+
+    def __iter__(self) -> Iterator[Chunk]:
+        raise LookupError(f"chunks before {self.head} are not here")
 
 
 @dataclass(frozen=True, slots=True)
@@ -272,8 +314,10 @@ class IndexWriter(Protocol):
         the transaction); otherwise the whole file is compared as usual."""
         ...
 
-    async def replace_files(self, files: Sequence[FileRows], model_id: str) -> None:
-        """``replace_file`` of each of several files (a batch of small files in one go)."""
+    async def replace_files(self, files: Sequence[FileRows], model_id: str) -> list[str]:
+        """``replace_file`` of each of several files (a batch of small files in one go). The
+        appends (``FileRows.appended``) whose file is not stored as they claim are left
+        unwritten: their paths are returned, for the caller to read whole."""
         ...
 
     async def touch_file(self, state: FileState) -> None:

@@ -158,18 +158,23 @@ class _File:
 
 
 async def replace_files(
-    tx: PostgresWriter, files: Sequence[FileRows], model_id: str, stamp: str
-) -> dict[str, list[int]]:
+    tx: PostgresWriter, files: Sequence[FileRows], model_id: str, stamp: str, ids: bool = True
+) -> tuple[dict[str, list[int]], list[str]]:
     """Replace each file's rows with its new chunks (see ``IndexWriter.replace_file``); the
-    paths must differ. Returns each file's chunk ids in chunk order."""
+    paths must differ. Returns each file's chunk ids in chunk order (unless not ``ids``) and
+    the appends left unwritten (see FileRows)."""
     plan = [_File(f, f.unchanged) for f in files]
     held = await tx.holding([(f.path, f.rows.stored_hash, f.start) for f in plan if f.start])
     for f in plan:
         if f.path not in held:
             f.start = 0
+    left = [f.path for f in plan if f.rows.appended and not f.start]
+    plan = [f for f in plan if f.start or not f.rows.appended]
+    if not plan:
+        return {}, left
     paths = [f.path for f in plan]
     await tx.unskip(paths)
-    await _put_states(tx, files, stamp)
+    await _put_states(tx, [f.rows for f in plan], stamp)
     old = await _old_rows(tx, plan)
     gone: list[int] = []
     for f in plan:
@@ -183,7 +188,7 @@ async def replace_files(
     )
     await _insert_fresh(tx, plan, model_id, stamp)
     await _put_memories(tx, plan, stamp)
-    return await _all_ids(tx, plan)
+    return (await _all_ids(tx, plan) if ids else {}), left
 
 
 async def _put_states(tx: PostgresWriter, files: Sequence[FileRows], stamp: str) -> None:

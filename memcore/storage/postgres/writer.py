@@ -54,8 +54,8 @@ class PostgresWriter(Queries):
         )
         return FileState(rows[0][0], rows[0][1], int(rows[0][2]), int(rows[0][3])) if rows else None
 
-    async def replace_files(self, files: Sequence[FileRows], model_id: str) -> None:
-        await self._replace(files, model_id)
+    async def replace_files(self, files: Sequence[FileRows], model_id: str) -> list[str]:
+        return (await self._replace(files, model_id, ids=False))[1]
 
     async def replace_file(
         self,
@@ -67,19 +67,27 @@ class PostgresWriter(Queries):
         stored_hash: str | None = None,
     ) -> list[int]:
         rows = FileRows(state, chunks, vectors, unchanged, stored_hash)
-        return (await self._replace([rows], model_id))[state.path]
+        return (await self._replace([rows], model_id))[0][state.path]
 
-    async def _replace(self, files: Sequence[FileRows], model_id: str) -> dict[str, list[int]]:
-        """Every file in a few statements (file_rows.py); a path given twice goes in order."""
+    async def _replace(
+        self, files: Sequence[FileRows], model_id: str, ids: bool = True
+    ) -> tuple[dict[str, list[int]], list[str]]:
+        """Every file in a few statements (file_rows.py); a path given twice goes in order.
+        Each file's chunk ids (unless not ``ids``), and the appends left unwritten."""
         out: dict[str, list[int]] = {}
+        left: list[str] = []
         run: dict[str, FileRows] = {}
         for f in [*files, None]:
             if (f is None or f.state.path in run) and run:
-                out |= await file_rows.replace_files(self, list(run.values()), model_id, now())
+                made, missed = await file_rows.replace_files(
+                    self, list(run.values()), model_id, now(), ids
+                )
+                out |= made
+                left += missed
                 run = {}
             if f is not None:
                 run[f.state.path] = f
-        return out
+        return out, left
 
     async def stage(self) -> None:
         """The temporary table new chunks are copied into, made once a connection."""

@@ -113,10 +113,18 @@ class Changes:
 
 def replace_files(
     db: sqlite3.Connection, tx: Changes, files: Sequence[FileRows], model_id: str
-) -> None:
-    """``replace_file`` of each file, in one hand-off to the connection's thread."""
+) -> list[str]:
+    """``replace_file`` of each file, in one hand-off to the connection's thread; the appends
+    whose file is not stored as they claim are left (their paths returned, see FileRows)."""
+    left = []
     for f in files:
-        replace_file(db, tx, f.state, f.chunks, f.vectors, model_id, f.unchanged, f.stored_hash)
+        claimed = f.unchanged and _holds(db, f.state.path, f.stored_hash, f.unchanged)
+        start = f.unchanged if claimed else 0
+        if f.appended and not start:
+            left.append(f.state.path)
+            continue
+        _replace_file(db, tx, f.state, f.chunks, f.vectors, model_id, start)
+    return left
 
 
 def replace_file(
@@ -134,10 +142,28 @@ def replace_file(
     updated), so appending one memory to a file of a thousand costs one insert. With
     ``unchanged`` (see IndexWriter.replace_file) the rows of the first chunks are not even
     read, when the file is stored as ``stored_hash`` with those rows."""
+    path = state.path
+    start = unchanged if unchanged and _holds(db, path, stored_hash, unchanged) else 0
+    ids = _replace_file(db, tx, state, chunks, vectors, model_id, start)
+    if start:
+        sql = "SELECT chunk_index, id FROM memory_chunks WHERE source_file = ? AND chunk_index < ?"
+        ids |= dict(db.execute(sql, (path, start)).fetchall())
+    return [ids[n] for n in range(len(chunks))]
+
+
+def _replace_file(
+    db: sqlite3.Connection,
+    tx: Changes,
+    state: FileState,
+    chunks: Sequence[Chunk],
+    vectors: Sequence[Vector | None],
+    model_id: str,
+    start: int,
+) -> dict[int, int]:
+    """replace_file with its first ``start`` rows known to be stored as they are: the ids of
+    the chunks from ``start`` on, by number."""
     stamp = now()
     path = state.path
-    if unchanged and not _holds(db, path, stored_hash, unchanged):
-        unchanged = 0
     unskip(db, [path])
     db.execute(
         "INSERT INTO files (path, content_hash, size, mtime_ns, indexed_at) "
@@ -149,21 +175,22 @@ def replace_file(
     old = db.execute(
         f"SELECT {OLD_CHUNK_COLUMNS} FROM memory_chunks WHERE source_file = ? "
         "AND chunk_index >= ? ORDER BY chunk_index",
-        (path, unchanged),
+        (path, start),
     ).fetchall()
-    kept, gone = match_kept(chunks, old, unchanged)
+    kept, gone = match_kept(chunks, old, start)
     delete_chunks(db, tx, gone)
     refreshed = _move_kept(db, chunks, kept, stamp)
     _revector_kept(db, tx, kept, vectors, model_id)
-    fresh = [
-        (
+    fresh = []
+    for n in range(start, len(chunks)):
+        if n in kept:
+            continue
+        c, v = chunks[n], vectors[n]
+        fresh.append((
             c.path, n, c.heading, c.start_line, c.end_line, c.text, c.heading, c.text,
             c.content_hash, None if v is None else encode_vector(v),
             None if v is None else model_id, *fresh_chunk_fields(c), stamp,
-        )
-        for n, (c, v) in enumerate(zip(chunks, vectors, strict=True))
-        if n >= unchanged and n not in kept
-    ]  # fmt: skip
+        ))  # fmt: skip
     if fresh:
         tx.chunks_changed = True
         first = _take_ids(db, len(fresh))
@@ -174,18 +201,18 @@ def replace_file(
             "VALUES (?, ?, ?, ?, ?, ?, ?, memcore_fts(?, ?), ?, ?, ?, ?, ?, ?, ?)",
             [(first + n, *row) for n, row in enumerate(fresh)],
         )
-    by_index = dict(
+    ids: dict[int, int] = dict(
         db.execute(
-            "SELECT chunk_index, id FROM memory_chunks WHERE source_file = ?", (path,)
+            "SELECT chunk_index, id FROM memory_chunks WHERE source_file = ? AND chunk_index >= ?",
+            (path, start),
         ).fetchall()
     )
-    ids = [by_index[n] for n in range(len(chunks))]
     tx.added += [
         (ids[n], model_id, v)
-        for n, v in enumerate(vectors)
-        if v is not None and n >= unchanged and n not in kept
+        for n in range(start, len(chunks))
+        if n not in kept and (v := vectors[n]) is not None
     ]
-    touched = [n for n in range(unchanged, len(chunks)) if n not in kept or n in refreshed]
+    touched = [n for n in range(start, len(chunks)) if n not in kept or n in refreshed]
     _put_memories(db, path, [chunks[n] for n in touched], [ids[n] for n in touched], stamp)
     return ids
 

@@ -798,8 +798,8 @@ class SqliteWriter(_Queries, file_rows.Changes):
             unchanged, stored_hash,
         )  # fmt: skip
 
-    async def replace_files(self, files: Sequence[FileRows], model_id: str) -> None:
-        await file_rows.on_thread(self.conn, file_rows.replace_files, self, files, model_id)
+    async def replace_files(self, files: Sequence[FileRows], model_id: str) -> list[str]:
+        return await file_rows.on_thread(self.conn, file_rows.replace_files, self, files, model_id)
 
     async def touch_file(self, state: FileState) -> None:
         await file_rows.on_thread(self.conn, file_rows.touch_file, state)
