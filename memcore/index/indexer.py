@@ -58,6 +58,7 @@ from memcore.index.prepare import (
     known_vectors,
     prepare_files,
 )
+from memcore.index.tails import APPENDABLE_FILES, Appendable
 from memcore.storage.base import FileRows, IndexReader, IndexWriter, Store, Vector, both
 from memcore.vault.chunker import ChunkerConfig
 from memcore.vault.files import scan_vault, stat_memory_files
@@ -95,13 +96,15 @@ async def _replace(
     for item, seen in zip(items, on_disk, strict=True):
         if seen != (item.state.size, item.state.mtime_ns):
             stale.append(item.state.path)
-            made = {c.content_hash: fresh[c.content_hash] for c in item.chunks
+            made = {c.content_hash: fresh[c.content_hash] for c in item.chunks[item.unchanged :]
                     if c.content_hash in fresh}  # fmt: skip
             await tx.cache_vectors(made, model_id)
             continue
-        stored_hash = item.stored.content_hash if item.stored is not None else None
+        built_on = item.stored or item.base
+        stored_hash = built_on.content_hash if built_on is not None else None
         files.append(FileRows(item.state, item.chunks, item.vectors, item.unchanged, stored_hash))
-    await tx.replace_files(files, model_id)
+    left = await tx.replace_files(files, model_id)
+    stale += left  # appends to a version the index no longer holds: read again, whole
 
 
 TX_FILES = 64  # files written in one transaction (each whole: never half a file)
@@ -114,11 +117,12 @@ def _groups(prepared: Sequence[PreparedFile]) -> Iterator[list[PreparedFile]]:
     group: list[PreparedFile] = []
     chunks = 0
     for item in prepared:
-        if group and (len(group) >= TX_FILES or chunks + len(item.chunks) > TX_CHUNKS):
+        writes = len(item.chunks) - item.unchanged  # the rows it may write
+        if group and (len(group) >= TX_FILES or chunks + writes > TX_CHUNKS):
             yield group
             group, chunks = [], 0
         group.append(item)
-        chunks += len(item.chunks)
+        chunks += writes
     if group:
         yield group
 
@@ -230,6 +234,8 @@ class Indexer:
         self._paths = PathLocks()
         # the memory files written last, as written: the next write to one builds on it
         self._stored: LRU[str, StoredVersion] = LRU(STORED_FILES)
+        # ... and many more, as a few numbers: an append to one is read by its new lines
+        self._appendable: LRU[str, Appendable] = LRU(APPENDABLE_FILES)
 
     async def index(
         self,
@@ -385,8 +391,9 @@ class Indexer:
         async with self._paths.hold([f.path for f in files]):
             # its own tally: another batch's worker thread may be preparing meanwhile
             mine = Tally(rebuild=tally.rebuild)
+            bases = {} if tally.rebuild else self._bases(files, states)
             prepared = await asyncio.to_thread(
-                prepare_files, s.vault, s.index, self.chunker, files, states, mine
+                prepare_files, s.vault, s.index, self.chunker, files, states, mine, bases
             )
             tally.unchanged += mine.unchanged
             tally.failed += mine.failed
@@ -415,20 +422,25 @@ class Indexer:
             model = self.embedder.model_id
             if not tally.rebuild:  # a rebuild trusts nothing it remembers
                 for p in prepared:
-                    self._build_on_stored(p, states.get(p.state.path), model)
+                    if p.base is None:
+                        self._build_on_stored(p, states.get(p.state.path), model)
             # the memories of the files indexed before, whose changes are a person's edits
+            # (of an append, the memories added: the ones before it are as they were)
             afters = {
-                p.state.path: _memory_texts(p.chunks)
+                p.state.path: _memory_texts(p.chunks[p.unchanged if p.base else 0 :])
                 for p in prepared
                 if log_edits and p.state.path in states
             }
+            appends = {p.state.path for p in prepared if p.base is not None}
             # what the index holds for these files, in one snapshot: the vectors it has for
             # their chunks and (to log a person's edits) their memories before this write
             async with self.store.snapshot(writing=True) as reader:
                 stored = {p.state.path: p.stored for p in prepared if p.stored is not None}
                 known, before = await both(
                     known_vectors(reader, model, prepared),
-                    _memories_before(reader, afters, stored),
+                    _memories_before(
+                        reader, {k: v for k, v in afters.items() if k not in appends}, stored
+                    ),
                 )
             error, fresh = await attach_vectors(self.embedder, prepared, known, tally)
             if error is not None:
@@ -468,22 +480,54 @@ class Indexer:
                 written += [item for item in group if item.state.path not in stale]
             else:
                 for path in paths:
-                    self._stored.pop(path)
+                    self._forget(path)
         for path in stale:
-            self._stored.pop(path)
+            self._forget(path)
         for item in written:
             path = item.state.path
             tally.indexed.append(path)
-            if _is_memory_file(item.chunks):
-                version = StoredVersion(item.state.content_hash, item.chunks, model, item.embedded)
-                self._stored.put(path, version)
-            else:
-                self._stored.pop(path)
+            self._remember(item, model)
             if path in afters:
                 texts, gone = before.get(path, ({}, {}))
                 events += changes(path, texts, afters[path], "person", gone)
         if events and self.history is not None:
             await self._log(events)
+
+    def _remember(self, item: PreparedFile, model: str) -> None:
+        """Keep what the next write to this file (just written) can build on."""
+        path = item.state.path
+        if item.base is None and _is_memory_file(item.chunks):
+            version = StoredVersion(item.state.content_hash, item.chunks, model, item.embedded)
+            self._stored.put(path, version)
+        else:
+            self._stored.pop(path)
+        if item.appendable is not None and item.embedded:
+            self._appendable.put(path, dataclasses.replace(item.appendable, model_id=model))
+        else:
+            self._appendable.pop(path)
+
+    def _forget(self, path: str) -> None:
+        self._stored.pop(path)
+        self._appendable.pop(path)
+
+    def _bases(
+        self, files: Sequence[DiskFile], states: Mapping[str, FileState]
+    ) -> dict[str, Appendable]:
+        """The versions these files' appends can build on: each as this process wrote it,
+        when the index holds that version (``states``, read in this run) with every chunk
+        embedded by the current model."""
+        out = {}
+        for f in files:
+            base = self._appendable.get(f.path)
+            state = states.get(f.path)
+            if (
+                base is not None
+                and state is not None
+                and state.content_hash == base.content_hash
+                and base.model_id == self.embedder.model_id
+            ):
+                out[f.path] = base
+        return out
 
     def _build_on_stored(self, item: PreparedFile, state: FileState | None, model: str) -> None:
         """Let ``item`` build on the version of its file this process wrote last, when that
@@ -523,7 +567,7 @@ class Indexer:
             back = await self._on_disk(paths)
             gone = [p for p in paths if p not in {f.path for f in back}]
             for path in gone:
-                self._stored.pop(path)
+                self._forget(path)
             before = await self._memories_of(gone if log_edits else [])
 
             async def job(tx: IndexWriter) -> None:

@@ -14,7 +14,8 @@ from memcore.core.errors import EmbedderError, VaultError
 from memcore.core.models import Chunk, DiskFile, FileFailure, FileState
 from memcore.core.settings import IndexSettings
 from memcore.embedders.base import EmbeddingRunner
-from memcore.storage.base import IndexReader, Store
+from memcore.index.tails import Appendable, appendable, appended_chunks
+from memcore.storage.base import ChunkTail, IndexReader, Store
 from memcore.vault.chunker import CHUNKER_VERSION, ChunkerConfig, chunk_markdown
 from memcore.vault.files import content_hash, read_memory_file
 
@@ -54,7 +55,7 @@ class StoredVersion:
     its chunks, and whether every one of them held a vector of ``model_id`` then."""
 
     content_hash: str
-    chunks: list[Chunk]
+    chunks: Sequence[Chunk]
     model_id: str
     embedded: bool
 
@@ -70,11 +71,14 @@ class PreparedFile:
     with the one it adds. ``embedded``: every chunk holds a vector once written."""
 
     state: FileState
-    chunks: list[Chunk]
+    chunks: Sequence[Chunk]
     vectors: list[npt.NDArray[np.float32] | None] = field(default_factory=list)
     stored: StoredVersion | None = None
     unchanged: int = 0
     embedded: bool = False
+    # read as an append to this version (``chunks`` a ChunkTail from ``unchanged`` on)
+    base: Appendable | None = None
+    appendable: Appendable | None = None  # what this version is, for the next append
 
     def take_stored(self, stored: StoredVersion) -> None:
         """Build on ``stored``, the version the index holds (the caller checked)."""
@@ -93,9 +97,11 @@ def prepare_file(
     f: DiskFile,
     state: FileState | None,
     tally: Tally,
+    base: Appendable | None = None,
 ) -> PreparedFile | None:
     """Read, hash and chunk one file (blocking: run it in a worker thread). None when the file
-    is unchanged (recorded in ``tally.touched``) or unreadable (``tally.failed``)."""
+    is unchanged (recorded in ``tally.touched``) or unreadable (``tally.failed``). ``base``:
+    the version the index holds, when an append to it can be read by its new lines."""
     try:
         text, data = read_memory_file(vault_dir, f.path, ix.max_file_bytes)
     except VaultError as exc:
@@ -107,9 +113,16 @@ def prepare_file(
         tally.touched.append(new_state)
         return None
     mdate = dt.datetime.fromtimestamp(f.mtime_ns / 1e9, dt.UTC).date().isoformat()
-    chunks, warnings = chunk_markdown(text, f.path, chunker, fallback_date=mdate)
-    tally.warnings.extend(f"{f.path}: {w}" for w in warnings)
-    return PreparedFile(new_state, chunks)
+    added = appended_chunks(text, data, f.path, base, mdate) if base is not None else None
+    if base is not None and added is not None:
+        item = PreparedFile(new_state, ChunkTail(base.count, added), unchanged=base.count)
+        item.base = base
+    else:
+        chunks, warnings = chunk_markdown(text, f.path, chunker, fallback_date=mdate)
+        tally.warnings.extend(f"{f.path}: {w}" for w in warnings)
+        item, added = PreparedFile(new_state, chunks), chunks
+    item.appendable = appendable(text, added, new_state.content_hash, len(data))
+    return item
 
 
 def prepare_files(
@@ -119,11 +132,13 @@ def prepare_files(
     files: Sequence[DiskFile],
     states: Mapping[str, FileState],
     tally: Tally,
+    bases: Mapping[str, Appendable] | None = None,
 ) -> list[PreparedFile]:
     """prepare_file for a batch (blocking: one worker-thread hop for the whole batch)."""
     out = []
     for f in files:
-        item = prepare_file(vault_dir, ix, chunker, f, states.get(f.path), tally)
+        base = bases.get(f.path) if bases else None
+        item = prepare_file(vault_dir, ix, chunker, f, states.get(f.path), tally, base)
         if item is not None:
             out.append(item)
     return out
@@ -165,8 +180,8 @@ async def known_vectors(
 ) -> KnownVectors:
     """The vectors the index holds for these chunks (read in the caller's snapshot)."""
     # chunks the file already holds with a vector stay as they are (see replace_file); of a
-    # version written here, the index holds every chunk with one
-    unknown = [p.state.path for p in prepared if p.stored is None]
+    # version written here, the index holds every chunk with one (an append adds new ones)
+    unknown = [p.state.path for p in prepared if p.stored is None and p.base is None]
     kept = await reader.embedded_hashes(unknown, model_id) if unknown else set()
     for p in prepared:
         if p.stored is not None:

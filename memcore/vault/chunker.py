@@ -18,8 +18,10 @@ from memcore.vault.memory_format import (
     MemoryFile,
     MemoryItem,
     count_items,
+    file_scope,
     is_memory_file,
     parse_memory_file,
+    tail_items,
 )
 
 if TYPE_CHECKING:
@@ -472,8 +474,9 @@ def _memory_digest(heading: str, text: str) -> tuple[str, tuple[str, ...]]:
     )
 
 
-def memory_chunks(parsed: MemoryFile, path: str, date: str | None) -> list[Chunk]:
-    """One chunk per memory of a memory file, carrying its id, scope and fields."""
+def memory_chunks(parsed: MemoryFile, path: str, date: str | None, first: int = 0) -> list[Chunk]:
+    """One chunk per memory of a memory file, carrying its id, scope and fields (``first``:
+    the number of the first one, when ``parsed`` holds the items of the file's end only)."""
     heading = memory_heading(parsed.category)
     return [
         _CHUNKS.get(
@@ -481,8 +484,28 @@ def memory_chunks(parsed: MemoryFile, path: str, date: str | None) -> list[Chunk
             (path, n, parsed.scope, parsed.category, date),
             partial(_memory_chunk, item, path, n, parsed, heading, date),
         )
-        for n, item in enumerate(parsed.items)
+        for n, item in enumerate(parsed.items, first)
     ]
+
+
+def memory_tail_chunks(
+    text: str, tail: str, path: str, first: int, fallback_date: str | None = None
+) -> list[Chunk] | None:
+    """The chunks ``chunk_markdown`` makes of the memories in ``tail``, the end of the memory
+    file ``text`` whose first ``first`` memories come before it (see index/tails.py): without
+    parsing those. None when the tail cannot be read on its own (``tail_items``), or holds a
+    memory without its recorded id or with an id the file names before (only a whole parse
+    can say what that one is)."""
+    meta, fm_lines, _ = split_front_matter(text)
+    if not is_memory_file(meta):
+        return None
+    head = text[: len(text) - len(tail)]
+    items = tail_items(path, tail, head.count("\n"))
+    if not items or not all(i.recorded and i.id not in head for i in items):
+        return None
+    scope, category = file_scope(meta)
+    date = file_date(path, meta, fallback_date, _after_lines(text, fm_lines))
+    return memory_chunks(MemoryFile(scope, category, items, ()), path, date, first)
 
 
 # The chunk of each memory, by its item: the parser hands out the same item for a memory

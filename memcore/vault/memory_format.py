@@ -207,6 +207,16 @@ def parse_memory_file(
     path: str, front_matter: Mapping[str, object], text: str, first_body_line: int
 ) -> MemoryFile:
     """Items of a memory file; never raises (a malformed comment makes a hand-added item)."""
+    scope, category = file_scope(front_matter)
+    lines = tuple(text.split("\n"))
+    items = tuple(
+        _item(path, lines, start, end) for start, end in _item_spans(lines, first_body_line)
+    )
+    return MemoryFile(scope, category, items, lines)
+
+
+def file_scope(front_matter: Mapping[str, object]) -> tuple[Scope, str]:
+    """The scope and category a memory file's front matter names."""
     scope_values = {}
     for name in SCOPE_KEYS:
         raw = front_matter.get(name)
@@ -215,12 +225,22 @@ def parse_memory_file(
         scope = Scope(**scope_values)
     except InputError:
         scope = Scope()  # a hand-broken scope name: shared, rather than lost
-    category = str(front_matter.get("category") or "core")
-    lines = tuple(text.split("\n"))
-    items = tuple(
-        _item(path, lines, start, end) for start, end in _item_spans(lines, first_body_line)
+    return scope, str(front_matter.get("category") or "core")
+
+
+def tail_items(path: str, tail: str, first_line: int) -> tuple[MemoryItem, ...] | None:
+    """The items ``parse_memory_file`` finds in ``tail``, the end of a memory file from line
+    ``first_line`` (0-based) on, when what comes before it ends with a whole item (only blank
+    lines after it) and the tail's first line that is not blank starts a new item. None
+    otherwise: the tail could continue the item before it, and only a whole parse can say."""
+    lines = tail.split("\n")
+    first = next((line for line in lines if line.strip()), None)
+    if first is None or not _ITEM.match(first):
+        return None
+    return tuple(
+        _placed(path, "\n".join(lines[start : end + 1]), start + first_line, end + first_line)
+        for start, end in _item_spans(lines, 0)
     )
-    return MemoryFile(scope, category, items, lines)
 
 
 def count_items(text: str, first_body_line: int) -> int:
