@@ -102,7 +102,6 @@ class FileWrites:
         stale save dropped, so events already logged as they are are not logged twice.
         ``held``: the caller holds the file against other nodes already (``Store.holding``).
         Nothing is changed when it raises (a full disk is a VaultWriteError)."""
-        target = check_writable(self.vault, rel)
         limit = self.indexer.settings.index.max_file_bytes
         # this process's writers of the file take turns, then every node's (the database's
         # lock: on shared storage a file lock is not to be trusted)
@@ -110,7 +109,7 @@ class FileWrites:
         async with self.locks.hold([rel]), nodes:
             edit, before, after = await _until_it_lands(
                 rel,
-                partial(_apply, target, rel, scope, category, change, limit, self.history),
+                partial(_apply, self.vault, rel, scope, category, change, limit, self.history),
             )
             written = Written(rel, Undo.of(before, after), edit.ids, None, tuple(edit.events))
             if not log:
@@ -201,7 +200,7 @@ def _refusal(failure: FileFailure, kept: Sequence[str]) -> MemcoreError:
 
 
 def _apply(
-    target: Path,
+    vault: Path,
     rel: str,
     scope: Scope | None,
     category: str | None,
@@ -212,7 +211,9 @@ def _apply(
     """Read, parse, change and replace a memory file (blocking: run in a worker thread):
     the edit, and the file's bytes before and after. None when the file changed under us and
     the write must be tried again. ``history`` expects the edit's events before the file is
-    replaced, so an indexer reading the new file does not log them as a person's."""
+    replaced, so an indexer reading the new file does not log them as a person's. (The
+    file's path is checked here, off the event loop: a batch writes thousands.)"""
+    target = check_writable(vault, rel)
     before = read_or_none(target)
     if before is None and scope is None:
         raise NotFound(f"{rel} is gone (deleted by hand?)")

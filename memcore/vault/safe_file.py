@@ -39,10 +39,14 @@ def read_or_none(path: Path) -> bytes | None:
 def replace_if_unchanged(path: Path, text: str, expected: bytes | None) -> bool:
     """Write ``text`` to a temp file and rename it over ``path``, unless ``path`` no longer
     holds ``expected`` (None: must not exist). False when someone changed it meanwhile."""
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.memcore-{secrets.token_hex(4)}")
     try:
-        with tmp.open("wb") as fh:
+        try:
+            fh = tmp.open("wb")
+        except FileNotFoundError:  # a new folder (not made on every write: a batch makes 10k)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fh = tmp.open("wb")
+        with fh:
             fh.write(text.encode("utf-8"))
             fh.flush()
             os.fsync(fh.fileno())
