@@ -118,12 +118,11 @@ def replace_files(
     whose file is not stored as they claim are left (their paths returned, see FileRows)."""
     left = []
     for f in files:
-        claimed = f.unchanged and _holds(db, f.state.path, f.stored_hash, f.unchanged)
-        start = f.unchanged if claimed else 0
-        if f.appended and not start:
+        start = _start(db, f)
+        if start is None:
             left.append(f.state.path)
             continue
-        _replace_file(db, tx, f.state, f.chunks, f.vectors, model_id, start)
+        _replace_file(db, tx, f, model_id, start)
     return left
 
 
@@ -142,27 +141,30 @@ def replace_file(
     updated), so appending one memory to a file of a thousand costs one insert. With
     ``unchanged`` (see IndexWriter.replace_file) the rows of the first chunks are not even
     read, when the file is stored as ``stored_hash`` with those rows."""
-    path = state.path
-    start = unchanged if unchanged and _holds(db, path, stored_hash, unchanged) else 0
-    ids = _replace_file(db, tx, state, chunks, vectors, model_id, start)
+    rows = FileRows(state, chunks, vectors, unchanged, stored_hash)
+    start = _start(db, rows) or 0  # every chunk is given: a whole file is never left
+    ids = _replace_file(db, tx, rows, model_id, start)
     if start:
         sql = "SELECT chunk_index, id FROM memory_chunks WHERE source_file = ? AND chunk_index < ?"
-        ids |= dict(db.execute(sql, (path, start)).fetchall())
+        ids |= dict(db.execute(sql, (state.path, start)).fetchall())
     return [ids[n] for n in range(len(chunks))]
 
 
+def _start(db: sqlite3.Connection, f: FileRows) -> int | None:
+    """Where a file's rewrite starts: after the rows its claim names (``FileRows.unchanged``)
+    when the file is stored so, else at 0; None for an append that is not (it is left)."""
+    if f.unchanged and _holds(db, f.state.path, f.stored_hash, f.unchanged):
+        return f.unchanged
+    return None if f.appended else 0
+
+
 def _replace_file(
-    db: sqlite3.Connection,
-    tx: Changes,
-    state: FileState,
-    chunks: Sequence[Chunk],
-    vectors: Sequence[Vector | None],
-    model_id: str,
-    start: int,
+    db: sqlite3.Connection, tx: Changes, f: FileRows, model_id: str, start: int
 ) -> dict[int, int]:
     """replace_file with its first ``start`` rows known to be stored as they are: the ids of
     the chunks from ``start`` on, by number."""
     stamp = now()
+    state, chunks, vectors = f.state, f.chunks, f.vectors
     path = state.path
     unskip(db, [path])
     db.execute(
