@@ -64,17 +64,26 @@ async def measure(vault: Path, embedder: str) -> dict[str, object]:
     }
 
 
+def graph_files(vault: Path) -> list[Path]:
+    """The saved graphs and their files of float16 copies."""
+    found = [
+        *(vault / ".memcore").glob("index.db.*.hnsw"),
+        *(vault / ".memcore").glob("index.db.*.vec"),
+    ]
+    return sorted(found)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--vault", type=Path, required=True)
     ap.add_argument("--embedder", default="local")
     args = ap.parse_args()
-    saved = sorted((args.vault / ".memcore").glob("index.db.*.hnsw"))
+    saved = graph_files(args.vault)
     aside = [p.rename(p.with_name(p.name + ".aside")) for p in saved]
     try:
         print(json.dumps(asyncio.run(measure(args.vault, args.embedder))))
     finally:
-        for path in (args.vault / ".memcore").glob("index.db.*.hnsw"):
+        for path in graph_files(args.vault):
             path.unlink()  # the one this run built
         for p in aside:
             p.rename(p.with_name(p.name.removesuffix(".aside")))

@@ -414,3 +414,112 @@ def test_a_few_allowed_rows_score_the_same_as_the_whole_matrix_masked() -> None:
         assert [c for c, _ in few] == [c for c, _ in masked]
         assert [s for _, s in few] == pytest.approx([s for _, s in masked], abs=1e-6)
     assert exact.search(clustered(1)[0], 5, set()) == []
+
+
+def scores(found: list[tuple[int, float]]) -> dict[int, float]:
+    return dict(found)
+
+
+def test_the_int8_graph_proposes_and_the_float16_copies_score() -> None:
+    """The graph keeps int8 vectors, whose cosines are a few thousandths off: every score a
+    search or a similarity gives comes from the float16 copies, as the exact matrix has it."""
+    graph, exact, _ = both(2000)
+    raw = graph._graph.search(clustered(1, seed=3)[0], 10)
+    for q in clustered(20, seed=3):
+        got = scores(graph.search(q, 10))
+        want = scores(exact.search(q, 10))
+        assert set(got) & set(want)
+        for key in set(got) & set(want):
+            assert got[key] == pytest.approx(want[key], abs=2e-3)
+        keys = list(want)
+        assert scores(graph.similarity(q, keys)) == pytest.approx(
+            scores(exact.search(q, 10, allowed=set(keys))), abs=2e-3
+        )
+    # the graph's own scores are the int8 ones: what re-scoring is for
+    q = clustered(1, seed=3)[0]
+    int8 = {int(k): 1.0 - float(d) for k, d in zip(raw.keys, raw.distances, strict=True)}
+    assert max(abs(int8[k] - s) for k, s in scores(exact.search(q, 10)).items() if k in int8) > 0
+
+
+def test_copies_are_saved_beside_the_graph_and_mapped_back(tmp_path: Path) -> None:
+    graph, exact, vecs = both(500)
+    path = tmp_path / "g.hnsw"
+    graph.save(path)
+    copies = ann.exact_path(path)
+    assert copies.exists() and graph.exact.unsaved == 0 and len(graph.exact) == 500
+    again = AnnIndex.load(path, DIM, generation=1)
+    assert again is not None and again.exact.path == copies and len(again.exact) == 500
+    q = vecs[41]
+    assert scores(again.search(q, 5)) == pytest.approx(scores(exact.search(q, 5)), abs=2e-3)
+    # vectors added after the save are held in memory, then written with the rest
+    again.add([9001], clustered(1, seed=11))
+    again.remove([42])
+    assert again.exact.unsaved == 1
+    again.save(path)
+    third = AnnIndex.load(path, DIM, generation=2)
+    assert third is not None and len(third.exact) == 500  # 9001 in, 42 out
+    assert third.exact.missing(np.array([9001, 42, 41], dtype=np.uint64)).tolist() == [42]
+
+
+def test_a_file_of_copies_cut_short_or_of_another_size_is_not_used(tmp_path: Path) -> None:
+    from memcore.storage.exact_vectors import ExactVectors
+
+    graph, _, _ = both(100)
+    path = tmp_path / "g.hnsw"
+    graph.save(path)
+    copies = ann.exact_path(path)
+    assert ExactVectors.open(copies, DIM + 1) is None
+    copies.write_bytes(copies.read_bytes()[:-10])  # a full disk
+    assert ExactVectors.open(copies, DIM) is None
+    again = AnnIndex.load(path, DIM, generation=1)
+    assert again is not None and len(again.exact) == 0  # the store reads them from the index
+
+
+@pytest.mark.parametrize("lost", ["all", "all, rewritten", "some"])
+async def test_a_graph_whose_copies_are_lost_gets_them_back_from_the_index(
+    tmp_path: Path, lost: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Either file can be lost or older than the other (a process stopped between the two
+    saves): the copies the graph lacks are read from the index (a new file of them when they
+    are many), and its scores stay exact."""
+    from memcore.storage.sqlite import store as store_module
+
+    if lost == "all, rewritten":
+        monkeypatch.setattr(store_module, "REWRITE_COPIES", 0)
+    db = tmp_path / "index.db"
+    vecs = clustered(40, seed=12)
+    async with SqliteStore(db, ann_min_vectors=10) as store:
+        ids = await write_notes(store, vecs, range(30))
+        await store.prepare_vectors(M)
+        copies = ann.exact_path(store.graph_path(M))
+        assert copies.exists()
+        before = copies.read_bytes()
+        async with store.snapshot() as r:
+            want = await r.search_vectors(vecs[7], M, 5, SearchFilters())
+    late: list[int] = []
+    if lost.startswith("all"):
+        copies.unlink()
+    else:  # copies saved before the last notes were written and the graph saved again
+        async with SqliteStore(db, ann_min_vectors=10) as store:
+            late = await write_notes(store, vecs, range(30, 40))
+            async with store.snapshot() as r:
+                await r.search_vectors(vecs[7], M, 5, SearchFilters())
+        copies.write_bytes(before)
+    async with SqliteStore(db, ann_min_vectors=10) as store, store.snapshot() as r:
+        got = await r.search_vectors(vecs[7], M, 5, SearchFilters())
+        graph = store._vectors[M]
+        assert isinstance(graph, AnnIndex) and not store._building  # not rebuilt
+        assert len(graph.exact.missing(graph.alive_keys())) == 0
+        unsaved = {"all": len(ids), "all, rewritten": 0, "some": len(late)}
+        assert graph.exact.unsaved == unsaved[lost]
+        assert copies.exists() == (lost != "all")
+        assert got[0][0] == ids[7]
+        same = set(scores(got)) & set(scores(want))
+        assert len(same) >= 3
+        assert {k: scores(got)[k] for k in same} == pytest.approx(
+            {k: scores(want)[k] for k in same}, abs=1e-6
+        )
+        if late:
+            near = await r.vector_similarity(vecs[35], M, [late[5], ids[7]])
+            assert near[late[5]] == pytest.approx(1.0, abs=2e-3)
+            assert near[ids[7]] < 0.999

@@ -34,11 +34,13 @@ from memcore.core.nodes import NodeCard, NodeInfo
 from memcore.core.own_words import NO_WORDS, Words
 from memcore.core.places import open_private
 from memcore.core.tokenize import CommonCounts, fts_text
-from memcore.core.vectors import VectorIndex
+from memcore.core.vectors import Matrix, VectorIndex, normalize_rows
 from memcore.storage.base import NodeRoles, Vector
+from memcore.storage.exact_vectors import ExactVectors
 from memcore.storage.migrations import load_migrations
 from memcore.storage.rows import now
 from memcore.storage.sqlite.file_rows import enqueue, on_thread
+from memcore.storage.sqlite.graphs import FETCH, absent_from, changes_to, copy_vectors, differences
 from memcore.storage.sqlite.queries import SqliteReader, SqliteWriter, begin_snapshot
 from memcore.storage.sqlite.tokens import retokenize
 
@@ -57,8 +59,12 @@ ANN_MIN_VECTORS = 50_000  # from here a model's vectors are searched in an HNSW 
 # full-text working set, so every search read the same pages again: at 119k chunks 142 MB
 # in 33k read calls for 500 searches, against 36 MB in 7k with 128 MB (of which 13 MB filled).
 READER_CACHE_MB = 128
-GRAPH_FORMAT = 2  # in saved graphs' names: a graph saved in an older format is rebuilt
-_FETCH = 50_000  # vectors read and added to a graph at a time (bounds memory while building)
+# In saved graphs' names: a graph saved in an older format is rebuilt (3: int8 with float16
+# copies beside it; 2: float16).
+GRAPH_FORMAT = 3
+# A loaded graph lacking more float16 copies than this (and 5% of them) has them all written
+# anew from the index, streamed; fewer are read into memory until the next save.
+REWRITE_COPIES = 10_000
 
 log = logging.getLogger(__name__)
 Vectors: TypeAlias = "VectorIndex | AnnIndex"
@@ -461,13 +467,14 @@ class SqliteStore:
         )
         if graph is None:
             return None
-        missing, stale = await asyncio.to_thread(_differences, ids, graph)
+        missing, stale = await asyncio.to_thread(differences, ids, graph)
         if len(missing) > len(ids) // 2:
             return None
         if stale:  # in a worker thread: the first change reads the mapped graph in
             await asyncio.to_thread(graph.remove, stale)
-        for i in range(0, len(missing), _FETCH):
-            got, mat = await reader.vectors_of(missing[i : i + _FETCH])
+        await self._copies_of(reader, model_id, graph)
+        for i in range(0, len(missing), FETCH):
+            got, mat = await reader.vectors_of(missing[i : i + FETCH])
             await asyncio.to_thread(graph.add, got, mat)
         if graph.changes > max(1000, len(ids) // 100):
             await asyncio.to_thread(self._save_graph, model_id, graph)
@@ -490,7 +497,7 @@ class SqliteStore:
         writes committed during the build are caught up with at the swap (by comparing chunk
         ids, under the model's load lock); snapshots older than the swap keep the matrix
         until they close."""
-        from memcore.storage.ann import AnnIndex
+        from memcore.storage.ann import AnnIndex, exact_path
 
         conn: aiosqlite.Connection | None = None
         try:
@@ -501,21 +508,25 @@ class SqliteStore:
             await conn.execute("ROLLBACK")
             log.info("building the vector graph of %d chunks in the background", len(ids))
             graph: AnnIndex | None = None
-            for i in range(0, len(ids), _FETCH):
-                await conn.execute("BEGIN")
-                got, mat = await reader.vectors_of(ids[i : i + _FETCH])
-                await conn.execute("ROLLBACK")
-                if graph is None and len(got):
-                    graph = AnnIndex(mat.shape[1], generation, threads=threads)
-                if graph is not None:
-                    await asyncio.to_thread(graph.add, got, mat)
+
+            async def add(keys: npt.NDArray[np.uint64], unit: Matrix) -> None:
+                nonlocal graph
+                if graph is None:
+                    graph = AnnIndex(unit.shape[1], generation, threads=threads)
+                await asyncio.to_thread(graph.add, keys.tolist(), unit, copied=True)
+
+            path = self.graph_path(model_id)
+            await copy_vectors(reader, ids, exact_path(path), add, short_reads=True)
             await conn.close()
             conn = None
             if graph is None:
                 return
+            copies = await asyncio.to_thread(ExactVectors.open, exact_path(path), graph.dim)
+            graph.exact = copies or graph.exact  # none: read from the index (_copies_of)
             async with self._loading.setdefault(model_id, asyncio.Lock()):
                 async with self.snapshot() as reader:
                     await self._catch_up(reader, model_id, graph)
+                    await self._copies_of(reader, model_id, graph)
                 graph.compact()  # serves its own generation on: older snapshots keep the matrix
                 old = self._vectors.get(model_id)
                 if isinstance(old, VectorIndex):
@@ -578,9 +589,9 @@ class SqliteStore:
             await asyncio.to_thread(graph.unmap)
         ids = await reader.vector_ids(model_id)
         # The comparisons run in a worker thread: ~0.25 s of sorting at 1.19M chunks.
-        missing = await asyncio.to_thread(_absent_from, ids, graph)
+        missing = await asyncio.to_thread(absent_from, ids, graph)
         got, mat = await reader.vectors_of(missing)
-        fresh, removed = await asyncio.to_thread(_changes_to, graph, ids, got)
+        fresh, removed = await asyncio.to_thread(changes_to, graph, ids, got)
         if graph.generation >= reader.generation:
             return  # brought forward meanwhile
         graph.apply(reader.generation, removed, np.asarray(got)[fresh].tolist(), mat[fresh])
@@ -592,6 +603,24 @@ class SqliteStore:
         digest = hashlib.sha256(model_id.encode()).hexdigest()[:12]
         suffix = "hnsw" if format_ == 1 else f"g{format_}.hnsw"
         return self.path.with_name(f"{self.path.name}.{self._index_id}.{digest}.{suffix}")
+
+    async def _copies_of(self, reader: SqliteReader, model_id: str, graph: AnnIndex) -> None:
+        """Give a loaded graph the float16 copies of every vector it holds: those its file of
+        copies lacks (one saved by a process that stopped between the two files, or lost) read
+        from the index, all of them into a new file when that is most of them."""
+        from memcore.storage.ann import exact_path
+
+        lacking = await asyncio.to_thread(graph.exact.missing, graph.alive_keys())
+        if len(lacking) > max(REWRITE_COPIES, len(graph) // 20):
+            copies = exact_path(self.graph_path(model_id))
+            await copy_vectors(reader, await reader.vector_ids(model_id), copies)
+            found = await asyncio.to_thread(ExactVectors.open, copies, graph.dim)
+            if found is not None:
+                graph.exact = found
+                lacking = await asyncio.to_thread(found.missing, lacking)
+        for i in range(0, len(lacking), FETCH):
+            got, mat = await reader.vectors_of(lacking[i : i + FETCH])
+            graph.exact.put(got, normalize_rows(mat))
 
     def _save_graph(self, model_id: str, graph: AnnIndex) -> None:
         try:
@@ -665,30 +694,6 @@ class SqliteStore:
 def _end_snapshot(db: sqlite3.Connection) -> None:
     if db.in_transaction:
         db.execute("ROLLBACK")
-
-
-def _differences(
-    ids: npt.NDArray[np.uint64], graph: AnnIndex
-) -> tuple[npt.NDArray[np.uint64], list[int]]:
-    """The chunk ids missing from a saved graph, and its keys no longer chunks."""
-    keys = graph.keys()
-    missing = np.setdiff1d(ids, keys, assume_unique=True)
-    return missing, np.setdiff1d(keys, ids, assume_unique=True).tolist()
-
-
-def _absent_from(ids: npt.NDArray[np.uint64], graph: AnnIndex) -> npt.NDArray[np.uint64]:
-    """The chunk ids the graph does not hold alive."""
-    return np.setdiff1d(ids, graph.alive_keys(), assume_unique=True)
-
-
-def _changes_to(
-    graph: AnnIndex, ids: npt.NDArray[np.uint64], got: Sequence[int]
-) -> tuple[npt.NDArray[np.bool_], list[int]]:
-    """Which of the fetched vectors the graph still lacks, and which of its keys are gone.
-    Its keys are read again: other tasks ran while the vectors were fetched."""
-    alive = graph.alive_keys()
-    fresh = ~np.isin(np.asarray(got, dtype=np.uint64), alive)
-    return fresh, np.setdiff1d(alive, ids, assume_unique=True).tolist()
 
 
 def _stack(vecs: list[Vector]) -> Vector | None:
