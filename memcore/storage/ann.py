@@ -36,12 +36,13 @@ from memcore.storage.exact_vectors import ExactVectors
 
 CONNECTIVITY = 16  # graph degree: 16 keeps the file at ~400 B a 256-d vector (int8)
 EXPANSION_ADD = 128
-# Candidates a search looks at, doubling every time the graph doubles past 300k. Measured
-# recall@10 against exact with real questions: 0.986 at 119k (512; 256 gives 0.968), and at
-# 1.19M 0.932 with 512, 0.972 with 1024, 0.989 with 2048 (bench/search.py).
-# The int8 graph re-scored from float16 copies at 1M 256-d vectors, 2048 candidates: 0.995
-# (the float16 graph scored by itself, which this replaces: 0.987).
-EXPANSION_SEARCH = 512
+# Candidates a search looks at, doubling every time the graph doubles past 300k. Measured for
+# the float16 graph this replaced, recall@10 against exact with real questions: 0.986 at 119k
+# (512; 256 gives 0.968), and at 1.19M 0.932 with 512, 0.972 with 1024, 0.989 with 2048
+# (bench/search.py). The int8 graph looks at 1.5x as many for the same recall and time: at 1M
+# 256-d vectors (bench/graph_quant.py, three builds) 0.984-0.988 with 2048 and 0.993 with 3072
+# in 5.4 ms, against the float16 graph's 0.987-0.997 with 2048 in 5.8 ms.
+EXPANSION_SEARCH = 768
 EXPANSION_STEP = 300_000
 EXACT_BELOW = 20_000  # a filter leaving fewer chunks than this is searched exactly
 MAX_ASK = 8192  # neighbours asked of the graph at most; beyond, exact search is cheaper

@@ -1,11 +1,12 @@
 """The exact vectors behind the int8 graph: float16 copies of a model's unit vectors, by chunk id.
 
 The HNSW graph (ann.py) keeps each vector as int8, a quarter of float32: at 1M 256-d vectors it
-builds in 202 s instead of 316 (float16) and is walked in 3.6 ms instead of 6.0, but its
-cosines are off by a few thousandths, enough to reorder close neighbours (recall@10 0.92 on its
+builds in 198-246 s on two cores instead of 338 (float16) and holds ~250 MB less, but its
+cosines are off by a few thousandths, enough to reorder close neighbours (recall@10 0.91 on its
 own). So the graph only proposes candidates; their scores, a filter's exact scan and the cosine
 of keyword hits come from these copies, in float16 as the graph held them before (recall@10
-0.995 with the candidates re-scored, against 0.987 for the float16 graph alone).
+0.993 with the candidates re-scored and 1.5x as many looked at, against 0.987-0.997 for the
+float16 graph alone, in the same time: bench/graph_quant.py).
 
 Saved beside the graph as one file, memory-mapped on load: a 32-byte header (magic, count,
 dimensions), the vectors (float16, one row a key, in key order), then the keys (uint64,
