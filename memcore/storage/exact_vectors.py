@@ -91,10 +91,11 @@ class ExactVectors:
     def missing(self, keys: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
         """Those of ``keys`` held nowhere here."""
         keys = np.asarray(keys, dtype=np.uint64)
-        held = self._saved_rows(keys) >= 0
-        if self._fresh:
-            held |= np.fromiter((int(k) in self._fresh for k in keys), bool, len(keys))
-        return keys[~held]
+        lacking = keys[self._saved_rows(keys) < 0]
+        if self._fresh and len(lacking):  # only those the file lacks: not 1M dict lookups
+            unsaved = np.fromiter((k in self._fresh for k in lacking.tolist()), bool, len(lacking))
+            lacking = lacking[~unsaved]
+        return lacking
 
     def get(self, keys: Sequence[int]) -> tuple[list[int], Matrix]:
         """(the keys held, their vectors as float32 rows), in the order asked."""

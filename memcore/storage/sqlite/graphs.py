@@ -46,9 +46,9 @@ async def copy_vectors(
                 await reader.conn.execute("ROLLBACK")
             if not got:
                 continue
-            order = np.argsort(np.asarray(got, dtype=np.uint64), kind="stable")
-            keys = np.asarray(got, dtype=np.uint64)[order]
-            unit = normalize_rows(mat[order])
+            found = np.asarray(got, dtype=np.uint64)
+            order = np.argsort(found, kind="stable")
+            keys, unit = found[order], normalize_rows(mat[order])
             if writer is None:
                 writer = ExactWriter(copies, unit.shape[1])
             await asyncio.to_thread(writer.write, keys, unit)
