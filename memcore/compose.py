@@ -117,6 +117,7 @@ def build_store(settings: Settings) -> Store:
             busy_timeout_s=settings.storage.busy_timeout_s,
             readers=settings.storage.pool_size,
             build_memory_mb=settings.storage.build_memory_mb,
+            ann_min_vectors=settings.storage.ann_min_vectors,
             bm25=settings.storage.keyword_index == "auto",
             words=own_words(settings),
             k1=k.k1,

@@ -118,7 +118,7 @@ async def test_vector_search_uses_the_hnsw_index_with_filters_in_sql(
 ) -> None:
     rng = np.random.default_rng(0)
     vecs = rng.normal(size=(60, 16)).astype(np.float32)
-    async with PostgresStore(postgres_url, namespace) as store:
+    async with PostgresStore(postgres_url, namespace, ann_min_vectors=0) as store:
         async with store.transaction() as tx:
             for n in range(60):
                 chunks, _ = chunk_markdown(f"# N{n}\n\nnote {n}\n", f"memory/{n % 3}/n{n}.md")
@@ -157,7 +157,7 @@ async def test_filtered_vector_search_is_exact_on_every_pgvector(
     rng = np.random.default_rng(1)
     vecs = rng.normal(size=(1200, 16)).astype(np.float32)
     inside = rng.random(1200) < share
-    async with PostgresStore(postgres_url, namespace, ef_search=40) as store:
+    async with PostgresStore(postgres_url, namespace, ef_search=40, ann_min_vectors=0) as store:
         await write_vectors(store, vecs, ["in" if flag else "out" for flag in inside])
         unit = vecs / np.linalg.norm(vecs, axis=1, keepdims=True)
         for q in rng.normal(size=(5, 16)).astype(np.float32):
@@ -191,7 +191,7 @@ async def test_a_bulk_load_builds_a_small_vector_index_once_after_it(
     a load that is small next to the index leaves it alone."""
     rng = np.random.default_rng(3)
     vecs = rng.normal(size=(300, 16)).astype(np.float32)
-    async with PostgresStore(postgres_url, namespace) as store:
+    async with PostgresStore(postgres_url, namespace, ann_min_vectors=0) as store:
         await write_vectors(store, vecs[:10], ["a"] * 10)
         assert await vector_index_exists(store, 16)
         async with store.bulk(expected=290):
@@ -221,7 +221,7 @@ async def test_a_bulk_load_builds_a_small_vector_index_once_after_it(
 
 async def test_the_exact_query_keeps_the_hnsw_index_out(postgres_url: str, namespace: str) -> None:
     rng = np.random.default_rng(2)
-    async with PostgresStore(postgres_url, namespace) as store:
+    async with PostgresStore(postgres_url, namespace, ann_min_vectors=0) as store:
         await write_vectors(store, rng.normal(size=(20, 16)).astype(np.float32), ["a"] * 20)
         async with store.snapshot() as r:
             await r.conn.execute("SET LOCAL enable_sort = off")  # as on a big table

@@ -29,8 +29,9 @@ def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> OpenStore:
     would be. ``sqlite-graph`` searches vectors in the HNSW graph from the first vector on
     (the path big vaults take), so every vector promise here holds for it too. ``postgres``
     is a real PostgreSQL with pgvector, in a namespace of this test's own, ranking keywords
-    with pg_textsearch where the server has it; ``postgres-builtin`` with PostgreSQL's own
-    full text there too."""
+    with pg_textsearch where the server has it, vectors in the matrix each process holds
+    below ``ann_min_vectors``; ``postgres-builtin`` with PostgreSQL's own full text there
+    too, and vectors in pgvector's HNSW index from the first one on."""
     if request.param.startswith("postgres"):
         url = request.getfixturevalue("postgres_url")
         namespace = request.getfixturevalue("namespace")
@@ -40,7 +41,10 @@ def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> OpenStore:
             from memcore.storage.postgres.store import PostgresStore
 
             bm25 = request.param == "postgres"
-            async with PostgresStore(url, namespace, bm25=bm25) as store:
+            graph_from = 10**9 if bm25 else 0
+            async with PostgresStore(
+                url, namespace, bm25=bm25, ann_min_vectors=graph_from
+            ) as store:
                 yield store
 
         return pg_opener

@@ -140,8 +140,10 @@ class StorageSettings:
     # the same name on every machine that shares one vault.
     namespace: str = ""
     busy_timeout_s: float = 10.0  # how long a write waits for another process's transaction
-    # From this many vectors of one model, vector search uses an HNSW graph saved beside the
-    # index (recall@10 vs exact >= 0.98, see bench/search.py); below it, the exact matrix.
+    # From this many vectors of one model, vector search uses an HNSW graph: saved beside the
+    # index on SQLite (recall@10 vs exact >= 0.98, see bench/search.py), pgvector's index on
+    # PostgreSQL. Below it, an exact matrix each process holds (on PostgreSQL too: no HNSW
+    # index is built, and each process keeps up with the others' writes by a log of changes).
     ann_min_vectors: int = 50_000
     # SQLite page cache of each search connection (up to 3), filled only as pages are read
     cache_mb: int = 128

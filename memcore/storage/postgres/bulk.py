@@ -28,6 +28,8 @@ class BulkStore(Protocol):
     bulk_rows: int
     bulk_analyzed: int
     vacuumed: bool  # the last load ended with VACUUM (ANALYZE): the statistics are fresh
+    ann_min_vectors: int  # a model's vectors from which its HNSW index is built
+    small_indexes: dict[str, int]  # not built, their vectors too few: how many there were
     build_memory_mb: int  # at most this much maintenance_work_mem for a vector index's build
 
     def transaction(self) -> AbstractAsyncContextManager[PostgresWriter]: ...
@@ -51,7 +53,8 @@ async def drop_small_indexes(store: BulkStore, expected: int) -> None:
 async def build_missing_indexes(store: BulkStore) -> None:
     """Every vector index the namespace's vectors should have and that does not exist (owed
     by a load, or lost with a process that died during one), built over every row, with the
-    memory to build it fast."""
+    memory to build it fast. A model with fewer than ``ann_min_vectors`` vectors gets none:
+    each process searches it in a matrix it holds (held_vectors.py)."""
     async with store.transaction() as tx:
         counts = await _vector_counts(tx, store.namespace)
         wanted = {vector_index_name(store.namespace, m, d) for m, d, _ in counts}
@@ -63,6 +66,10 @@ async def build_missing_indexes(store: BulkStore) -> None:
             if found[0][0]:
                 store.vector_indexes.add(name)
                 store.owed_indexes.pop(name, None)
+                continue
+            if count < store.ann_min_vectors:  # searched in a matrix each process holds
+                store.owed_indexes.pop(name, None)
+                store.small_indexes[name] = count
                 continue
             # fastest with the whole graph in memory: ~dims x 4 bytes plus the links a vector
             mb = min(store.build_memory_mb, max(64, count * (dim * 4 + 200) * 5 // 4 >> 20))

@@ -66,6 +66,8 @@ class PostgresWriter(Protocol):
 
     async def count_bulk(self, chunks: int) -> None: ...
 
+    def vectors_changed(self, ids: Sequence[int], *, added: bool, removed: bool) -> None: ...
+
     async def ensure_vector_index(
         self, model_id: str, vectors: Sequence[Vector | None]
     ) -> None: ...
@@ -264,6 +266,10 @@ async def _insert_fresh(
     by_file = {f.path: f for f in plan}
     for path, n, cid in made:
         by_file[path].ids[int(n)] = int(cid)
+    vectored = [
+        by_file[p].ids[int(n)] for p, n, _ in made if by_file[p].rows.vectors[int(n)] is not None
+    ]
+    tx.vectors_changed(vectored, added=True, removed=False)
     await tx.ensure_vector_index(model_id, [f.rows.vectors[n] for f, n in fresh])
 
 

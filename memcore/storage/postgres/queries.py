@@ -24,6 +24,7 @@ from memcore.core.tokenize import (
 from memcore.storage.base import (
     Vector,
 )
+from memcore.storage.postgres.held_vectors import HeldVectors
 
 
 class StoreState(Protocol):
@@ -53,6 +54,9 @@ class StoreState(Protocol):
     bulk_rows: int  # chunks they have written
     bulk_analyzed: int  # bulk_rows when the planner's statistics were last refreshed
     owed_indexes: dict[str, tuple[str, int]]  # HNSW indexes a bulk load left to build after
+    ann_min_vectors: int  # a model's vectors from which its HNSW index is built
+    small_indexes: dict[str, int]  # HNSW indexes not built, their vectors too few: how many
+    held: HeldVectors  # the models' vectors below ann_min_vectors, held in this process
 
     async def idle_reader(self) -> Conn | None:
         """A reader connection no snapshot is using (opened if the pool has room), or None."""

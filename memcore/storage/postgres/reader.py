@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from contextlib import suppress
 from typing import Any
 
 import numpy as np
@@ -16,6 +17,7 @@ from memcore.core.models import (
     SearchFilters,
     SkippedFile,
 )
+from memcore.core.vectors import VectorIndex
 from memcore.storage.base import (
     ChunkRow,
     PendingChunk,
@@ -29,6 +31,7 @@ from memcore.storage.filters_sql import (
     memory_query_sql,
     unscoped,
 )
+from memcore.storage.postgres.held_vectors import scan
 from memcore.storage.postgres.keywords import KeywordQueries
 from memcore.storage.postgres.queries import (
     as_list,
@@ -66,6 +69,11 @@ class PostgresReader(KeywordQueries):
         self, vector: Vector, model_id: str, k: int, filters: SearchFilters
     ) -> list[tuple[int, float]]:
         dim = int(np.asarray(vector).size)
+        held = await self._store.held.at(self.conn, self.generation, model_id, dim)
+        if held is not None:
+            found = await self._search_held(held, vector, k, filters)
+            if found is not None:
+                return found
         where, params = filter_sql(filters, POSTGRES)
         q = as_list(vector)
         few = await self._few_ids(filters)
@@ -90,6 +98,29 @@ class PostgresReader(KeywordQueries):
         found = sorted(((int(r[0]), 1.0 - float(r[1])) for r in rows), key=lambda h: -h[1])
         return found[:k]
 
+    async def _search_held(
+        self, held: VectorIndex, vector: Vector, k: int, filters: SearchFilters
+    ) -> list[tuple[int, float]] | None:
+        """The k nearest in this process's matrix (held_vectors.py), inside the filter; None
+        when the matrix has moved past this snapshot meanwhile."""
+        allowed: set[int] | None = None
+        where, params = filter_sql(filters, POSTGRES)
+        if where:
+            few = await self._few_ids(filters)
+            if few is not None:  # a small scope's chunks, read once for both halves
+                where, params = filter_sql(unscoped(filters), POSTGRES)
+                where, params = f"{where} AND c.id = ANY(%s)", [*params, few]
+            if few is not None and where == " AND c.id = ANY(%s)":
+                allowed = set(few)
+            else:
+                sql = f"SELECT c.id FROM memory_chunks c WHERE c.ns = %s{where}"
+                allowed = {int(r[0]) for r in await self.all(sql, [self.ns, *params])}
+        query = np.asarray(vector, dtype=np.float32)
+        try:
+            return await scan(held, held.search, query, k, allowed, self.generation)
+        except ValueError:  # compacted past this snapshot by a newer one
+            return None
+
     async def vector_similarity(
         self, vector: Vector, model_id: str, ids: Sequence[int]
     ) -> dict[int, float]:
@@ -100,6 +131,11 @@ class PostgresReader(KeywordQueries):
             if all(cid in known for cid in ids):
                 return {cid: c for cid in ids if (c := known[cid]) is not None}
         dim = int(np.asarray(vector).size)
+        held = await self._store.held.at(self.conn, self.generation, model_id, dim)
+        if held is not None:
+            query = np.asarray(vector, dtype=np.float32)
+            with suppress(ValueError):  # compacted past this snapshot: asked in SQL
+                return await scan(held, held.similarity, query, ids, self.generation)
         rows = await self.all(
             "SELECT id, 1 - (embedding <=> %s::float4[]::vector) FROM memory_chunks "
             "WHERE ns = %s AND embedding_model = %s AND vector_dims(embedding) = %s "

@@ -4,8 +4,10 @@ Many memcore processes, on many machines, can share one database. Each vault's r
 namespace, so vaults never see each other's chunks or memories. A snapshot is a REPEATABLE READ
 read-only transaction on one of a small pool of reader connections; a write transaction holds
 its namespace's advisory lock, so writers of one vault take turns across every machine while
-readers never wait. Nearest neighbours come from a per-(namespace, model) HNSW index; keyword
-search is PostgreSQL full text over memcore's segmented text.
+readers never wait. Nearest neighbours come from a per-(namespace, model) HNSW index from
+``ann_min_vectors`` vectors of a model on, and below it from an exact matrix each process holds
+(held_vectors.py); keyword search is BM25 in pg_textsearch's index or PostgreSQL full text over
+memcore's segmented text.
 
 pgvector 0.5 (the first with HNSW) and newer work. With 0.8 and newer a filtered search uses the
 iterative index scan, so filters are applied in SQL and still return k rows. Older versions stop
@@ -37,6 +39,7 @@ from memcore.storage.postgres.bm25 import enable_bm25
 from memcore.storage.postgres.bm25 import repair as repair_bm25
 from memcore.storage.postgres.bulk import build_missing_indexes, drop_small_indexes, settle
 from memcore.storage.postgres.file_rows import vector_dumper
+from memcore.storage.postgres.held_vectors import HeldVectors, log_changes
 from memcore.storage.postgres.reader import PostgresReader
 from memcore.storage.postgres.roles import FileHolds, PostgresRoles, live_nodes
 from memcore.storage.postgres.server import lock_key, translate, uses_iterative_scan
@@ -70,6 +73,7 @@ class PostgresStore:
         k1: float = 1.2,
         b: float = 0.75,
         build_memory_mb: int = 1024,
+        ann_min_vectors: int = 50_000,
     ) -> None:
         self.url = url
         self.build_memory_mb = build_memory_mb  # a vector index's build: storage.build_memory_mb
@@ -110,6 +114,10 @@ class PostgresStore:
         self.bulk_analyzed = 0  # bulk_rows when the planner's statistics were last refreshed
         self.vacuumed = False  # the last load ended with VACUUM (ANALYZE) (bulk.settle)
         self.owed_indexes: dict[str, tuple[str, int]] = {}
+        # below this many vectors of a model no HNSW index is built: each process holds them
+        self.ann_min_vectors = ann_min_vectors
+        self.held = HeldVectors(namespace, ann_min_vectors)
+        self.small_indexes: dict[str, int] = {}  # unbuilt (too few vectors): about how many
         self._holds = FileHolds(url, namespace, busy_timeout_s)
         self._build_after = 0.0  # monotonic time an owed vector index may be built again
 
@@ -467,9 +475,7 @@ class PostgresStore:
             try:
                 yield tx
                 if tx.chunks_changed:
-                    await db.execute(
-                        "UPDATE generation SET value = value + 1 WHERE ns = %s", (self.namespace,)
-                    )
+                    await log_changes(db, self.namespace, tx.added, tx.removed)
                 await db.execute("COMMIT")
             except BaseException as exc:
                 await self._rollback(db)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -46,6 +47,17 @@ class PostgresWriter(Queries):
     def __init__(self, conn: Conn, store: StoreState) -> None:
         super().__init__(conn, store)
         self.chunks_changed = False
+        # chunk ids given a vector, and ids whose vector went: logged with the generation
+        # (vector_changes) for the processes holding the vectors (held_vectors.py)
+        self.added: list[int] = []
+        self.removed: list[int] = []
+
+    def vectors_changed(self, ids: Sequence[int], *, added: bool, removed: bool) -> None:
+        self.chunks_changed = True
+        if added:
+            self.added += ids
+        if removed:
+            self.removed += ids
 
     async def file_state(self, path: str) -> FileState | None:
         rows = await self.all(
@@ -124,16 +136,23 @@ class PostgresWriter(Queries):
     async def ensure_vector_index(self, model_id: str, vectors: Sequence[Vector | None]) -> None:
         """The HNSW index of this namespace and model, owed with its first vector and built
         right after this transaction, in one of its own (``PostgresStore.transaction``);
-        during a bulk load (``PostgresStore.bulk``), after the load, over every row at once.
+        during a bulk load (``PostgresStore.bulk``), after the load, over every row at once;
+        either way only once the model has ``ann_min_vectors`` (bulk.build_missing_indexes).
         Never inside the transaction that wrote rows: pg_textsearch 1.0 keeps its index lock
         to the end of a transaction that inserted, and a CREATE INDEX waiting there behind
         autovacuum deadlocks with it, past any timeout (seen: every write of the namespace
         stalled; timescale/pg_textsearch#370)."""
-        dims = {int(np.asarray(v).size) for v in vectors if v is not None}
-        for dim in dims:
+        dims = Counter(int(np.asarray(v).size) for v in vectors if v is not None)
+        small = self._store.small_indexes
+        for dim, added in dims.items():
             name = vector_index_name(self.ns, model_id, dim)
             if name in self._store.vector_indexes or name in self._store.owed_indexes:
                 continue
+            if name in small:  # counted when it was not built: too few vectors then
+                small[name] += added  # (deletes not subtracted: counted again when due)
+                if small[name] < self._store.ann_min_vectors:
+                    continue
+                del small[name]
             found = await self.all("SELECT to_regclass(%s) IS NOT NULL", (name,))
             if found[0][0]:
                 self._store.vector_indexes.add(name)
@@ -173,7 +192,7 @@ class PostgresWriter(Queries):
     async def delete_chunks(self, ids: Sequence[int]) -> None:
         if not ids:
             return
-        self.chunks_changed = True
+        self.vectors_changed(ids, added=False, removed=True)
         homeless = await self._homes_of(ids)
         await self._keep_vectors(ids)
         await self.conn.execute(
@@ -190,7 +209,7 @@ class PostgresWriter(Queries):
             if v is not None and row[9] != model_id
         ]
         if rows:
-            self.chunks_changed = True
+            self.vectors_changed([r[2] for r in rows], added=True, removed=True)
             async with self.conn.cursor() as cur:
                 await cur.executemany(
                     "UPDATE memory_chunks SET embedding = %s::float4[]::vector, "
@@ -270,8 +289,8 @@ class PostgresWriter(Queries):
         if not paths:
             return 0
         await self.unskip(paths)
-        self.chunks_changed = True
         ids = await self._ids_of(paths)
+        self.vectors_changed(ids, added=False, removed=True)
         homeless = await self._homes_of(ids)
         await self._keep_vectors(ids)
         await self.conn.execute(
@@ -293,7 +312,7 @@ class PostgresWriter(Queries):
         fresh = [(cid, v) for cid, (h, v) in wanted.items() if current.get(cid) == h]
         if not fresh:
             return 0
-        self.chunks_changed = True
+        self.vectors_changed([cid for cid, _ in fresh], added=True, removed=True)
         await self._keep_vectors([cid for cid, _ in fresh])  # another model's, replaced now
         async with self.conn.cursor() as cur:
             await cur.executemany(

@@ -39,7 +39,7 @@ from memcore.core.tokenize import (
     fts_any,
     ranked_terms,
 )
-from memcore.core.vectors import VectorIndex, decode_vector, encode_vector
+from memcore.core.vectors import INLINE_SCAN_CELLS, VectorIndex, decode_vector, encode_vector
 from memcore.storage.base import (
     ChunkRow,
     FileRows,
@@ -93,12 +93,9 @@ _FETCH_IDS = 65536
 _PENDING = "(embedding_model IS NULL OR embedding_model < ? OR embedding_model > ?)"
 
 
-# A matrix up to this many cells (rows x dimensions: 16k vectors of 384) is scanned on the
-# event loop, in under a millisecond (vectors.cosines); under load a hop to a worker thread
-# and back costs several. A bigger one, and an HNSW graph, is searched in a worker: the scan
-# releases the GIL, so the keyword query started beside it in SQLite's thread keeps going
-# (Searcher.candidates).
-INLINE_SCAN_CELLS = 16_384 * 384
+# An HNSW graph is searched in a worker, as a big matrix is (vectors.INLINE_SCAN_CELLS): the
+# search releases the GIL, so the keyword query started beside it in SQLite's thread keeps
+# going (Searcher.candidates).
 R = TypeVar("R")
 
 
