@@ -10,6 +10,7 @@ import psycopg
 import pytest
 
 from memcore.core.models import FileState, SearchFilters
+from memcore.storage.postgres import held_vectors
 from memcore.storage.postgres.queries import vector_index_name
 from memcore.storage.postgres.store import PostgresStore
 from memcore.vault.chunker import chunk_markdown
@@ -135,7 +136,7 @@ async def test_a_snapshot_begun_before_a_write_keeps_its_state(
 
 
 async def test_from_ann_min_vectors_on_the_hnsw_index_is_built_and_searched(
-    postgres_url: str, namespace: str
+    postgres_url: str, namespace: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     rng = np.random.default_rng(13)
     vecs = rng.normal(size=(70, DIM)).astype(np.float32)
@@ -152,3 +153,10 @@ async def test_from_ann_min_vectors_on_the_hnsw_index_is_built_and_searched(
         got = await nearest(later, vecs[12], 3)
         assert got[0][0] == "memory/a/n12.md"
         assert later.held.large("m", DIM)  # counted, never read into memory
+        async with later.transaction() as tx:  # most of it deleted: counted again, later
+            await tx.delete_files([f"memory/a/n{n}.md" for n in range(30, 70)])
+        assert later.held.large("m", DIM)
+        monkeypatch.setattr(held_vectors, "RECOUNT_S", 0.0)
+        assert (await nearest(later, vecs[12], 1))[0][0] == "memory/a/n12.md"
+        now_held = later.held.held("m", DIM)
+        assert not later.held.large("m", DIM) and now_held is not None and now_held[0] == 30

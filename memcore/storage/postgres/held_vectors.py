@@ -20,6 +20,7 @@ past ``ann_min_vectors``) is answered in SQL, as before.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -33,6 +34,7 @@ from memcore.core.vectors import INLINE_SCAN_CELLS, Matrix, VectorIndex
 R = TypeVar("R")
 Conn = psycopg.AsyncConnection[tuple[Any, ...]]
 RELOAD_SHARE = 2  # more than 1/2 of the rows new: read them all again instead
+RECOUNT_S = 600.0  # a model found past the limit is counted again after this long
 LOG_KEEP = 4096  # generations whose changes stay logged
 LOG_PRUNE = 256  # older ones are deleted every this many generations
 _SIGNATURE = b"PGCOPY\n\xff\r\n\x00"
@@ -46,7 +48,8 @@ class HeldVectors:
         self.namespace = namespace
         self.limit = limit
         self._held: dict[tuple[str, int], VectorIndex] = {}
-        self._large: set[tuple[str, int]] = set()  # past the limit: pgvector's index serves
+        # past the limit (pgvector's index serves): when it was counted
+        self._large: dict[tuple[str, int], float] = {}
         self._loading: dict[tuple[str, int], asyncio.Lock] = {}
         self.compared = 0  # catch-ups that compared ids, the log lacking a generation
 
@@ -63,8 +66,13 @@ class HeldVectors:
         to date first; None when the model has ``limit`` vectors or more, or the snapshot is
         older than the matrix serves."""
         key = (model_id, dim)
-        if key in self._large or self.limit <= 0:
+        if self.limit <= 0:
             return None
+        counted = self._large.get(key)
+        if counted is not None:
+            if time.monotonic() - counted < RECOUNT_S:
+                return None
+            del self._large[key]  # counted again: a vault emptied and rewritten may be small
         index = self._held.get(key)
         if index is not None and index.serves(generation):
             return index
@@ -76,13 +84,13 @@ class HeldVectors:
                 return None  # begun before the matrix's oldest state
             if index is None:
                 if await self._count(conn, model_id, dim) >= self.limit:
-                    self._large.add(key)
+                    self._large[key] = time.monotonic()
                     return None
                 index = await self._load(conn, generation, model_id, dim)
             elif not await self._catch_up(conn, generation, model_id, index):
                 index = await self._load(conn, generation, model_id, dim)
             if len(index) >= self.limit:
-                self._large.add(key)
+                self._large[key] = time.monotonic()
                 self._held.pop(key, None)
                 return None
             self._held[key] = index

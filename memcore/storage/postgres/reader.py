@@ -109,11 +109,12 @@ class PostgresReader(KeywordQueries):
             few = await self._few_ids(filters)
             if few is not None:  # a small scope's chunks, read once for both halves
                 where, params = filter_sql(unscoped(filters), POSTGRES)
-                where, params = f"{where} AND c.id = ANY(%s)", [*params, few]
-            if few is not None and where == " AND c.id = ANY(%s)":
+            if few is not None and not where:
                 allowed = set(few)
             else:
                 sql = f"SELECT c.id FROM memory_chunks c WHERE c.ns = %s{where}"
+                if few is not None:
+                    sql, params = f"{sql} AND c.id = ANY(%s)", [*params, few]
                 allowed = {int(r[0]) for r in await self.all(sql, [self.ns, *params])}
         query = np.asarray(vector, dtype=np.float32)
         try:
