@@ -20,6 +20,7 @@ past ``ann_min_vectors``) is answered in SQL, as before.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -31,6 +32,7 @@ from psycopg import sql
 
 from memcore.core.vectors import INLINE_SCAN_CELLS, Matrix, VectorIndex
 
+log = logging.getLogger(__name__)
 R = TypeVar("R")
 Conn = psycopg.AsyncConnection[tuple[Any, ...]]
 RELOAD_SHARE = 2  # more than 1/2 of the rows new: read them all again instead
@@ -82,13 +84,18 @@ class HeldVectors:
                 return index
             if index is not None and generation < index.floor:
                 return None  # begun before the matrix's oldest state
-            if index is None:
-                if await self._count(conn, model_id, dim) >= self.limit:
-                    self._large[key] = time.monotonic()
-                    return None
-                index = await self._load(conn, generation, model_id, dim)
-            elif not await self._catch_up(conn, generation, model_id, index):
-                index = await self._load(conn, generation, model_id, dim)
+            try:
+                if index is None or not await self._catch_up(conn, generation, model_id, index):
+                    # counted first: a model grown past the limit is never read in whole
+                    if await self._count(conn, model_id, dim) >= self.limit:
+                        self._large[key] = time.monotonic()
+                        self._held.pop(key, None)
+                        return None
+                    index = await self._load(conn, generation, model_id, dim)
+            except ValueError as exc:  # a reply not shaped as read: searched in SQL instead
+                log.warning("could not read the vectors of %s into memory: %s", model_id, exc)
+                self._held.pop(key, None)
+                return None
             if len(index) >= self.limit:
                 self._large[key] = time.monotonic()
                 self._held.pop(key, None)
