@@ -5,6 +5,9 @@ pgvector's HNSW index once the model has ann_min_vectors vectors."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
 import numpy as np
 import psycopg
 import pytest
@@ -18,8 +21,22 @@ from memcore.vault.chunker import chunk_markdown
 DIM = 16
 
 
+@asynccontextmanager
+async def two_processes(
+    url: str, namespace: str, rng: np.random.Generator, n: int
+) -> AsyncIterator[tuple[PostgresStore, PostgresStore, np.ndarray]]:
+    """Two stores on one namespace, as two machines' processes would open it, and n vectors
+    to write."""
+    async with (
+        PostgresStore(url, namespace, ann_min_vectors=100) as one,
+        PostgresStore(url, namespace, ann_min_vectors=100) as two,
+    ):
+        yield one, two, rng.normal(size=(n, DIM)).astype(np.float32)
+
+
 def unit(vecs: np.ndarray) -> np.ndarray:
-    return vecs / np.linalg.norm(vecs, axis=-1, keepdims=True)
+    out: np.ndarray = vecs / np.linalg.norm(vecs, axis=-1, keepdims=True)
+    return out
 
 
 async def write(store: PostgresStore, vecs: np.ndarray, first: int, folder: str = "a") -> None:
@@ -61,11 +78,7 @@ async def test_two_processes_search_each_others_writes_in_their_held_vectors(
     postgres_url: str, namespace: str
 ) -> None:
     rng = np.random.default_rng(11)
-    vecs = rng.normal(size=(40, DIM)).astype(np.float32)
-    async with (
-        PostgresStore(postgres_url, namespace, ann_min_vectors=100) as one,
-        PostgresStore(postgres_url, namespace, ann_min_vectors=100) as two,
-    ):
+    async with two_processes(postgres_url, namespace, rng, 40) as (one, two, vecs):
         await write(one, vecs[:30], 0)
         live = {n: vecs[n] for n in range(30)}
         for store in (one, two):
@@ -114,11 +127,7 @@ async def test_a_snapshot_begun_before_a_write_keeps_its_state(
     postgres_url: str, namespace: str
 ) -> None:
     rng = np.random.default_rng(12)
-    vecs = rng.normal(size=(20, DIM)).astype(np.float32)
-    async with (
-        PostgresStore(postgres_url, namespace, ann_min_vectors=100) as one,
-        PostgresStore(postgres_url, namespace, ann_min_vectors=100) as two,
-    ):
+    async with two_processes(postgres_url, namespace, rng, 20) as (one, two, vecs):
         await write(one, vecs[:10], 0)
         async with two.snapshot() as old:
             before = await old.search_vectors(vecs[3], "m", 1, SearchFilters())
