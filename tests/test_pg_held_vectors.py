@@ -23,15 +23,16 @@ DIM = 16
 
 @asynccontextmanager
 async def two_processes(
-    url: str, namespace: str, rng: np.random.Generator, n: int
-) -> AsyncIterator[tuple[PostgresStore, PostgresStore, np.ndarray]]:
-    """Two stores on one namespace, as two machines' processes would open it, and n vectors
-    to write."""
+    url: str, namespace: str, *, seed: int, n: int
+) -> AsyncIterator[tuple[PostgresStore, PostgresStore, np.ndarray, np.random.Generator]]:
+    """Two stores on one namespace, as two machines' processes would open it, n vectors to
+    write, and the generator that made them."""
+    rng = np.random.default_rng(seed)
     async with (
         PostgresStore(url, namespace, ann_min_vectors=100) as one,
         PostgresStore(url, namespace, ann_min_vectors=100) as two,
     ):
-        yield one, two, rng.normal(size=(n, DIM)).astype(np.float32)
+        yield one, two, rng.normal(size=(n, DIM)).astype(np.float32), rng
 
 
 def unit(vecs: np.ndarray) -> np.ndarray:
@@ -77,8 +78,7 @@ def expected(vecs: dict[int, np.ndarray], q: np.ndarray, k: int) -> list[tuple[s
 async def test_two_processes_search_each_others_writes_in_their_held_vectors(
     postgres_url: str, namespace: str
 ) -> None:
-    rng = np.random.default_rng(11)
-    async with two_processes(postgres_url, namespace, rng, 40) as (one, two, vecs):
+    async with two_processes(postgres_url, namespace, seed=11, n=40) as (one, two, vecs, rng):
         await write(one, vecs[:30], 0)
         live = {n: vecs[n] for n in range(30)}
         for store in (one, two):
@@ -126,8 +126,7 @@ async def test_two_processes_search_each_others_writes_in_their_held_vectors(
 async def test_a_snapshot_begun_before_a_write_keeps_its_state(
     postgres_url: str, namespace: str
 ) -> None:
-    rng = np.random.default_rng(12)
-    async with two_processes(postgres_url, namespace, rng, 20) as (one, two, vecs):
+    async with two_processes(postgres_url, namespace, seed=12, n=20) as (one, two, vecs, _):
         await write(one, vecs[:10], 0)
         async with two.snapshot() as old:
             before = await old.search_vectors(vecs[3], "m", 1, SearchFilters())
