@@ -1,22 +1,27 @@
 """Below storage.ann_min_vectors each process holds a model's vectors and scans them exactly
 (held_vectors.py), on a real PostgreSQL: two processes (two stores) on one namespace, each
 seeing the other's writes, a snapshot keeping its state while a write lands, and the switch to
-pgvector's HNSW index once the model has ann_min_vectors vectors."""
+pgvector's HNSW index once the model has ann_min_vectors vectors. And a scoped search of several
+words through the service, its two halves at once on one snapshot."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 import numpy as np
 import psycopg
 import pytest
 
 from memcore.core.models import FileState, SearchFilters
+from memcore.core.settings import load_settings
 from memcore.storage.postgres import held_vectors
 from memcore.storage.postgres.queries import vector_index_name
 from memcore.storage.postgres.store import PostgresStore
 from memcore.vault.chunker import chunk_markdown
+from tests.conftest import make_service
+from tests.support import FakeEmbedder
 
 DIM = 16
 
@@ -168,3 +173,23 @@ async def test_from_ann_min_vectors_on_the_hnsw_index_is_built_and_searched(
         assert (await nearest(later, vecs[12], 1))[0][0] == "memory/a/n12.md"
         now_held = later.held.held("m", DIM)
         assert not later.held.large("m", DIM) and now_held is not None and now_held[0] == 30
+
+
+async def test_a_scoped_search_of_several_words_weighs_them_in_the_scope(
+    vault: Path, postgres_url: str, namespace: str
+) -> None:
+    """Through the service, both halves of a scoped search at once on one snapshot: a word
+    rare in alice's memories outweighs one she uses often, and bob's never come back."""
+    settings = load_settings(vault, {"storage.url": postgres_url, "storage.namespace": namespace})
+    async with make_service(settings, FakeEmbedder()) as svc:
+        for n in range(6):
+            await svc.memories.add(f"alice likes green tea number {n}", user_id="alice")
+        (rare,) = await svc.memories.add("alice keeps a kayak by the lake", user_id="alice")
+        await svc.memories.add("bob likes a kayak and green tea", user_id="bob")
+        found = await svc.memories.search("green kayak", user_id="alice", limit=3)
+        assert found[0].id == rare.id  # "kayak" once in her 7, "green" in 6 of them
+        assert {m.user_id for m in found} == {"alice"}
+        async with svc.store.snapshot() as r:
+            hits = await r.search_text("green kayak", 10, SearchFilters(user_id="alice"))
+            counted = await r.keyword_coverage("green kayak", [hits[0][0]])
+        assert len(hits) == 7 and counted[hits[0][0]] < 1.0  # "kayak" alone: part of the weight
