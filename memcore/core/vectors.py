@@ -61,11 +61,6 @@ def top_k(scores: npt.NDArray[np.float32], k: int) -> npt.NDArray[np.intp]:
     return part[np.argsort(-scores[part], kind="stable")]
 
 
-# A matrix up to this many cells (rows x dimensions: 16k vectors of 384) is scanned on the
-# event loop, in under a millisecond (``cosines``); under load a hop to a worker thread and
-# back costs several. A bigger one is searched in a worker: the scan releases the GIL, so the
-# keyword query started beside it keeps going.
-INLINE_SCAN_CELLS = 16_384 * 384
 _ALIVE = np.iinfo(np.int64).max
 FEW_ALLOWED = 8  # a filter allowing under 1/8 of the rows scores only those
 P = ParamSpec("P")

@@ -32,10 +32,12 @@ from memcore.core.models import (
 from memcore.core.nodes import NodeCard, NodeInfo
 from memcore.core.own_words import NO_WORDS, Words
 from memcore.core.tokenize import cuts_quickly, query_terms
+from memcore.core.vectors import VectorIndex
 
 Vector = npt.NDArray[np.float32]
 A = TypeVar("A")
 B = TypeVar("B")
+R = TypeVar("R")
 
 
 async def both(first: Awaitable[A], second: Awaitable[B]) -> tuple[A, B]:
@@ -50,6 +52,21 @@ async def both(first: Awaitable[A], second: Awaitable[B]) -> tuple[A, B]:
         return await task, other
     finally:
         await settled(task)  # also when both failed: the first's error is seen
+
+
+# A matrix up to this many cells (rows x dimensions: 16k vectors of 384) is scanned on the
+# event loop, in under a millisecond (vectors.cosines); under load a hop to a worker thread and
+# back costs several. A bigger one, and an HNSW graph, is searched in a worker: the scan
+# releases the GIL, so the keyword query started beside it keeps going (Searcher.candidates).
+INLINE_SCAN_CELLS = 16_384 * 384
+
+
+async def scan(index: object, fn: Callable[..., R], *args: object) -> R:
+    """``fn`` (a vector index's search or similarity, with ``args``) here when the index is a
+    small exact matrix, else in a worker thread."""
+    if isinstance(index, VectorIndex) and index.cells <= INLINE_SCAN_CELLS:
+        return fn(*args)
+    return await asyncio.to_thread(fn, *args)
 
 
 async def search_terms(query: str, own: Words = NO_WORDS) -> list[str]:

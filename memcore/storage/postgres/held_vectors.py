@@ -22,18 +22,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 import psycopg
 from psycopg import sql
 
-from memcore.core.vectors import INLINE_SCAN_CELLS, Matrix, VectorIndex
+from memcore.core.vectors import Matrix, VectorIndex
 
 log = logging.getLogger(__name__)
-R = TypeVar("R")
 Conn = psycopg.AsyncConnection[tuple[Any, ...]]
 RELOAD_SHARE = 2  # more than 1/2 of the rows new: read them all again instead
 RECOUNT_S = 600.0  # a model found past the limit is counted again after this long
@@ -197,13 +195,6 @@ async def log_changes(conn: Conn, namespace: str, added: list[int], removed: lis
             "DELETE FROM vector_changes WHERE ns = %s AND generation <= %s",
             (namespace, int(row[0]) - LOG_KEEP),
         )
-
-
-async def scan(index: VectorIndex, fn: Callable[..., R], *args: object) -> R:
-    """``fn`` (the index's search or similarity) here when it is small, else on a thread."""
-    if index.cells <= INLINE_SCAN_CELLS:
-        return fn(*args)
-    return await asyncio.to_thread(fn, *args)
 
 
 async def _copy_out(conn: Conn, query: sql.Composed) -> bytes:

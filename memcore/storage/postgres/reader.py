@@ -24,6 +24,7 @@ from memcore.storage.base import (
     StoredFile,
     StoreStats,
     Vector,
+    scan,
 )
 from memcore.storage.filters_sql import (
     POSTGRES,
@@ -31,7 +32,6 @@ from memcore.storage.filters_sql import (
     memory_query_sql,
     unscoped,
 )
-from memcore.storage.postgres.held_vectors import scan
 from memcore.storage.postgres.keywords import KeywordQueries
 from memcore.storage.postgres.queries import (
     as_list,

@@ -39,7 +39,7 @@ from memcore.core.tokenize import (
     fts_any,
     ranked_terms,
 )
-from memcore.core.vectors import INLINE_SCAN_CELLS, VectorIndex, decode_vector, encode_vector
+from memcore.core.vectors import VectorIndex, decode_vector, encode_vector
 from memcore.storage.base import (
     ChunkRow,
     FileRows,
@@ -47,6 +47,7 @@ from memcore.storage.base import (
     StoredFile,
     StoreStats,
     Vector,
+    scan,
     search_terms,
 )
 from memcore.storage.filters_sql import SQLITE, filter_sql, memory_query_sql
@@ -91,18 +92,7 @@ _FETCH_IDS = 65536
 # always NULL together, so the embedding_model index answers this without reading the
 # rows (a scan over rows carrying 1.5 KB vectors took 238 ms at 100k chunks; this, 0.03 ms).
 _PENDING = "(embedding_model IS NULL OR embedding_model < ? OR embedding_model > ?)"
-
-
-# An HNSW graph is searched in a worker, as a big matrix is (vectors.INLINE_SCAN_CELLS): the
-# search releases the GIL, so the keyword query started beside it in SQLite's thread keeps
-# going (Searcher.candidates).
 R = TypeVar("R")
-
-
-async def _scan(index: VectorIndex | AnnIndex, fn: Callable[..., R], *args: object) -> R:
-    if isinstance(index, VectorIndex) and index.cells <= INLINE_SCAN_CELLS:
-        return fn(*args)
-    return await asyncio.to_thread(fn, *args)
 
 
 FEW_TO_RANK = 2_000  # a scope of at most this many chunks is ranked on its own
@@ -542,13 +532,13 @@ class SqliteReader(_Queries):
     ) -> list[tuple[int, float]]:
         allowed = await self._filtered_ids(filters)
         index = await self._store.vectors_at(self.conn, await self.begun(), model_id)
-        return await _scan(index, index.search, vector, k, allowed, self.generation)
+        return await scan(index, index.search, vector, k, allowed, self.generation)
 
     async def vector_similarity(
         self, vector: Vector, model_id: str, ids: Sequence[int]
     ) -> dict[int, float]:
         index = await self._store.vectors_at(self.conn, await self.begun(), model_id)
-        return await _scan(index, index.similarity, vector, ids, self.generation)
+        return await scan(index, index.similarity, vector, ids, self.generation)
 
     async def newest_matching(
         self, filters: SearchFilters, limit: int, offset: int = 0
