@@ -402,6 +402,34 @@ async def test_conversations_save_load_items_and_reset(vault: Path, service: Mem
     assert (vault / "memory/runs/%2e.%2fs/conversation.md").is_file()
 
 
+async def test_an_append_to_the_text_memcore_wrote_last_parses_no_item_yet_misses_none(
+    vault: Path, service: MemoryService
+) -> None:
+    """Appending to a page this process wrote last parses none of its items (most of a large
+    batch's page writes went to that); a person's item added in between is still recorded,
+    and a memory whose id the page already holds is not written twice."""
+    from memcore.vault import memory_format
+
+    first = [NewMemory(f"fact {n} of eve", Scope(user_id="eve")) for n in range(40)]
+    await service.memories.add_batch(first)
+    placed = memory_format._placed.cache_info()
+    await service.memories.add_batch([NewMemory("fact 40 of eve", Scope(user_id="eve"))])
+    after = memory_format._placed.cache_info()
+    # one item placed: the new one, by the index reading the appended lines
+    assert (after.hits + after.misses) - (placed.hits + placed.misses) == 1
+    path = vault / "memory/users/eve/core.md"
+    path.write_text(path.read_text() + "- a fact eve added by hand\n")
+    await service.index()
+    hand = next(r for r in await service.memories.get_all(user_id="eve") if "by hand" in r.text)
+    assert hand.id not in path.read_text()  # derived from its text: not written yet
+    # the same memory again, under the id it has (an import of an export): no second copy
+    again = NewMemory(hand.text, Scope(user_id="eve"), id=hand.id)
+    await service.memories.add_batch([again, NewMemory("fact 41 of eve", Scope(user_id="eve"))])
+    text = path.read_text()
+    assert text.count("a fact eve added by hand") == 1 and hand.id in text  # now recorded
+    assert len(await service.memories.get_all(user_id="eve")) == 43
+
+
 async def test_batches_tags_and_write_memory(vault: Path, service: MemoryService) -> None:
     batch = [NewMemory(f"batch fact {i} #ops", Scope(user_id=f"u{i % 2}")) for i in range(6)]
     records = await service.memories.add_batch(batch)

@@ -587,7 +587,6 @@ def _adder(group: Sequence[NewMemory], rel: str, requests: Mapping[str, str]) ->
         edit = FileEdit()
         stamp = now()
         pending: dict[str, tuple[int, str]] = {}  # key -> (place in edit.append, id)
-        present = {i.id for i in f.items}  # (not a scan of the file a memory)
         for m in group:
             old = f.find_key(m.key) if m.key is not None else None
             if old is not None:
@@ -603,7 +602,7 @@ def _adder(group: Sequence[NewMemory], rel: str, requests: Mapping[str, str]) ->
                 edit.replace[old.id] = render_item(new)
                 edit.ids.append(old.id)
                 continue
-            if m.id in present:  # written by an earlier attempt and still there
+            if f.holds(m.id):  # written by an earlier attempt and still there
                 edit.ids.append(m.id)
                 continue
             if m.key is not None and m.key in pending:  # the same key twice in one write

@@ -32,6 +32,7 @@ from memcore.core.errors import (
     VaultWriteError,
     WriteConflict,
 )
+from memcore.core.lru import LRU
 from memcore.core.models import FileFailure
 from memcore.index.indexer import Indexer, PathLocks
 from memcore.storage.base import Store
@@ -40,8 +41,10 @@ from memcore.vault.files import check_writable
 from memcore.vault.history import Appended, Event, HistoryEvent, HistoryLog, now
 from memcore.vault.memory_format import MemoryFile, Scope, edit_lines, new_memory_file, render_item
 from memcore.vault.safe_file import (
+    Identity,
     Undo,
     decode,
+    identity,
     read_or_none,
     replace_if_unchanged,
     restore_if_unchanged,
@@ -49,6 +52,9 @@ from memcore.vault.safe_file import (
 
 T = TypeVar("T")
 WRITE_ATTEMPTS = 20
+# files whose text memcore wrote last, remembered (by its Identity) as having every item's id
+# written in it: an append to one needs no parse of the items already there
+RECORDED_FILES = 65_536
 
 
 @dataclass(slots=True)
@@ -85,6 +91,7 @@ class FileWrites:
         self.indexer = indexer
         self.history = history
         self.locks = PathLocks()  # this process's writers of one file take turns
+        self._recorded: LRU[str, Identity] = LRU(RECORDED_FILES)  # used on the event loop only
 
     async def write(
         self,
@@ -107,11 +114,16 @@ class FileWrites:
         # lock: on shared storage a file lock is not to be trusted)
         nodes = contextlib.nullcontext() if held else self.store.holding([rel])
         async with self.locks.hold([rel]), nodes:
+            recorded = self._recorded.get(rel)
             edit, before, after = await _until_it_lands(
                 rel,
-                partial(_apply, self.vault, rel, scope, category, change, limit, self.history),
-            )
+                partial(
+                    _apply, self.vault, rel, scope, category, change, limit, self.history,
+                    recorded,
+                ),
+            )  # fmt: skip
             written = Written(rel, Undo.of(before, after), edit.ids, None, tuple(edit.events))
+            self._recorded.put(rel, written.undo.left)  # every item's id is in it now
             if not log:
                 return written
             try:
@@ -207,12 +219,16 @@ def _apply(
     change: Change,
     limit: int,
     history: HistoryLog,
+    recorded: Identity | None = None,
 ) -> tuple[FileEdit, bytes | None, bytes] | None:
     """Read, parse, change and replace a memory file (blocking: run in a worker thread):
     the edit, and the file's bytes before and after. None when the file changed under us and
     the write must be tried again. ``history`` expects the edit's events before the file is
     replaced, so an indexer reading the new file does not log them as a person's. (The
-    file's path is checked here, off the event loop: a batch writes thousands.)"""
+    file's path is checked here, off the event loop: a batch writes thousands.)
+    ``recorded``: the identity of a text of this file known to have every item's id written
+    in it (the last one this process wrote); when the file still holds it, the items are not
+    parsed for an append."""
     target = check_writable(vault, rel)
     before = read_or_none(target)
     if before is None and scope is None:
@@ -225,9 +241,12 @@ def _apply(
     parsed = memory_file_of(rel, text)
     if parsed is None:
         raise VaultError(f"{rel} exists and is not a memory file; memcore leaves it")
+    if before is None or (recorded is not None and identity(before) == recorded):
+        parsed.recorded = True  # a fact about this text: the parse may be shared (cached)
     edit = change(parsed)
     _record_unrecorded(parsed, edit)
-    new_text = edit_lines(parsed.lines, edit.replace, parsed.items, edit.append)
+    items = parsed.items if edit.replace else ()  # only a replaced item's lines are looked up
+    new_text = edit_lines(parsed.lines, edit.replace, items, edit.append)
     after = new_text.encode("utf-8")
     if len(after) > limit and len(after) > len(before or b""):
         raise InputError(
@@ -259,8 +278,8 @@ def _transform(
 def _record_unrecorded(parsed: MemoryFile, edit: FileEdit) -> None:
     """Items added by hand get their (derived) id written down now that the file is rewritten."""
     stamp = now()
-    for item in parsed.items:
-        if not item.recorded and item.id not in edit.replace:
+    for item in parsed.unrecorded():
+        if item.id not in edit.replace:
             edit.replace[item.id] = render_item(
                 dataclasses.replace(item, created=item.created or stamp, updated=stamp)
             )

@@ -184,7 +184,7 @@ def memory_items_in(path: str, text: str) -> int | None:
     with _PARSED_LOCK:
         last = _PARSED.get(path)
     if last is not None and last[0] == text:
-        return None if last[1] is None else len(last[1].items)
+        return None if last[1] is None else last[1].count()
     meta, fm_lines = split_front_matter(text)[:2]
     return count_items(text, fm_lines) if is_memory_file(meta) else None
 

@@ -172,14 +172,74 @@ class MemoryItem:
         return out
 
 
-@dataclass(frozen=True, slots=True)
 class MemoryFile:
-    """A parsed memory file: its scope, category and items, plus its lines for editing."""
+    """A parsed memory file: its scope, category and items, plus its lines for editing.
 
-    scope: Scope
-    category: str
-    items: tuple[MemoryItem, ...]
-    lines: tuple[str, ...]
+    The items are parsed when first asked for: an append to a page of a thousand memories
+    needs none of them when every item is known to carry its id in its comment
+    (``recorded``, see ``holds``), and parsing them all was most of a batch's page writes."""
+
+    __slots__ = (
+        "_first",
+        "_ids",
+        "_items",
+        "_path",
+        "category",
+        "lines",
+        "recorded",
+        "scope",
+        "text",
+    )
+
+    def __init__(
+        self,
+        scope: Scope,
+        category: str,
+        items: tuple[MemoryItem, ...] | None,
+        lines: tuple[str, ...],
+        *,
+        path: str = "",
+        first: int = 0,
+        text: str | None = None,
+    ) -> None:
+        self.scope = scope
+        self.category = category
+        self.lines = lines
+        self.text = "\n".join(lines) if text is None else text
+        # every item's id is written in its comment (none was added by hand since memcore
+        # last wrote this text): known to the writer that wrote it (see file_writes._apply)
+        self.recorded = False
+        self._items = items  # None: parsed from lines ``first`` on when asked for
+        self._ids: frozenset[str] | None = None
+        self._path = path
+        self._first = first
+
+    @property
+    def items(self) -> tuple[MemoryItem, ...]:
+        if self._items is None:  # two threads may both parse: the same items either way
+            spans = _item_spans(self.lines, self._first)
+            self._items = tuple(_item(self._path, self.lines, s, e) for s, e in spans)
+        return self._items
+
+    def count(self) -> int:
+        """How many items it holds, without parsing them."""
+        if self._items is None:
+            return len(_item_spans(self.lines, self._first))
+        return len(self._items)
+
+    def holds(self, memory_id: str) -> bool:
+        """Whether an item has this id. When every id is written in the text (``recorded``),
+        an id the text does not contain is answered without parsing an item; an item added by
+        hand has an id derived from its text, which only a parse can say."""
+        if self.recorded and memory_id not in self.text:
+            return False
+        if self._ids is None:
+            self._ids = frozenset(i.id for i in self.items)
+        return memory_id in self._ids
+
+    def unrecorded(self) -> list[MemoryItem]:
+        """The items added by hand, whose ids are not written in the file yet."""
+        return [] if self.recorded else [i for i in self.items if not i.recorded]
 
     def find(self, memory_id: str) -> MemoryItem | None:
         return next((i for i in self.items if i.id == memory_id), None)
@@ -206,13 +266,11 @@ def is_memory_file(front_matter: Mapping[str, object]) -> bool:
 def parse_memory_file(
     path: str, front_matter: Mapping[str, object], text: str, first_body_line: int
 ) -> MemoryFile:
-    """Items of a memory file; never raises (a malformed comment makes a hand-added item)."""
+    """Items of a memory file, parsed when asked for; never raises (a malformed comment makes
+    a hand-added item)."""
     scope, category = file_scope(front_matter)
     lines = tuple(text.split("\n"))
-    items = tuple(
-        _item(path, lines, start, end) for start, end in _item_spans(lines, first_body_line)
-    )
-    return MemoryFile(scope, category, items, lines)
+    return MemoryFile(scope, category, None, lines, path=path, first=first_body_line, text=text)
 
 
 def file_scope(front_matter: Mapping[str, object]) -> tuple[Scope, str]:
