@@ -38,6 +38,11 @@ from memcore.storage.rows import (
 # against an exact scan is the same (1.000 at 20k chunks; 0.9945 against 1.000 at ef_search
 # 100), measured with the fleet's vectors
 EF_CONSTRUCTION = 40
+# links a vector keeps (pgvector's m, default 16; twice as many on the bottom layer). At 1M
+# 256-d vectors (200 questions near stored vectors, recall@10 against an exact scan, the
+# store's ef_search of 400) 12 builds in 127 s with recall 0.9655, 16 in 159-178 s with
+# 0.9645; the graph needs a quarter less memory
+HNSW_M = 12
 ANALYZE_FROM = 2000  # chunks a bulk load writes before the planner's statistics are refreshed
 
 
@@ -165,11 +170,12 @@ class PostgresWriter(Queries):
             sql.SQL(
                 "CREATE INDEX IF NOT EXISTS {name} ON memory_chunks USING hnsw "
                 "((embedding::vector({dim})) vector_cosine_ops) "
-                "WITH (ef_construction = {efc}) WHERE ns = {ns} "
+                "WITH (m = {m}, ef_construction = {efc}) WHERE ns = {ns} "
                 "AND embedding_model = {model} AND vector_dims(embedding) = {dim}"
             ).format(
                 name=sql.Identifier(name),
                 dim=sql.Literal(dim),
+                m=sql.Literal(HNSW_M),
                 efc=sql.Literal(EF_CONSTRUCTION),
                 ns=sql.Literal(self.ns),
                 model=sql.Literal(model_id),
