@@ -150,8 +150,8 @@ class StorageSettings:
     # PostgreSQL: connections for concurrent reads (seed 000's pool_size); writes take two more
     pool_size: int = 3
     # PostgreSQL: at most this much maintenance_work_mem for building a vector index after a
-    # load. The graph builds fastest whole in memory: ~1.75 KB a 256-dimension vector, so 1M
-    # of them want ~2 GB; past it pgvector builds at about the rate of row-by-row inserts
+    # load. The graph builds fastest whole in memory: ~1.6 KB a 256-dimension vector, so 1M
+    # of them want ~1.9 GB; past it pgvector builds at about the rate of row-by-row inserts
     build_memory_mb: int = 1024
     # PostgreSQL keyword ranking: "auto" = BM25 in a pg_textsearch index when the server has
     # the extension (in shared_preload_libraries), else PostgreSQL's own full text; "builtin"

@@ -39,9 +39,10 @@ from memcore.storage.rows import (
 # 100), measured with the fleet's vectors
 EF_CONSTRUCTION = 40
 # links a vector keeps (pgvector's m, default 16; twice as many on the bottom layer). At 1M
-# 256-d vectors (200 questions near stored vectors, recall@10 against an exact scan, the
-# store's ef_search of 400) 12 builds in 127 s with recall 0.9655, 16 in 159-178 s with
-# 0.9645; the graph needs a quarter less memory
+# 256-d vectors (200 queries near stored vectors, recall@10 against an exact scan, the
+# store's ef_search of 400), on two vaults: 12 builds in 127-129 s with recall 0.9655 and
+# 0.9600, 16 in 159-178 s with 0.9645 on both; the graph needs a quarter less memory
+# (ef_construction 32 with m 12: 116 s, but 0.9330)
 HNSW_M = 12
 ANALYZE_FROM = 2000  # chunks a bulk load writes before the planner's statistics are refreshed
 
