@@ -21,7 +21,7 @@ REBUILD_SHARE = 4
 log = logging.getLogger(__name__)
 
 
-def build_memory_mb(count: int, dim: int) -> int:
+def graph_memory_mb(count: int, dim: int) -> int:
     """The maintenance_work_mem an HNSW build of ``count`` vectors of ``dim`` dimensions
     needs (MB): each vector (4 bytes a dimension and a header), its bottom layer's links (16
     bytes each), and ~200 bytes for the element, its upper layers and the allocator.
@@ -85,7 +85,7 @@ async def build_missing_indexes(store: BulkStore) -> None:
                 store.owed_indexes.pop(name, None)
                 store.small_indexes[name] = count
                 continue
-            need = build_memory_mb(count, dim)  # fastest with the whole graph in memory
+            need = graph_memory_mb(count, dim)  # fastest with the whole graph in memory
             if need > store.build_memory_mb:  # pgvector says so only in a NOTICE
                 log.warning(
                     "building the vector index of %d vectors in %d MB; it wants ~%d MB "
