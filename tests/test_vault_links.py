@@ -9,6 +9,7 @@ import pytest
 
 from memcore.core.errors import VaultError
 from memcore.core.settings import load_settings
+from memcore.vault import files
 from tests.conftest import make_service
 from tests.support import FakeEmbedder, write
 
@@ -58,3 +59,29 @@ async def test_notes_behind_links_out_of_the_vault_are_read_only_when_asked(
         assert (await svc.status()).files == 3
         hits = (await svc.search("launch code")).hits
         assert hits and "launch code" in hits[0].text
+
+
+@pytest.mark.parametrize("walk", ["kernel", "python"])
+def test_links_are_judged_alike_by_the_kernel_walk_and_the_python_one(
+    vault: Path, outside: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, walk: str
+) -> None:
+    if walk == "python":  # a system without O_PATH and /proc: Path.resolve walks
+        monkeypatch.setattr(files, "_O_PATH", 0)
+    memory = vault / "memory"
+    (memory / "users").mkdir()
+    (memory / "users" / "alice").symlink_to(outside)  # out
+    (memory / "inner").mkdir()
+    (memory / "team").symlink_to(memory / "inner")  # a link that stays inside
+    sibling = vault.parent / f"{vault.name}-other"  # the vault's path is a prefix of its path
+    sibling.mkdir()
+    (memory / "peer").symlink_to(sibling)
+    via = tmp_path / "via"
+    via.symlink_to(vault)  # the vault itself, reached through a link
+    for root in (vault, via):
+        assert files.leads_out(root, "memory/users/alice/core.md")
+        assert files.leads_out(root, "memory/peer/core.md")
+        assert not files.leads_out(root, "memory/team/core.md")
+        assert not files.leads_out(root, "memory/new/deeper/core.md")  # not there yet
+        assert files.check_writable(root, "memory/team/core.md") == root / "memory/team/core.md"
+        with pytest.raises(VaultError, match="leads out of the vault"):
+            files.check_writable(root, "memory/users/alice/new/core.md")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
@@ -111,22 +112,50 @@ def _existing(root: Path, path: Path) -> Path:
 def leads_out(root: Path, rel: str) -> bool:
     """Whether ``root / rel`` ends up outside the vault once links are resolved (for a path
     that does not exist yet: its nearest existing folder)."""
-    return not _existing(root, root / rel).resolve().is_relative_to(root.resolve())
+    return _outside(root, _existing(root, root / rel))
 
 
 def check_writable(root: Path, rel: str) -> Path:
     """The full path of a vault file memcore is about to write; VaultError if a symbolic link
     would take the write out of the vault, VaultWriteError if the vault is read-only there."""
-    if leads_out(root, rel):
+    full = root / rel
+    near = _existing(root, full)  # the file, or the nearest folder above it that exists
+    if _outside(root, near):
         raise VaultError(
             f"{rel} leads out of the vault through a symbolic link; memcore writes only "
             "inside the vault"
         )
-    full = root / rel
-    folder = _existing(root, full.parent)
-    if not os.access(folder, os.W_OK) or (full.exists() and not os.access(full, os.W_OK)):
+    there = near == full
+    if not os.access(full.parent if there else near, os.W_OK) or (
+        there and not os.access(full, os.W_OK)
+    ):
         raise VaultWriteError(f"the vault is read-only: cannot write {rel}; nothing was written")
     return full
+
+
+def _outside(root: Path, path: Path) -> bool:
+    """Whether the existing ``path``, its links resolved, is outside ``root``'s."""
+    real, base = _resolved(path), _resolved(root)
+    return real != base and not real.startswith(base.rstrip("/") + "/")
+
+
+def _resolved(path: Path) -> str:
+    """``path`` with every link resolved, by the kernel's own walk where Linux shows it (an
+    open and a readlink: a batch checks 10,000 paths, and resolving one a part at a time in
+    Python took a tenth of each page write)."""
+    if _O_PATH:
+        with contextlib.suppress(OSError):
+            fd = os.open(path, _O_PATH | os.O_CLOEXEC)
+            try:
+                found = os.readlink(f"/proc/self/fd/{fd}")
+            finally:
+                os.close(fd)
+            if found.startswith("/"):
+                return found
+    return str(path.resolve())
+
+
+_O_PATH = getattr(os, "O_PATH", 0)  # Linux; elsewhere Path.resolve does the walk
 
 
 def append_text(text: str, block: str) -> str:
