@@ -11,6 +11,7 @@ import ctypes
 import errno
 import fcntl
 import hashlib
+import itertools
 import os
 import secrets
 import stat
@@ -36,10 +37,14 @@ def read_or_none(path: Path) -> bytes | None:
         return None
 
 
+_TOKEN = secrets.token_hex(4)  # this process's temp files: its pid, this, and a count
+_TEMPS = itertools.count()
+
+
 def replace_if_unchanged(path: Path, text: str, expected: bytes | None) -> bool:
     """Write ``text`` to a temp file and rename it over ``path``, unless ``path`` no longer
     holds ``expected`` (None: must not exist). False when someone changed it meanwhile."""
-    tmp = path.with_name(f".{path.name}.memcore-{secrets.token_hex(4)}")
+    tmp = path.with_name(f".{path.name}.memcore-{os.getpid():x}{_TOKEN}{next(_TEMPS):x}")
     try:
         try:
             fh = tmp.open("wb")
@@ -61,10 +66,12 @@ def replace_if_unchanged(path: Path, text: str, expected: bytes | None) -> bool:
         with _locked(path, "rb") as current:
             # Another memcore process checks and replaces under the same lock; a person's save
             # is caught by the check, or, landing between check and rename, by the exchange.
-            if current is None or read_or_none(path) != expected:
+            if current is None or current.read() != expected:
                 return False
-            if not _exchange(tmp, path):
-                os.replace(tmp, path)  # no renameat2 here: the check above is all we have
+            if not _exchange(tmp, path):  # no renameat2 here: the check is all we have
+                if read_or_none(path) != expected:  # (of the path: replaced since it opened?)
+                    return False
+                os.replace(tmp, path)
                 return True
             if read_or_none(tmp) == expected:
                 return True  # what we replaced is what we read
