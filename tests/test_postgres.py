@@ -17,7 +17,7 @@ from memcore.compose import build_store
 from memcore.core.errors import ConfigError, NotFound, StorageError
 from memcore.core.models import FileState, SearchFilters
 from memcore.core.settings import Settings, load_settings
-from memcore.storage.postgres.queries import as_list, nearest_query
+from memcore.storage.postgres.queries import as_param, nearest_query
 from memcore.storage.postgres.server import uses_iterative_scan
 from memcore.storage.postgres.store import PostgresStore
 from memcore.vault.chunker import chunk_markdown
@@ -126,7 +126,12 @@ async def test_vector_search_uses_the_hnsw_index_with_filters_in_sql(
                 await tx.replace_file(state, chunks, [vecs[n]], "m")
         async with store.snapshot() as r:
             await r.conn.execute("SET LOCAL enable_sort = off")  # as on a big table
-            q = as_list(vecs[7])
+            q = as_param(vecs[7])
+            # sent in pgvector's binary form: the very vector the float4[] text form gives
+            cur = await r.conn.execute(
+                "SELECT %s::vector = %s::float4[]::vector", [q, vecs[7].tolist()]
+            )
+            assert (await cur.fetchall()) == [(True,)]
             cur = await r.conn.execute(
                 b"EXPLAIN " + nearest_query(namespace, "m", 16).as_bytes(r.conn), [q, 5]
             )
@@ -210,7 +215,7 @@ async def test_a_bulk_load_builds_a_small_vector_index_once_after_it(
             await r.conn.execute("SET LOCAL enable_sort = off")  # as on a big table
             cur = await r.conn.execute(
                 b"EXPLAIN " + nearest_query(namespace, "m", 16).as_bytes(r.conn),
-                [as_list(vecs[5]), 5],
+                [as_param(vecs[5]), 5],
             )
             plan = "\n".join(str(row[0]) for row in await cur.fetchall())
             assert "memory_chunks_hnsw_" in plan, plan
@@ -226,7 +231,7 @@ async def test_the_exact_query_keeps_the_hnsw_index_out(postgres_url: str, names
         async with store.snapshot() as r:
             await r.conn.execute("SET LOCAL enable_sort = off")  # as on a big table
             query = nearest_query(namespace, "m", 16, exact=True).as_bytes(r.conn)
-            cur = await r.conn.execute(b"EXPLAIN " + query, [as_list(np.ones(16)), 5])
+            cur = await r.conn.execute(b"EXPLAIN " + query, [as_param(np.ones(16)), 5])
             plan = "\n".join(str(row[0]) for row in await cur.fetchall())
     assert "memory_chunks_hnsw_" not in plan, plan
 

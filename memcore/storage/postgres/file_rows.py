@@ -22,7 +22,7 @@ from memcore.core.models import Chunk
 from memcore.core.own_words import Words
 from memcore.core.tokenize import fts_text
 from memcore.storage.base import FileRows, Vector
-from memcore.storage.postgres.queries import TS, Conn
+from memcore.storage.postgres.queries import TS, Conn, VectorParam
 from memcore.storage.rows import (
     OLD_CHUNK_COLUMNS,
     Homes,
@@ -125,11 +125,14 @@ _KEPT_FIELDS = (
 
 class VectorBinary(Dumper):
     """A float32 vector in pgvector's binary form (dimensions, a reserved 0, big-endian
-    floats), for COPY. Its ``oid`` is the database's: ``vector_dumper`` makes the class."""
+    floats), for COPY and for a VectorParam. Its ``oid`` is the database's:
+    ``vector_dumper`` makes the class."""
 
     format = Format.BINARY
 
     def dump(self, obj: Any) -> bytes:
+        if isinstance(obj, VectorParam):
+            obj = obj.values
         values = np.asarray(obj, dtype=">f4").ravel()
         return struct.pack(">HH", values.size, 0) + values.tobytes()
 
@@ -137,6 +140,14 @@ class VectorBinary(Dumper):
 def vector_dumper(oid: int) -> type[Dumper]:
     """The dumper of ``vector`` values for a database whose type has this oid."""
     return type("VectorDumper", (VectorBinary,), {"oid": oid})
+
+
+def register_vectors(conn: Conn, oid: int) -> None:
+    """``vector`` values on this connection in binary: COPY's (by the type's ``oid``) and
+    every VectorParam."""
+    dumper = vector_dumper(oid)
+    conn.adapters.register_dumper(None, dumper)
+    conn.adapters.register_dumper(VectorParam, dumper)
 
 
 @dataclass(slots=True)

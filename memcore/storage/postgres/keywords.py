@@ -32,7 +32,7 @@ from memcore.storage.postgres.queries import (
     Conn,
     Queries,
     StoreState,
-    as_list,
+    as_param,
 )
 
 
@@ -153,9 +153,9 @@ class KeywordQueries(Queries):
         vector, model_id = self._vector
         column = (
             ", CASE WHEN c.embedding_model = %s AND vector_dims(c.embedding) = %s "
-            "THEN 1 - (c.embedding <=> %s::float4[]::vector) END"
+            "THEN 1 - (c.embedding <=> %s::vector) END"
         )
-        return column, [model_id, int(vector.size), as_list(vector)]
+        return column, [model_id, int(vector.size), as_param(vector)]
 
     def _note_cosines(self, rows: Sequence[Sequence[Any]]) -> None:
         if self._vector is not None:

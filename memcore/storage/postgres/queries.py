@@ -76,9 +76,21 @@ INSERT_MEMORY = (
 )
 
 
-def as_list(vec: Vector) -> list[float]:
-    """A vector as the float4[] parameter that is cast to pgvector's type in SQL."""
-    return np.asarray(vec, dtype=np.float32).ravel().tolist()
+class VectorParam:
+    """A vector as a statement's parameter, sent in pgvector's own binary form (its dumper is
+    registered on every connection: ``file_rows.register_vectors``). As a float4[] of Python
+    floats it was dumped as text: 0.4 ms of the event loop's time for 256 dimensions, twice a
+    search, and parsed float by float on the server."""
+
+    __slots__ = ("values",)
+
+    def __init__(self, vec: Vector) -> None:
+        self.values = np.asarray(vec, dtype=np.float32).ravel()
+
+
+def as_param(vec: Vector) -> VectorParam:
+    """A vector as the parameter of ``%s::vector`` (see VectorParam)."""
+    return VectorParam(vec)
 
 
 def as_vector(value: Sequence[float]) -> Vector:
@@ -103,7 +115,7 @@ def nearest_query(
     ``where`` values, k."""
     typed = sql.SQL("vector({})").format(sql.Literal(dim))
     inner = sql.SQL(
-        "SELECT c.id, c.embedding::{t} <=> %s::float4[]::{t} AS d FROM memory_chunks c "
+        "SELECT c.id, c.embedding::{t} <=> %s::{t} AS d FROM memory_chunks c "
         "WHERE c.ns = {ns} AND c.embedding_model = {model} AND vector_dims(c.embedding) = {n}"
         "{where}"
     ).format(

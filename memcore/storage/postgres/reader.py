@@ -34,7 +34,7 @@ from memcore.storage.filters_sql import (
 )
 from memcore.storage.postgres.keywords import KeywordQueries
 from memcore.storage.postgres.queries import (
-    as_list,
+    as_param,
     as_vector,
     nearest_query,
 )
@@ -75,13 +75,13 @@ class PostgresReader(KeywordQueries):
             if found is not None:
                 return found
         where, params = filter_sql(filters, POSTGRES)
-        q = as_list(vector)
+        q = as_param(vector)
         few = await self._few_ids(filters)
         if few is not None:  # a small scope: its own rows, compared exactly
             rest, more = filter_sql(unscoped(filters), POSTGRES)
             rows = await self.all(  # the rows by their key (not by the graph, nor by the
                 # model's index), then compared: OFFSET 0 keeps the planner from merging them
-                "SELECT id, embedding <=> %s::float4[]::vector AS d FROM (SELECT c.id, c.ns, "
+                "SELECT id, embedding <=> %s::vector AS d FROM (SELECT c.id, c.ns, "
                 "c.embedding_model, c.embedding FROM memory_chunks c WHERE c.id = ANY(%s)"
                 f"{rest} OFFSET 0) s WHERE ns = %s AND embedding_model = %s AND "
                 "vector_dims(embedding) = %s ORDER BY d, id LIMIT %s",
@@ -138,10 +138,10 @@ class PostgresReader(KeywordQueries):
             with suppress(ValueError):  # compacted past this snapshot: asked in SQL
                 return await scan(held, held.similarity, query, ids, self.generation)
         rows = await self.all(
-            "SELECT id, 1 - (embedding <=> %s::float4[]::vector) FROM memory_chunks "
+            "SELECT id, 1 - (embedding <=> %s::vector) FROM memory_chunks "
             "WHERE ns = %s AND embedding_model = %s AND vector_dims(embedding) = %s "
             "AND id = ANY(%s)",
-            (as_list(vector), self.ns, model_id, dim, list(ids)),
+            (as_param(vector), self.ns, model_id, dim, list(ids)),
         )
         return {int(r[0]): float(r[1]) for r in rows}
 

@@ -38,7 +38,7 @@ from memcore.storage.migrations import load_migrations
 from memcore.storage.postgres.bm25 import enable_bm25
 from memcore.storage.postgres.bm25 import repair as repair_bm25
 from memcore.storage.postgres.bulk import build_missing_indexes, drop_small_indexes, settle
-from memcore.storage.postgres.file_rows import vector_dumper
+from memcore.storage.postgres.file_rows import register_vectors
 from memcore.storage.postgres.held_vectors import HeldVectors, log_changes
 from memcore.storage.postgres.reader import PostgresReader
 from memcore.storage.postgres.roles import FileHolds, PostgresRoles, live_nodes
@@ -246,14 +246,14 @@ class PostgresStore:
         cur = await db.execute("SELECT 'vector'::regtype::oid")
         found = await cur.fetchone()
         self.vector_oid = int(str(found[0])) if found else 0
-        db.adapters.register_dumper(None, vector_dumper(self.vector_oid))
+        register_vectors(db, self.vector_oid)
 
     async def _connect(self) -> psycopg.AsyncConnection[tuple[object, ...]]:
         conn = await psycopg.AsyncConnection.connect(
             self.url, autocommit=True, connect_timeout=10, application_name="memcore"
         )
         if self.vector_oid:  # a connection made again (the first learns it at open)
-            conn.adapters.register_dumper(None, vector_dumper(self.vector_oid))
+            register_vectors(conn, self.vector_oid)
             self.bm25_check_due = bool(self.bm25)
         return conn
 

@@ -25,7 +25,7 @@ from memcore.storage.postgres.queries import (
     Conn,
     Queries,
     StoreState,
-    as_list,
+    as_param,
     vector_index_name,
 )
 from memcore.storage.rows import (
@@ -211,7 +211,7 @@ class PostgresWriter(Queries):
         """Kept rows (OLD_CHUNK_COLUMNS) that hold another model's vector (or none) take the
         one made now."""
         rows = [
-            (as_list(v), model_id, row[0])
+            (as_param(v), model_id, row[0])
             for row, v in kept
             if v is not None and row[9] != model_id
         ]
@@ -219,7 +219,7 @@ class PostgresWriter(Queries):
             self.vectors_changed([r[2] for r in rows], added=True, removed=True)
             async with self.conn.cursor() as cur:
                 await cur.executemany(
-                    "UPDATE memory_chunks SET embedding = %s::float4[]::vector, "
+                    "UPDATE memory_chunks SET embedding = %s::vector, "
                     "embedding_model = %s WHERE id = %s",
                     rows,
                 )
@@ -323,9 +323,9 @@ class PostgresWriter(Queries):
         await self._keep_vectors([cid for cid, _ in fresh])  # another model's, replaced now
         async with self.conn.cursor() as cur:
             await cur.executemany(
-                "UPDATE memory_chunks SET embedding = %s::float4[]::vector, embedding_model = %s "
+                "UPDATE memory_chunks SET embedding = %s::vector, embedding_model = %s "
                 "WHERE id = %s",
-                [(as_list(v), model_id, cid) for cid, v in fresh],
+                [(as_param(v), model_id, cid) for cid, v in fresh],
             )
         await self.ensure_vector_index(model_id, [v for _, v in fresh])
         return len(fresh)
@@ -337,10 +337,10 @@ class PostgresWriter(Queries):
         async with self.conn.cursor() as cur:
             await cur.executemany(
                 "INSERT INTO embedding_cache (ns, content_hash, model, embedding, created_at) "
-                "VALUES (%s, %s, %s, %s::float4[]::vector, %s) "
+                "VALUES (%s, %s, %s, %s::vector, %s) "
                 "ON CONFLICT (ns, content_hash, model) DO UPDATE SET "
                 "embedding = excluded.embedding, created_at = excluded.created_at",
-                [(self.ns, h, model_id, as_list(v), stamp) for h, v in vectors.items()],
+                [(self.ns, h, model_id, as_param(v), stamp) for h, v in vectors.items()],
             )
 
     async def supply_vectors(self, vectors: Mapping[str, Vector], model_id: str) -> int:
