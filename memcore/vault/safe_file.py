@@ -68,8 +68,8 @@ def replace_if_unchanged(path: Path, text: str, expected: bytes | None) -> bool:
             # is caught by the check, or, landing between check and rename, by the exchange.
             if current is None or current.read() != expected:
                 return False
-            if not _exchange(tmp, path):  # no renameat2 here: the check is all we have
-                if read_or_none(path) != expected:  # (of the path: replaced since it opened?)
+            if not _exchange(tmp, path):  # no renameat2 here: the check is all we have,
+                if read_or_none(path) != expected:  # so of the path too (a save since open?)
                     return False
                 os.replace(tmp, path)
                 return True
