@@ -24,6 +24,8 @@ import pytest
 
 from memcore.core.errors import StorageBusy
 from memcore.core.nodes import NodeCard
+from memcore.core.places import nodes_dir_of
+from memcore.fronts.daemon_state import make_node_home
 from memcore.index.watcher import network_file_system
 from memcore.storage.postgres.roles import FileHolds, PostgresRoles, live_nodes
 from memcore.storage.postgres.server import lock_key
@@ -79,8 +81,9 @@ def three_nodes(
             port = free_port()
             nodes[port] = _serve(vault, port, env, tmp_path / f"node{port}.log")
         for port, proc in nodes.items():
+            log = tmp_path / f"node{port}.log"
             assert wait_until(lambda p=port: _status(p) is not None, timeout=60), (
-                f"node on {port} did not come up (exit {proc.poll()})"
+                f"node on {port} did not come up (exit {proc.poll()}):\n{log.read_text()}"
             )
         yield nodes
     finally:
@@ -402,6 +405,39 @@ def test_this_machines_temp_folder_is_not_taken_for_a_network_file_system(
     tmp_path: Path,
 ) -> None:
     assert network_file_system(tmp_path) is None
+
+
+def test_a_node_starting_keeps_the_folder_of_a_node_starting_beside_it_and_tidies_dead_ones(
+    tmp_path: Path, vault: Path
+) -> None:
+    """Nodes start at once on one machine: one may look at the folder of another that has made
+    it but not locked it yet. It must be left alone while its process lives (taken away, the
+    other node's lock or status file vanished under it and it ended with exit 1); a folder
+    whose process has ended is removed, with what it holds."""
+    env = {"XDG_RUNTIME_DIR": str(tmp_path / "run")}
+    nodes = nodes_dir_of(vault, env)
+    beside = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    ended = subprocess.Popen([sys.executable, "-c", "pass"])
+    ended.wait()
+    try:
+        starting = nodes / str(beside.pid)  # made, not locked yet: no lock file, no status
+        starting.mkdir(parents=True)
+        dead = nodes / str(ended.pid)
+        dead.mkdir()
+        (dead / "daemon.lock").write_text(str(ended.pid))
+        stray = nodes / "not-a-node"
+        stray.mkdir()
+        make_node_home(nodes / str(os.getpid()))
+        assert starting.is_dir()
+        assert not dead.exists()
+        assert not stray.exists()  # no lock held in it: no node's
+        assert (nodes / str(os.getpid())).is_dir()
+        assert all(
+            (p.stat().st_mode & 0o777) == 0o700 for p in (nodes.parent, nodes, starting.parent)
+        )
+    finally:
+        beside.kill()
+        beside.wait()
 
 
 def test_nodes_on_postgres_outlive_the_database_going_away_and_catch_up_after(

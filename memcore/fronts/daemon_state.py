@@ -62,13 +62,29 @@ def make_node_home(home: Path) -> None:
     """Make a node's folder (``node_home``), private level by level, and remove the folders
     of the vault's nodes that died."""
     nodes = home.parent
-    for level in (nodes.parent.parent, nodes.parent, nodes, home):
-        make_private_dir(level)
-        if level.stat().st_uid != os.getuid():
-            raise DaemonError(f"{level} belongs to another user; set XDG_RUNTIME_DIR")
+    levels = (nodes.parent.parent, nodes.parent, nodes, home)
+    for _ in range(2):  # again: a node leaving may have removed the vault's folder between
+        for level in levels:
+            make_private_dir(level)
+            if level.stat().st_uid != os.getuid():
+                raise DaemonError(f"{level} belongs to another user; set XDG_RUNTIME_DIR")
     for old in nodes.iterdir():
-        if old.is_dir() and old != home and status_in(old) is None:
+        if old.is_dir() and old != home and _dead(old):
             remove_node_home(old)
+
+
+def _dead(home: Path) -> bool:
+    """Whether the node whose folder this is has ended: the process it is named after is gone.
+    (Its lock cannot tell: a node starting now made its folder but has not locked it yet.)"""
+    try:
+        os.kill(int(home.name), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False  # a process of another user's: not this folder's node, but alive
+    except (ValueError, OverflowError):  # not a pid: a folder of no node's
+        return status_in(home) is None
+    return False
 
 
 def remove_node_home(home: Path) -> None:
