@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import sqlite3
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
@@ -323,14 +324,21 @@ def _pending_count(db: sqlite3.Connection, model_id: str) -> int:
 
 
 def _begun_with(
-    db: sqlite3.Connection, counted: tuple[int, str] | None, fn: Callable[..., R], *args: Any
+    db: sqlite3.Connection,
+    counted: tuple[int, str] | None,
+    started: Callable[[int], None],
+    fn: Callable[..., R],
+    *args: Any,
 ) -> tuple[int, int | None, R]:
     """A snapshot's start and its first query, in one hand-off: (generation, chunks pending,
     result). ``counted``: (generation, model) of the pending count remembered; at a newer
     generation the model's chunks pending are counted again (None: not counted). Every
     search asks for it, and the count is a few index lookups: not worth a hand-off of its
-    own at each generation, which under writes is every tenth search."""
+    own at each generation, which under writes is every tenth search. ``started`` is told
+    the generation as soon as the snapshot is fixed, before the query runs: what waits only
+    for that (the vector half of a search) goes on beside the query."""
     generation = begin_snapshot(db)
+    started(generation)
     pending = None
     if counted is not None and counted[0] != generation:
         pending = _pending_count(db, counted[1])
@@ -420,20 +428,29 @@ class SqliteReader(_Queries):
             await asyncio.shield(self._starting)  # its error is this query's: it ran
             # outside the snapshot
             return result
-        self._starting = starting = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        self._starting = starting = loop.create_future()
         memo = self._store.pending_memo
         counted = next(iter(memo), None)
+
+        def started(generation: int) -> None:  # on the connection's thread
+            with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits
+                loop.call_soon_threadsafe(self._started, starting, generation)
+
         try:
             generation, pending, result = await file_rows.on_thread(
-                self.conn, _begun_with, counted, fn, *args
+                self.conn, _begun_with, counted, started, fn, *args
             )
         except BaseException as exc:
-            starting.set_exception(
-                exc if isinstance(exc, Exception) else StorageError("the snapshot did not start")
-            )
-            starting.exception()  # seen: the followers, if any, raise it themselves
+            if not starting.done():  # the BEGIN failed (else only this query did)
+                starting.set_exception(
+                    exc
+                    if isinstance(exc, Exception)
+                    else StorageError("the snapshot did not start")
+                )
+                starting.exception()  # seen: the followers, if any, raise it themselves
             raise
-        self._generation = generation
+        self._started(starting, generation)
         if (
             counted is not None
             and pending is not None
@@ -441,8 +458,13 @@ class SqliteReader(_Queries):
         ):
             memo.clear()
             memo[generation, counted[1]] = pending
-        starting.set_result(generation)
         return result
+
+    def _started(self, starting: asyncio.Future[int], generation: int) -> None:
+        """The snapshot is fixed at ``generation`` (once: told early, then by the result)."""
+        if not starting.done():
+            self._generation = generation
+            starting.set_result(generation)
 
     async def file_states(self, paths: Sequence[str] | None = None) -> dict[str, FileState]:
         sql = "SELECT path, content_hash, size, mtime_ns FROM files"
