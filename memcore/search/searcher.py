@@ -452,8 +452,14 @@ class Searcher:
 
     async def warm(self) -> None:
         """Load the Chinese segmenter and the embedding model now, off the event loop, so the
-        first search after a daemon start does not pay for them."""
-        await asyncio.to_thread(warm_segmenter)
+        first search after a daemon start does not pay for them. The segmenter only when the
+        index holds Chinese (or cannot tell): its whole dictionary takes ~0.6 s and ~70 MB,
+        and a Chinese query is cut without it (core/segmenter.py); the first Chinese text to
+        index in a vault without any loads it then."""
+        async with self.store.snapshot() as reader:
+            chinese = await reader.holds_chinese()
+        if chinese is not False:
+            await asyncio.to_thread(warm_segmenter)
         if not self.embedder.down:
             try:
                 await self.embedder.embed_queries(["warm up"])

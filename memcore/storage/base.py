@@ -245,6 +245,11 @@ class IndexReader(Protocol):
 
     async def has_vectors(self, model_id: str) -> bool: ...
 
+    async def holds_chinese(self) -> bool | None:
+        """Whether any chunk holds a Chinese word (None: this index cannot tell cheaply).
+        A process that will index or search only such text loads jieba's whole dictionary."""
+        ...
+
     async def chunk_rows(self, ids: Sequence[int]) -> dict[int, ChunkRow]: ...
 
     async def cached_vectors(self, hashes: Sequence[str], model_id: str) -> dict[str, Vector]:

@@ -155,6 +155,9 @@ class PostgresReader(KeywordQueries):
         )
         return [r[0] for r in await self.all(sql, [self.ns, *params, limit, offset])]
 
+    async def holds_chinese(self) -> None:
+        return None  # a GIN index of tsvectors has no order of words to seek in
+
     async def has_vectors(self, model_id: str) -> bool:
         rows = await self.all(
             "SELECT 1 FROM memory_chunks WHERE ns = %s AND embedding_model = %s LIMIT 1",
