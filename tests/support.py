@@ -48,6 +48,7 @@ class FakeEmbedder:
 
     model_id: str = "test:hash64"
     reads_cjk: bool = True
+    in_process: bool = True
     batch_size: int = 16
     concurrency: int = 1
     down: bool = False

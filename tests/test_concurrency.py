@@ -7,7 +7,13 @@ import os
 import re
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pytest
 
 from memcore.core.models import FileState
 from memcore.core.settings import Settings, load_settings
@@ -15,6 +21,7 @@ from memcore.index.indexer import _replace
 from memcore.index.prepare import PreparedFile
 from memcore.service import MemoryService
 from memcore.storage.ann import AnnIndex
+from memcore.storage.sqlite.queries import SqliteReader
 from memcore.storage.sqlite.store import SqliteStore
 from memcore.vault.chunker import chunk_markdown
 from memcore.vault.files import content_hash, read_memory_file
@@ -185,3 +192,49 @@ async def test_a_version_read_before_a_newer_one_was_indexed_never_replaces_it(
     assert stale == ["memory/a.md"]
     hits = (await service.search("version")).hits
     assert [h.text.splitlines()[-1] for h in hits] == ["version B, newer"]
+
+
+class _GatedEmbedder(FakeEmbedder):
+    """Embeds a search's query only once ``gate`` opens (the documents at once)."""
+
+    def __init__(self, in_process: bool) -> None:
+        super().__init__(in_process=in_process)
+        self.gate = asyncio.Event()
+
+    async def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        if "otter pebbles" in texts:  # the query, not the page
+            await self.gate.wait()
+        return await super().embed(texts)
+
+
+@pytest.mark.parametrize("in_process", [True, False])
+async def test_a_search_runs_its_keyword_query_while_a_model_in_this_process_embeds(
+    settings: Settings, vault: Path, monkeypatch: pytest.MonkeyPatch, in_process: bool
+) -> None:
+    """With a model in this process the query's vector takes milliseconds: the snapshot opens
+    and the keyword query runs meanwhile. A remote embedder may take seconds (or retry): no
+    snapshot waits on it, so the keyword query starts only once the vector is there."""
+    write(vault, "MEMORY.md", "# Notes\n\nThe otter counted pebbles by the river.\n")
+    embedder = _GatedEmbedder(in_process)
+    started = asyncio.Event()
+    search_text = SqliteReader.search_text
+
+    async def keyword_query(self: SqliteReader, *args: Any, **kwargs: Any) -> Any:
+        started.set()
+        return await search_text(self, *args, **kwargs)
+
+    async with make_service(settings, embedder) as svc:
+        await svc.index()
+        monkeypatch.setattr(SqliteReader, "search_text", keyword_query)
+        search = asyncio.ensure_future(svc.search("otter pebbles"))
+        try:
+            await asyncio.wait_for(started.wait(), 0.5)
+        except TimeoutError:
+            assert not in_process, "the keyword query waited for the model"
+        else:
+            assert in_process, "the keyword query ran while a remote embedder answered"
+        assert not search.done()
+        embedder.gate.set()
+        result = await asyncio.wait_for(search, 10)
+    assert result.mode == "hybrid" and result.hits[0].path == "MEMORY.md"
+    assert result.hits[0].vector_score is not None and result.hits[0].keyword_score is not None

@@ -44,6 +44,12 @@ class Embedder(Protocol):
         """False for models that cannot read Chinese/Japanese (search trusts keywords more)."""
         ...
 
+    @property
+    def in_process(self) -> bool:
+        """A model run in this process: a query's vector comes in milliseconds, never after a
+        network wait, so a search may open its snapshot while it is made."""
+        ...
+
     async def embed(self, texts: Sequence[str]) -> Matrix: ...
 
     async def aclose(self) -> None: ...
@@ -108,6 +114,10 @@ class EmbeddingRunner:
     @property
     def reads_cjk(self) -> bool:
         return self.embedder.reads_cjk
+
+    @property
+    def in_process(self) -> bool:
+        return self.embedder.in_process
 
     async def dimension(self) -> int | None:
         """The size of this model's vectors (one probe embedding the first time it is asked

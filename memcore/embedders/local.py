@@ -41,6 +41,7 @@ class _InProcess:
     libraries: tuple[str, ...] = ("tokenizers",)  # imported when the model loads
     concurrency = 1  # one model, all cores: parallel batches would only contend
     reads_cjk = False  # all-MiniLM-L6-v2 was trained on English
+    in_process = True
 
     def __init__(self, batch_size: int = 32, threads: int = 0) -> None:
         self.batch_size = batch_size

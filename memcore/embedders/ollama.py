@@ -38,6 +38,7 @@ class OllamaEmbedder:
         self._client: ollama.AsyncClient | None = None
 
     reads_cjk = True  # depends on the model (bge-m3 does); assume it reads the query
+    in_process = False
 
     @property
     def model_id(self) -> str:

@@ -40,6 +40,7 @@ class OpenAIEmbedder:
         self._client: openai.AsyncOpenAI | None = None
 
     reads_cjk = True  # OpenAI's embedding models are multilingual
+    in_process = False
 
     @property
     def model_id(self) -> str:

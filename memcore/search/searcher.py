@@ -109,47 +109,42 @@ class Searcher:
             warnings.append("the query has no words to search for")
             empty: SearchMode = "keyword" if method == "keyword" else "hybrid"
             return SearchResult(query, (), empty, tuple(warnings), {})
-        # Embedded before the snapshot opens, so no snapshot waits on an embedder (a repeated
-        # query's vector is remembered by the runner: a cached answer costs no model run).
-        if query_vector is None and method != "keyword" and query.strip():
-            embedding = time.perf_counter()
-            query_vector = await self.embed_query(query, warnings)
-            self._observe("query_embedding", embedding)
-        elif query_vector is not None:
-            expected = await self.embedder.dimension()
-            if expected is not None and len(query_vector) != expected:
-                raise InputError(
-                    f"query_vector has {len(query_vector)} dimensions; "
-                    f"{self.embedder.model_id} makes vectors of {expected}"
-                )
-            query_vector = unit_vector(query_vector)
-        async with self.store.snapshot() as reader:
-            # The keyword list of the first pool is asked for first: a snapshot may start with
-            # its first query (one hand-off for both), and the cache is asked once the
-            # snapshot's generation is known (a hit leaves that list unused).
-            keywords = (
-                asyncio.ensure_future(
-                    self._timed_keywords(
-                        reader.search_text(query, s.candidates, filters, self._with(query_vector))
+        query_vector, embedding = await self._query_vector(query, method, query_vector, warnings)
+        try:
+            async with self.store.snapshot() as reader:
+                # The keyword list of the first pool is asked for first: a snapshot may start
+                # with its first query (one hand-off for both), and the cache is asked once the
+                # snapshot's generation is known (a hit leaves that list unused).
+                keywords = (
+                    asyncio.ensure_future(
+                        self._timed_keywords(
+                            reader.search_text(
+                                query, s.candidates, filters, self._with(query_vector)
+                            )
+                        )
                     )
+                    if method != "vector"
+                    else None
                 )
-                if method != "vector"
-                else None
-            )
-            await asyncio.sleep(0)  # let it hand its query to the database (as ``both`` does)
-            try:
-                key = (query, limit, repr(filters), fusion_name, min_score, as_of,
-                       *self._state(await reader.begun()))  # fmt: skip
-                if cache is not None and (found := cache.get(key)) is not None:
-                    self._observe_search(found, "hit", started)
-                    return found
-                result = await self._search_in(
-                    reader, query, limit, filters, method, floor, query_vector, as_of,
-                    warnings, keywords,
-                )  # fmt: skip
-            finally:
-                if keywords is not None:
-                    await settled(keywords)
+                await asyncio.sleep(0)  # let it hand its query to the database (as ``both``)
+                try:
+                    key = (query, limit, repr(filters), fusion_name, min_score, as_of,
+                           *self._state(await reader.begun()))  # fmt: skip
+                    if cache is not None and (found := cache.get(key)) is not None:
+                        self._observe_search(found, "hit", started)
+                        return found
+                    if embedding is not None:
+                        query_vector = await embedding
+                    result = await self._search_in(
+                        reader, query, limit, filters, method, floor, query_vector, as_of,
+                        warnings, keywords,
+                    )  # fmt: skip
+                finally:
+                    if keywords is not None:
+                        await settled(keywords)
+        finally:
+            if embedding is not None:  # a hit, or an error: not waited for
+                await settled(embedding)
         log.debug(
             "search %r: %d hits (%s) in %.1f ms",
             query, len(result.hits), result.mode, (time.perf_counter() - started) * 1000,
@@ -159,6 +154,36 @@ class Searcher:
             cache.put(key, result)
         self._observe_search(result, "off" if cache is None else "miss", started)
         return result
+
+    async def _query_vector(
+        self, query: str, method: str, given: Vector | None, warnings: list[str]
+    ) -> tuple[Vector | None, asyncio.Future[Vector | None] | None]:
+        """The query's vector (a caller's, checked), or the task making it. Made before the
+        snapshot opens, so that no snapshot waits on a remote embedder (a repeated query's
+        vector is remembered by the runner: a cached answer costs no model run). A model in
+        this process answers in milliseconds: the keyword query runs meanwhile, where the
+        index's keyword query does not take the vector."""
+        if given is not None:
+            expected = await self.embedder.dimension()
+            if expected is not None and len(given) != expected:
+                raise InputError(
+                    f"query_vector has {len(given)} dimensions; "
+                    f"{self.embedder.model_id} makes vectors of {expected}"
+                )
+            return unit_vector(given), None
+        if method == "keyword" or not query.strip():
+            return None, None
+        embedding = asyncio.ensure_future(self._timed_embedding(query, warnings))
+        if self.embedder.in_process and not self.store.keywords_take_vector:
+            return None, embedding
+        return await embedding, None
+
+    async def _timed_embedding(self, query: str, warnings: list[str]) -> Vector | None:
+        started = time.perf_counter()
+        try:
+            return await self.embed_query(query, warnings)
+        finally:
+            self._observe("query_embedding", started)
 
     def _with(self, query_vector: Vector | None) -> tuple[Vector, str] | None:
         return None if query_vector is None else (query_vector, self.embedder.model_id)

@@ -401,6 +401,9 @@ class Store(Protocol):
 
     backend: str
     retokenized: int  # chunks tokenized again at open: the vault's own words had changed
+    # Its keyword query takes the query's vector (it scores its hits' cosines in the same
+    # round trip): a search then has the vector made before it starts.
+    keywords_take_vector: bool
 
     async def __aenter__(self) -> Self: ...
 

@@ -59,6 +59,7 @@ class PostgresStore:
     """Index in a PostgreSQL database, namespaced. Open with ``async with``."""
 
     backend = "postgres"
+    keywords_take_vector = True
 
     def __init__(
         self,

@@ -96,6 +96,7 @@ class SqliteStore:
     """Index database in one SQLite file. Open with ``async with SqliteStore(path) as store``."""
 
     backend = "sqlite"
+    keywords_take_vector = False
 
     def __init__(
         self,
