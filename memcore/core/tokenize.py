@@ -47,9 +47,9 @@ def has_cjk(text: str) -> bool:
 
 def cuts_quickly(query: str) -> bool:
     """Whether a query's terms are quick to cut where the caller is: no Chinese, or jieba's
-    dictionary already loaded (serve and watch load it at start) and a short query. Else it
-    belongs in a worker thread; for a short query, that hop costs more under load than
-    cutting it."""
+    dictionary already loaded (serve and watch load it at start for an index with Chinese)
+    and a short query. Else it belongs in a worker thread; for a short query, that hop costs
+    more under load than cutting it."""
     return not has_cjk(query) or (segmenter.loaded() and len(query) <= 256)
 
 
