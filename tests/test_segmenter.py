@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -69,6 +70,25 @@ def test_no_copy_at_a_path_is_none(tmp_path: Path) -> None:
     assert segmenter.compact_tokenizer("记忆", tmp_path / "missing.sqlite") is None
     (tmp_path / "broken.sqlite").write_bytes(b"not a database")
     assert segmenter.compact_tokenizer("记忆", tmp_path / "broken.sqlite") is None
+
+
+def test_the_whole_dictionary_read_from_the_copy_is_jiebas_own(compact: Path) -> None:
+    """A process with the copy loads the whole dictionary from it (~0.2 s against jieba's own
+    ~0.7 s): the very entries and total jieba's own loading gives."""
+    own = segmenter._import().Tokenizer()
+    own.initialize()
+    assert segmenter.read_whole(compact) == (own.FREQ, own.total)
+
+
+def test_a_copy_without_the_whole_dictionary_or_broken_gives_none(tmp_path: Path) -> None:
+    older = tmp_path / "v1.sqlite"
+    with sqlite3.connect(older) as db:  # a copy made before the table ``whole``
+        db.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL)")
+        db.execute("INSERT INTO meta VALUES ('total', 10)")
+    assert segmenter.read_whole(older) is None
+    assert segmenter.read_whole(tmp_path / "missing.sqlite") is None
+    (tmp_path / "broken.sqlite").write_bytes(b"not a database")
+    assert segmenter.read_whole(tmp_path / "broken.sqlite") is None
 
 
 PROBE = """

@@ -19,6 +19,7 @@ import sqlite3
 import sys
 import tempfile
 import threading
+from array import array
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -48,14 +49,42 @@ def _import() -> Any:
 
 @lru_cache(maxsize=1)
 def full() -> Any:
-    """jieba with its whole dictionary loaded (about a second the first time in a process);
-    leaves a compact copy for later processes if there is none yet."""
+    """jieba with its whole dictionary loaded: from the compact copy when there is one
+    (~0.2 s), else by jieba itself (~0.7 s: its cache is one marshal.load of 500k entries,
+    GIL held throughout), which leaves the copy for later processes."""
     with _lock:
         jieba = _import()
-        jieba.initialize()
+        if not jieba.dt.initialized:
+            whole = read_whole(compact_path())
+            if whole is not None:
+                jieba.dt.FREQ, jieba.dt.total = whole
+                jieba.dt.initialized = True
+            else:
+                jieba.initialize()
     with contextlib.suppress(OSError, sqlite3.Error):  # a cache is a nicety: never an error
         save_compact(jieba.dt.FREQ, jieba.dt.total)
     return jieba
+
+
+def read_whole(path: Path) -> tuple[dict[str, int], int] | None:
+    """The whole dictionary (jieba's FREQ and total) from the compact copy at ``path``; None
+    when there is no readable copy. Kept there as one text of the words and one array of
+    their counts, which build the dict in a quarter of the time jieba's own cache takes."""
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
+            row = db.execute("SELECT words, counts FROM whole").fetchone()
+            total = db.execute("SELECT value FROM meta WHERE key = 'total'").fetchone()
+    except sqlite3.Error:
+        return None
+    if row is None or total is None:
+        return None
+    words, counts = str(row[0]).split("\n"), array("q")
+    counts.frombytes(bytes(row[1]))
+    if sys.byteorder != "little":
+        counts.byteswap()
+    if len(words) != len(counts):
+        return None
+    return dict(zip(words, counts.tolist(), strict=True)), int(total[0])
 
 
 def loaded() -> bool:
@@ -71,7 +100,8 @@ def compact_path() -> Path:
         tag = f"{st.st_size}-{st.st_mtime_ns}"
     except OSError:
         tag = "unknown"
-    return user_cache_dir() / "memcore" / f"jieba-dict-{tag}.sqlite"
+    # v2: with the table ``whole`` (a copy made before lacks it, and is replaced)
+    return user_cache_dir() / "memcore" / f"jieba-dict-v2-{tag}.sqlite"
 
 
 def _dictionary_file() -> Path:
@@ -96,7 +126,12 @@ def save_compact(freq: dict[str, int], total: int, target: Path | None = None) -
                 "CREATE TABLE freq (word TEXT PRIMARY KEY, n INTEGER NOT NULL) WITHOUT ROWID"
             )
             db.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL)")
+            db.execute("CREATE TABLE whole (words TEXT NOT NULL, counts BLOB NOT NULL)")
             db.executemany("INSERT INTO freq VALUES (?, ?)", freq.items())
+            counts = array("q", freq.values())
+            if sys.byteorder != "little":
+                counts.byteswap()
+            db.execute("INSERT INTO whole VALUES (?, ?)", ("\n".join(freq), counts.tobytes()))
             longest = max((len(w) for w in freq), default=0)
             db.executemany(
                 "INSERT INTO meta VALUES (?, ?)", [("total", total), ("longest", longest)]
