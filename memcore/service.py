@@ -15,10 +15,9 @@ from collections.abc import AsyncIterator, Callable, Collection
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Self
+from typing import TYPE_CHECKING, Self
 
 from memcore.core.errors import MemcoreError
-from memcore.core.metrics import Metrics
 from memcore.core.models import (
     LOCAL,
     Caller,
@@ -46,6 +45,9 @@ from memcore.search.searcher import Searcher
 from memcore.search.strength import Policy
 from memcore.storage.base import Store, Vector
 from memcore.vault.history import HistoryLog
+
+if TYPE_CHECKING:
+    from memcore.core.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
@@ -120,8 +122,7 @@ class MemoryService:
         self.conversations = (NoConversations if off else Conversations)(self.writer)
         self.scratch = ScratchConversations(self.writer)  # a throwaway session's, in memory
         self.readiness = Readiness()
-        self.metrics = Metrics()  # GET /metrics: counted by the searcher, embedder, HTTP app
-        self.searcher.metrics = embedder.metrics = self.metrics
+        self._metrics: Metrics | None = None  # made by the first front that serves them
 
     async def __aenter__(self) -> Self:
         await self.store.__aenter__()
@@ -301,6 +302,18 @@ class MemoryService:
             "nodes": [n.to_dict() for n in await self.store.nodes()],
         }
         return dict(redacted(document))
+
+    @property
+    def metrics(self) -> Metrics:
+        """What ``GET /metrics`` serves, counted by the searcher, the embedder and the HTTP app
+        from when a front first asks (an HTTP app is built with them): a one-shot command
+        never does, and never imports prometheus_client (~25 ms of its start)."""
+        if self._metrics is None:
+            from memcore.core.metrics import Metrics
+
+            self._metrics = Metrics()
+            self.searcher.metrics = self.embedder.metrics = self._metrics
+        return self._metrics
 
     async def metrics_text(self) -> bytes:
         """The metrics in Prometheus' text format, the gauges read now (see core/metrics.py)."""

@@ -5,6 +5,10 @@ as /api/status."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import httpx
@@ -90,3 +94,36 @@ async def test_metrics_count_requests_searches_and_embeds_and_read_the_index(
     assert value(now, "memcore_index_generation") > value(before, "memcore_index_generation")
     assert value(now, "memcore_ready") == 1 and value(now, "memcore_embed_queue_chunks") == 0
     assert value(now, "process_resident_memory_bytes") > 10_000_000
+
+
+ONE_SHOT = """
+import asyncio, json, sys
+from pathlib import Path
+from memcore import load_settings, open_service
+
+async def main(vault):
+    async with open_service(load_settings(Path(vault))) as svc:
+        found = await svc.search("otters", limit=3)
+        before = "prometheus_client" in sys.modules
+        counted = svc.metrics.search_seconds  # a front asks: made then, counting from then
+        await svc.search("otters pebbles", limit=3)
+        text = (await svc.metrics_text()).decode()
+    print(json.dumps({"hits": len(found.hits), "imported_before": before,
+                      "counted": "memcore_search_duration_seconds_count" in text}))
+
+asyncio.run(main(sys.argv[1]))
+"""
+
+
+def test_a_one_shot_command_counts_nothing_and_imports_no_metrics_library(
+    vault: Path, tmp_path: Path
+) -> None:
+    """Metrics are for a served service (GET /metrics, the daemon's socket): a one-shot
+    search never imports prometheus_client (~25 ms of its start); asked for, they count."""
+    (vault / "MEMORY.md").write_text("# Notes\n\nThe otters count pebbles.\n", encoding="utf-8")
+    env = {**os.environ, "MEMCORE_EMBEDDER_PROVIDER": "static",
+           "XDG_CACHE_HOME": str(tmp_path / "cache")}  # fmt: skip
+    done = subprocess.run([sys.executable, "-c", ONE_SHOT, str(vault)], env=env, check=True,
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result == {"hits": 1, "imported_before": False, "counted": True}

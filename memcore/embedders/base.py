@@ -6,14 +6,16 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Sequence
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
 from memcore.core.errors import EmbedderUnavailable, MemcoreError
 from memcore.core.lru import LRU
-from memcore.core.metrics import Metrics
+
+if TYPE_CHECKING:
+    from memcore.core.metrics import Metrics
 
 log = logging.getLogger(__name__)
 

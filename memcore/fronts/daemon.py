@@ -106,6 +106,7 @@ class Daemon:
         w = self.settings.watch
         self.debouncer = Debouncer(w.debounce_ms / 1000, w.max_delay_ms / 1000)
         self.service.readiness.phase = "starting"  # until the catch-up in run() is done
+        self.service.metrics  # noqa: B018 - made now: a daemon serves them, catch-up counted
         self.roles = self.service.store.node_roles(this_node(self.kind, self.url))
         shared = self.roles is not None
         self.home = node_home(self.settings.vault) if shared else self.settings.state_dir

@@ -17,12 +17,12 @@ import time
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from memcore.core.errors import EmbedderError, InputError
 from memcore.core.lru import LRU
-from memcore.core.metrics import Metrics
 from memcore.core.models import Hit, MemoryRecord, SearchFilters, SearchMode, SearchResult
 from memcore.core.moments import utc_today
 from memcore.core.settings import Settings
@@ -31,6 +31,9 @@ from memcore.embedders.base import EmbeddingRunner
 from memcore.search import fusion, strength
 from memcore.search.recall import Recall, note_key
 from memcore.storage.base import IndexReader, Store, Vector, both, settled
+
+if TYPE_CHECKING:
+    from memcore.core.metrics import Metrics
 
 log = logging.getLogger(__name__)
 MAX_LIMIT = 1000  # results one search returns at most, on every front
