@@ -176,10 +176,9 @@ class Searcher:
             return unit_vector(given), None
         if method == "keyword" or not query.strip():
             return None, None
-        embedding = asyncio.ensure_future(self._timed_embedding(query, warnings))
         if self.embedder.in_process and not self.store.keywords_take_vector:
-            return None, embedding
-        return await embedding, None
+            return None, asyncio.ensure_future(self._timed_embedding(query, warnings))
+        return await self._timed_embedding(query, warnings), None
 
     async def _timed_embedding(self, query: str, warnings: list[str]) -> Vector | None:
         started = time.perf_counter()
