@@ -305,6 +305,26 @@ async def test_a_matrix_that_grows_past_the_graph_size_is_replaced_by_a_graph(
         assert [await nearest(store, vecs[n], 1) for n in range(15)] == [[i] for i in ids]
 
 
+async def test_a_graph_owed_to_another_process_is_counted_not_built(tmp_path: Path) -> None:
+    """``here=False`` (a batch that ends by becoming the graph's builder): nothing is built
+    or read into memory, and what is owed is counted; a process that builds owes nothing."""
+    db = tmp_path / "index.db"
+    vecs = clustered(30, seed=12)
+    async with SqliteStore(db, ann_min_vectors=40) as store:
+        ids = await write_notes(store, vecs, range(30))
+        assert await store.prepare_vectors(M, here=False) == 0  # below the graph's size
+    async with SqliteStore(db, ann_min_vectors=10) as store:
+        assert await store.prepare_vectors(M, here=False) == 30
+        assert not store._building and not store.graph_path(M).exists()
+        assert M not in store._vectors  # no matrix loaded either
+    async with SqliteStore(db, ann_min_vectors=10) as store:  # the fresh process
+        assert await store.prepare_vectors(M) == 0
+        assert store.graph_path(M).exists()
+    async with SqliteStore(db, ann_min_vectors=10) as store:
+        assert await store.prepare_vectors(M, here=False) == 0  # saved and current
+        assert await nearest(store, vecs[4], 1) == [ids[4]]
+
+
 async def test_closing_during_a_graph_build_stops_it_and_loses_nothing(tmp_path: Path) -> None:
     db = tmp_path / "index.db"
     vecs = clustered(30, seed=11)

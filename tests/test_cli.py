@@ -540,6 +540,50 @@ def test_a_batch_past_ann_min_vectors_leaves_its_vector_graph_saved_for_the_next
     assert json.loads(out)["results"][0]["text"] == "fact 33 about user 5"
 
 
+def test_a_batch_run_as_a_process_ends_as_a_fresh_one_that_builds_its_graph(
+    vault: Path, tmp_path: Path
+) -> None:
+    """Run as its own process, a batch that leaves a vector graph owed becomes a fresh process
+    image that builds it (so the build's memory never adds to the load's): the batch's output
+    is whole, the graph saved when the command returns, and the exit code the batch's own."""
+    env = {
+        **os.environ,
+        "MEMCORE_STORAGE_ANN_MIN_VECTORS": "50",
+        "PYTHONPATH": str(Path(memcore.__file__).resolve().parent.parent),
+    }
+    command = [sys.executable, "-m", "memcore", "--vault", str(vault), "--embedder", "static"]
+
+    def vectors() -> int:
+        with sqlite3.connect(vault / ".memcore" / "index.db") as db:
+            sql = "SELECT count(*) FROM memory_chunks WHERE embedding IS NOT NULL"
+            return int(db.execute(sql).fetchone()[0])
+
+    lines = [json.dumps({"memory": f"fact {n} about user {n % 7}", "user_id": f"u{n % 7}"})
+             for n in range(120)]  # fmt: skip
+    (vault / "batch.jsonl").write_text("\n".join(lines) + "\n")
+    done = subprocess.run([*command, "-v", "add", "--file", str(vault / "batch.jsonl"), "--json"],
+                          capture_output=True, text=True, env=env, cwd=tmp_path)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"added": 120, "through_line": 120, "skipped": []}
+    handed = done.stderr.index("building the vector graph in a fresh process")
+    assert done.stderr.index(f"the vector graph of {vectors()} chunks is in place") > handed
+    graphs = list((vault / ".memcore").glob("index.db.*.hnsw"))
+    assert len(graphs) == 1 and graphs[0].stat().st_size > 0
+    # an import that names a bad line ends with 1, as before, after its graph is brought
+    # up to date; a graph saved and current is owed nothing
+    rows = [json.dumps({"memory": f"imported {n}", "user_id": "u9"}) for n in range(1200)]
+    (vault / "export.jsonl").write_text("\n".join([*rows, "not json"]) + "\n")
+    done = subprocess.run([*command, "-v", "import", str(vault / "export.jsonl")],
+                          capture_output=True, text=True, env=env, cwd=tmp_path)  # fmt: skip
+    assert done.returncode == 1 and "line 1201" in done.stderr, done.stderr
+    assert "building the vector graph in a fresh process" in done.stderr
+    graph = AnnIndex.load(graphs[0], 256, 0)
+    assert graph is not None and len(graph) == vectors() > 1200
+    done = subprocess.run([*command, "-v", "index"], capture_output=True, text=True, env=env,
+                          cwd=tmp_path)  # fmt: skip
+    assert done.returncode == 0 and "fresh process" not in done.stderr, done.stderr
+
+
 def test_an_import_past_ann_min_vectors_leaves_its_vector_graph_saved_too(
     vault: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

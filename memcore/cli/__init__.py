@@ -28,7 +28,8 @@ COMMANDS = {
     **dict.fromkeys(("add", "get", "list", "update", "forget", "restore", "reinforce",
                      "history", "count", "conversation"), "memory"),
     **dict.fromkeys(("entities", "feedback"), "entities"),
-    **dict.fromkeys(("init", "index", "reindex", "status", "migrate"), "index"),
+    **dict.fromkeys(("init", "index", "reindex", "status", "migrate", "prepare-search"),
+                    "index"),
     **dict.fromkeys(("search", "context"), "search"),
     **dict.fromkeys(("watch", "stop", "service"), "watch"),
     **dict.fromkeys(("export", "import"), "transfer"),
@@ -154,4 +155,4 @@ def _main(args: list[str] | None) -> None:
     from memcore.core.channel import VIA
 
     VIA.set("cli")  # what this command changes, the history attributes to the CLI
-    app.main(argv)
+    app.main(argv, own_process=args is None)

@@ -10,13 +10,16 @@ import sys
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 
 import typer
 
 from memcore.cli import COMMANDS, GROUPS, command_of, configure_logging
 from memcore.core.errors import ConfigError, InputError, MemcoreError, VaultNotFound
 from memcore.core.settings import Settings, load_settings
+
+if TYPE_CHECKING:
+    from memcore.service import MemoryService
 
 T = TypeVar("T")
 
@@ -52,6 +55,21 @@ class CliState:
     vault: Path | None = None
     overrides: dict[str, object] = field(default_factory=dict)
     verbose: bool = False
+    own_process: bool = False  # the process is this command (not main() called by a program)
+    graph_owed: int = 0  # vectors the command's batch left a graph owed over (finish_command)
+
+    def global_options(self) -> list[str]:
+        """The global options this command was given, to give a command it hands work to."""
+        words = ["--vault", str(self.vault)] if self.vault is not None else []
+        for option, key in (("--db", "storage.db"), ("--embedder", "embedder.provider"),
+                            ("--memory", "memory.adapter")):  # fmt: skip
+            if self.overrides.get(key):
+                words += [option, str(self.overrides[key])]
+        return words + (["--verbose"] if self.verbose else [])
+
+
+# The command line this process runs (main: own_process; root: the options given).
+_state = CliState()
 
 
 @app.callback()
@@ -89,15 +107,14 @@ def root(
         typer.Option("--version", callback=_version, is_eager=True, help="Print the version"),
     ] = False,
 ) -> None:
-    ctx.obj = CliState(
-        vault=vault,
-        overrides={
-            "storage.db": db or None,
-            "embedder.provider": embedder,
-            "memory.adapter": memory,
-        },
-        verbose=verbose,
-    )
+    _state.vault = vault
+    _state.overrides = {
+        "storage.db": db or None,
+        "embedder.provider": embedder,
+        "memory.adapter": memory,
+    }
+    _state.verbose = verbose
+    ctx.obj = _state
     configure_logging(verbose)
 
 
@@ -110,6 +127,21 @@ def settings_of(ctx: typer.Context, **extra: object) -> Settings:
         typer.echo("memcore: memory is disabled (memory.adapter = none); nothing to do")
         raise typer.Exit(0)
     return settings
+
+
+async def use_batch(
+    ctx: typer.Context,
+    service: MemoryService,
+    use: Callable[[MemoryService], Coroutine[Any, Any, T]],
+) -> T:
+    """``use(service)``; run as its own process, the command leaves a vector graph its batch
+    owes to a fresh process (``finish_command``) instead of building it beside the batch."""
+    state: CliState = ctx.obj
+    service.builds_graph_here = not state.own_process
+    try:
+        return await use(service)
+    finally:
+        state.graph_owed = max(state.graph_owed, service.graph_owed)
 
 
 def fail(message: str, code: int = 1) -> typer.Exit:
@@ -195,9 +227,12 @@ def _name(command: Any) -> str:
     return str(command.name or command.callback.__name__.lower().replace("_", "-"))
 
 
-def main(argv: list[str]) -> None:
+def main(argv: list[str], own_process: bool = False) -> None:
     """Run the command line ``argv`` (global options hoisted) on typer: every usage error is
-    one line on stderr and exit code 2."""
+    one line on stderr and exit code 2. ``own_process``: the process is this command, and may
+    end by becoming another (``finish_command``)."""
+    global _state
+    _state = CliState(own_process=own_process)
     _import_commands(argv)
     command = _command_for(command_of(argv))
     try:
@@ -216,4 +251,38 @@ def main(argv: list[str]) -> None:
     except typer.Abort:
         typer.echo("memcore: interrupted", err=True)
         code = 130
-    sys.exit(code if isinstance(code, int) else 0)
+    code = code if isinstance(code, int) else 0
+    if _state.graph_owed:
+        finish_command(_state, code)
+    sys.exit(code)
+
+
+def finish_command(state: CliState, code: int) -> NoReturn:
+    """End a batch command that left a vector graph owed by becoming the process that builds
+    it (``memcore prepare-search``, ending with the batch's ``code``): the same process, so
+    whoever waits for the command waits for the graph, but a fresh image, so the build's
+    memory (~0.6 GB at 1M vectors) never adds to the batch's (~0.8 GB)."""
+    import logging
+    import os
+    import subprocess
+
+    import memcore
+
+    # the same memcore as this process runs, wherever the folder it started in is (-P)
+    here = str(Path(memcore.__file__).resolve().parent.parent)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [here, *filter(None, [os.environ.get("PYTHONPATH")])])}  # fmt: skip
+    argv = [sys.executable, "-P", "-m", "memcore", *state.global_options(), "prepare-search",
+            "--exit-code", str(code)]  # fmt: skip
+    logging.getLogger("memcore").info("building the vector graph in a fresh process")
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        if os.name == "posix":
+            os.execve(sys.executable, argv, env)
+        sys.exit(subprocess.call(argv, env=env))  # no exec elsewhere: a child, waited for
+    except OSError as exc:
+        typer.echo(f"memcore: the vector graph was not built ({exc}): the next search "
+                   "or `memcore index` builds it", err=True)  # fmt: skip
+        sys.exit(code)

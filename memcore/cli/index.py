@@ -11,9 +11,13 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from rich.progress import Progress, TaskID
 
-from memcore.cli.app import app, fail, run, settings_of
+    from memcore.service import MemoryService
+
+from memcore.cli.app import app, fail, run, settings_of, use_batch
 from memcore.cli.output import print_status
 from memcore.compose import ensure_state_dir, index_exists, open_service
 from memcore.core.models import IndexReport
@@ -100,11 +104,9 @@ def _index(ctx: typer.Context, full: bool, as_json: bool) -> None:
                 tasks[phase] = bar.add_task(label, total=total)
             bar.update(tasks[phase], completed=done, total=total)
 
-        def building(vectors: int) -> None:
-            if bar is not None:
-                bar.add_task(f"Building the vector graph of {vectors:,} chunks", total=None)
+        building = _building_bar(bar)
 
-        async with open_service(settings, catch_up=False) as service:
+        async def index_all(service: MemoryService) -> IndexReport:
             if bar is not None:
                 bar.start()
             try:
@@ -115,7 +117,18 @@ def _index(ctx: typer.Context, full: bool, as_json: bool) -> None:
                 if bar is not None:
                     bar.stop()
 
+        async with open_service(settings, catch_up=False) as service:
+            return await use_batch(ctx, service, index_all)
+
     _print_report(run(ctx, job), as_json)
+
+
+def _building_bar(bar: Progress | None) -> Callable[[int], None]:
+    def building(vectors: int) -> None:
+        if bar is not None:
+            bar.add_task(f"Building the vector graph of {vectors:,} chunks", total=None)
+
+    return building
 
 
 @app.command()
@@ -134,6 +147,30 @@ def reindex(
 ) -> None:
     """Rebuild the index from the Markdown (cached embeddings are reused)."""
     _index(ctx, full=True, as_json=as_json)
+
+
+@app.command(name="prepare-search", hidden=True)
+def prepare_search(
+    ctx: typer.Context,
+    exit_code: Annotated[int, typer.Option("--exit-code", hidden=True)] = 0,
+) -> None:
+    """Build and save the vector graph a big index owes, if it owes one: what `index`, `add
+    --file` and `import` become at their end (ending with their exit code), so that the
+    build's memory is not added to the batch's."""
+
+    async def job() -> None:
+        bar = _progress_bar(True)
+        async with open_service(settings_of(ctx), create=False, catch_up=False) as service:
+            if bar is not None:
+                bar.start()
+            try:
+                await service.prepare_search(_building_bar(bar))
+            finally:
+                if bar is not None:
+                    bar.stop()
+
+    run(ctx, job)
+    raise typer.Exit(exit_code)
 
 
 @app.command()

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from memcore.cli.app import app, fail, run, settings_of
+from memcore.cli.app import app, fail, run, settings_of, use_batch
 from memcore.cli.output import history_line, record_line
 from memcore.cli.scope import (
     AgentOpt,
@@ -51,7 +51,7 @@ def with_service(
             return done
         fresh = daemon_status(settings) is None
         async with open_service(settings, create=writes, fresh=fresh) as service:
-            return await use(service)
+            return await use_batch(ctx, service, use)
 
     return run(ctx, job)
 

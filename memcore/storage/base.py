@@ -464,9 +464,11 @@ class Store(Protocol):
         ...
 
     async def prepare_vectors(
-        self, model_id: str, started: Callable[[int], None] | None = None
-    ) -> None:
+        self, model_id: str, started: Callable[[int], None] | None = None, *, here: bool = True
+    ) -> int:
         """Make the model's vectors quick to load at the next start, before returning (a
         batch job's last step); ``started(n)`` is called if that means building over n
-        vectors. A no-op where the database searches vectors itself."""
+        vectors. ``here=False``: a build in this process's memory is not done but owed:
+        returns over how many vectors (0 when nothing is owed), for a fresh process to
+        build (``memcore prepare-search``) once the batch's process has ended."""
         ...

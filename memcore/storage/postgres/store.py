@@ -143,16 +143,18 @@ class PostgresStore:
         return self._holds.hold(paths)
 
     async def prepare_vectors(
-        self, model_id: str, started: Callable[[int], None] | None = None
-    ) -> None:
+        self, model_id: str, started: Callable[[int], None] | None = None, *, here: bool = True
+    ) -> int:
         """Build any vector index the namespace's vectors lack (one a bulk load owed when its
         process died), and refresh the planner's statistics: until autovacuum analyzes a
         freshly filled table the planner can take an exact scan for every search (~100 ms
-        instead of ~5 at 12k chunks, measured)."""
+        instead of ~5 at 12k chunks, measured). The server builds, whatever ``here`` says:
+        nothing is owed to another process."""
         await build_missing_indexes(self)
         if not self.vacuumed:  # a load that just ended with VACUUM (ANALYZE) needs none
             await self.outside_transaction("ANALYZE memory_chunks")
         self.vacuumed = False
+        return 0
 
     async def outside_transaction(self, statement: str) -> list[tuple[object, ...]]:
         """One statement on the writer's connection, outside any transaction (VACUUM must

@@ -464,6 +464,26 @@ class SqliteStore:
         """The graph saved for this model, brought up to date with ``ids`` (the snapshot's
         chunks with a vector) and saved again if that changed it by over 1%; None if there
         is none, or it holds mostly other chunks (after a reindex), when building is as quick."""
+
+        found = await self._saved_with_differences(reader, model_id, ids)
+        if found is None:
+            return None
+        graph, missing, stale = found
+        if stale:  # in a worker thread: the first change reads the mapped graph in
+            await asyncio.to_thread(graph.remove, stale)
+        await self._copies_of(reader, model_id, graph)
+        for i in range(0, len(missing), FETCH):
+            got, mat = await reader.vectors_of(missing[i : i + FETCH])
+            await asyncio.to_thread(graph.add, got, mat)
+        if graph.changes > max(1000, len(ids) // 100):
+            await asyncio.to_thread(self._save_graph, model_id, graph)
+        return graph
+
+    async def _saved_with_differences(
+        self, reader: SqliteReader, model_id: str, ids: npt.NDArray[np.uint64]
+    ) -> tuple[AnnIndex, npt.NDArray[np.uint64], list[int]] | None:
+        """The saved graph (memory-mapped), the chunks of ``ids`` it lacks and the keys it
+        holds that are gone; None if there is none or it lacks over half of ``ids``."""
         from memcore.storage.ann import AnnIndex
 
         first = await reader.vectors_of(ids[:1])
@@ -476,15 +496,7 @@ class SqliteStore:
         missing, stale = await asyncio.to_thread(differences, ids, graph)
         if len(missing) > len(ids) // 2:
             return None
-        if stale:  # in a worker thread: the first change reads the mapped graph in
-            await asyncio.to_thread(graph.remove, stale)
-        await self._copies_of(reader, model_id, graph)
-        for i in range(0, len(missing), FETCH):
-            got, mat = await reader.vectors_of(missing[i : i + FETCH])
-            await asyncio.to_thread(graph.add, got, mat)
-        if graph.changes > max(1000, len(ids) // 100):
-            await asyncio.to_thread(self._save_graph, model_id, graph)
-        return graph
+        return graph, missing, stale
 
     def _build_graph_soon(self, model_id: str, threads: int = 1) -> None:
         """Start building a model's graph in the background, unless one was started already
@@ -555,20 +567,24 @@ class SqliteStore:
         yield
 
     async def prepare_vectors(
-        self, model_id: str, started: Callable[[int], None] | None = None
-    ) -> None:
+        self, model_id: str, started: Callable[[int], None] | None = None, *, here: bool = True
+    ) -> int:
         """Have a model's graph saved and up to date, past ``ann_min_vectors``, before
         returning: what a batch ``memcore index`` does before it exits, so that the one-shot
         searches after it load a graph instead of a matrix. Builds one (``started(n)`` is
-        called first) if none is saved or usable, or waits for the build under way."""
+        called first) if none is saved or usable, or waits for the build under way.
+        ``here=False``: neither builds nor brings a saved graph up to date, but returns over
+        how many vectors that is owed (0: nothing), for a fresh process to do it."""
         async with self.snapshot() as reader:
             ids = await reader.vector_ids(model_id)
             task = self._building.get(model_id)
             if task is None:
                 if len(ids) < self.ann_min_vectors:
-                    return
+                    return 0
+                if not here:
+                    return 0 if await self._graph_current(reader, model_id, ids) else len(ids)
                 if await self._saved_graph(reader, model_id, ids) is not None:
-                    return
+                    return 0
         if task is None:
             self._build_graph_soon(model_id, threads=0)  # a batch job: every core
             task = self._building[model_id]
@@ -576,6 +592,18 @@ class SqliteStore:
             if started is not None:
                 started(len(ids))
             await asyncio.shield(task)
+        return 0
+
+    async def _graph_current(
+        self, reader: SqliteReader, model_id: str, ids: npt.NDArray[np.uint64]
+    ) -> bool:
+        """Whether the saved graph needs nothing a next start would save it again for
+        (``_saved_graph``): it differs from ``ids`` by at most the share caught up in memory."""
+        found = await self._saved_with_differences(reader, model_id, ids)
+        if found is None:
+            return False
+        _, missing, stale = found
+        return len(missing) + len(stale) <= max(1000, len(ids) // 100)
 
     async def _unmap_graphs(self) -> None:
         """Read memory-mapped graphs into memory in a worker thread before a write changes
