@@ -101,3 +101,41 @@ async def test_worker_threads_run_below_the_loop_thread_and_switch_fast() -> Non
     assert sys.getswitchinterval() == switch
     name, nice = worker
     assert name.startswith("memcore-worker") and nice == min(loop_nice + WORKER_NICE, 19)
+
+
+ARENAS = """
+import ctypes, os, sys, tempfile, threading
+from memcore.core.heap import few_malloc_arenas
+few = sys.argv[1] == "few" and few_malloc_arenas()
+go = threading.Barrier(8)
+def work():
+    go.wait()  # all at once: each new thread asks malloc for an arena
+    kept = [bytes(2000) for _ in range(2000)]
+threads = [threading.Thread(target=work) for _ in range(8)]
+for t in threads: t.start()
+for t in threads: t.join()
+libc = ctypes.CDLL(None)
+libc.fopen.restype = ctypes.c_void_p
+path = os.path.join(tempfile.mkdtemp(), "info.xml")
+fh = libc.fopen(path.encode(), b"w")
+libc.malloc_info(0, ctypes.c_void_p(fh))
+libc.fclose(ctypes.c_void_p(fh))
+print(few, open(path).read().count("<heap nr="))
+"""
+
+
+@pytest.mark.skipif(
+    not sys.platform.startswith("linux") or os.confstr("CS_GNU_LIBC_VERSION") is None,
+    reason="malloc arenas are glibc's",
+)
+def test_a_batch_keeps_malloc_to_two_arenas_where_threads_would_take_one_each() -> None:
+    import subprocess
+
+    def heaps(mode: str) -> tuple[str, int]:
+        out = subprocess.run([sys.executable, "-c", ARENAS, mode], capture_output=True,
+                             text=True, check=True).stdout.split()  # fmt: skip
+        return out[0], int(out[1])
+
+    assert heaps("few") == ("True", 2)
+    flag, default = heaps("default")
+    assert flag == "False" and default > 2

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
     from memcore.service import MemoryService
 
-from memcore.cli.app import app, fail, run, settings_of, use_batch
+from memcore.cli.app import app, fail, run, settings_of, start_batch, use_batch
 from memcore.cli.output import print_status
 from memcore.compose import ensure_state_dir, index_exists, open_service
 from memcore.core.models import IndexReport
@@ -91,6 +91,8 @@ def _print_report(report: IndexReport, as_json: bool) -> None:
 
 
 def _index(ctx: typer.Context, full: bool, as_json: bool) -> None:
+    start_batch(ctx)
+
     async def job() -> IndexReport:
         settings = settings_of(ctx)
         bar = _progress_bar(not as_json)
@@ -157,6 +159,8 @@ def prepare_search(
     """Build and save the vector graph a big index owes, if it owes one: what `index`, `add
     --file` and `import` become at their end (ending with their exit code), so that the
     build's memory is not added to the batch's."""
+
+    start_batch(ctx)
 
     async def job() -> None:
         bar = _progress_bar(True)

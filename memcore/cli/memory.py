@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from memcore.cli.app import app, fail, run, settings_of, use_batch
+from memcore.cli.app import app, fail, run, settings_of, start_batch, use_batch
 from memcore.cli.output import history_line, record_line
 from memcore.cli.scope import (
     AgentOpt,
@@ -195,6 +195,7 @@ def _add_file(
     from memcore.memory.batch import BadLine, parse_lines
     from memcore.vault.memory_format import Scope
 
+    start_batch(ctx)
     try:
         defaults = Scope(*scope)
         total = Path(source).stat().st_size if source != "-" else None

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
-from memcore.cli.app import app, fail
+from memcore.cli.app import app, fail, start_batch
 from memcore.cli.memory import with_service
 
 
@@ -66,6 +66,7 @@ def import_command(
     memory is named and skipped."""
     from memcore.memory.transfer import import_rows, read_rows
 
+    start_batch(ctx)
     rows: list[tuple[int, Any]] = []
     if not from_mem0:
         try:

@@ -596,12 +596,12 @@ class SqliteReader(_Queries):
     async def vector_ids(self, model_id: str) -> npt.NDArray[np.uint64]:
         """Ids of the chunks holding a vector of this model, ascending (from the index alone)."""
         sql = "SELECT id FROM memory_chunks WHERE embedding_model = ? ORDER BY id"
-        out: list[int] = []
+        out: list[npt.NDArray[np.uint64]] = []  # not one list of 1M Python ints (36 MB)
         await self.begun()  # a cursor's fetches are hand-offs of their own
         async with self.conn.execute(sql, (model_id,)) as cur:
-            while rows := await cur.fetchmany(_FETCH_IDS):
-                out += [r[0] for r in rows]
-        return np.asarray(out, dtype=np.uint64)
+            while rows := list(await cur.fetchmany(_FETCH_IDS)):
+                out.append(np.fromiter((r[0] for r in rows), dtype=np.uint64, count=len(rows)))
+        return np.concatenate(out) if out else np.empty(0, dtype=np.uint64)
 
     async def vectors_of(self, ids: npt.NDArray[np.uint64]) -> tuple[list[int], Vector]:
         """(ids found, their vectors as one float32 matrix) of the named chunks."""
