@@ -276,10 +276,8 @@ def finish_command(state: CliState, code: int) -> NoReturn:
     import os
     import subprocess
 
-    import memcore
-
-    # the same memcore as this process runs, wherever the folder it started in is (-P)
-    here = str(Path(memcore.__file__).resolve().parent.parent)
+    # the same memcore as this process runs (memcore/cli/app.py), wherever it started (-P)
+    here = str(Path(__file__).resolve().parents[2])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         [here, *filter(None, [os.environ.get("PYTHONPATH")])])}  # fmt: skip
     argv = [sys.executable, "-P", "-m", "memcore", *state.global_options(), "prepare-search",
