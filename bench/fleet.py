@@ -33,12 +33,34 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.corpus import questions
 
-# runs a command and prints its peak RSS (KB) on the last line of stderr
+# runs a command and prints on the last lines of stderr its phases (JSON: a batch ends by
+# exec'ing `memcore prepare-search`, the graph's build, in the same pid; each phase's seconds
+# and peak RSS in KB, sampled every 0.2 s from /proc) and its peak RSS (KB)
 MEASURED = """
-import resource, subprocess, sys
-done = subprocess.run(sys.argv[1:])
+import json, resource, subprocess, sys, time
+started = time.perf_counter()
+proc = subprocess.Popen(sys.argv[1:])
+phases = {}
+while proc.poll() is None:
+    try:
+        with open(f"/proc/{proc.pid}/cmdline", "rb") as fh:
+            words = fh.read().split(b"\\0")
+        with open(f"/proc/{proc.pid}/status") as fh:
+            rss = next(int(line.split()[1]) for line in fh if line.startswith("VmRSS"))
+    except (OSError, StopIteration, ValueError):  # gone meanwhile, or no /proc
+        rss, words = 0, []
+    if words:
+        name = "graph" if b"prepare-search" in words else "load"
+        phase = phases.setdefault(name, {"from": time.perf_counter() - started, "peak": 0})
+        phase["peak"] = max(phase["peak"], rss)
+    time.sleep(0.2)
+ended = time.perf_counter() - started
+for name, phase in phases.items():
+    later = [p["from"] for p in phases.values() if p["from"] > phase["from"]]
+    phase["s"] = (min(later) if later else ended) - phase["from"]
+print(json.dumps(phases), file=sys.stderr)
 print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr)
-sys.exit(done.returncode)
+sys.exit(proc.returncode)
 """
 
 SEARCH = """
@@ -69,8 +91,8 @@ asyncio.run(main(sys.argv[1], int(sys.argv[2]), json.loads(sys.stdin.read())))
 """
 
 
-def measured(cmd: list[str], **kw: object) -> tuple[float, float, str]:
-    """(wall seconds, peak RSS MB, stdout) of a command."""
+def measured(cmd: list[str], **kw: object) -> tuple[float, float, str, str]:
+    """(wall seconds, peak RSS MB, stdout, its phases in words) of a command."""
     started = time.perf_counter()
     done = subprocess.run(
         [sys.executable, "-c", MEASURED, *cmd], capture_output=True, text=True, **kw
@@ -78,8 +100,10 @@ def measured(cmd: list[str], **kw: object) -> tuple[float, float, str]:
     wall = time.perf_counter() - started
     if done.returncode:
         raise SystemExit(f"{' '.join(cmd[:6])} failed: {done.stderr.strip()[-2000:]}")
-    peak_kb = int(done.stderr.strip().splitlines()[-1])
-    return wall, peak_kb / 1024, done.stdout
+    *_, phases, peak_kb = done.stderr.strip().splitlines()
+    said = [f"{name} {p['s']:.0f} s, peak {p['peak'] / 1024:.0f} MB"  # sampled: a floor
+            for name, p in json.loads(phases).items()]  # fmt: skip
+    return wall, int(peak_kb) / 1024, done.stdout, "; ".join(said)
 
 
 def tree_size(path: Path) -> int:
@@ -135,12 +159,13 @@ def build(
         for n in range(args.memories):
             text = f"{texts[n % len(texts)]} (memory {n})"
             fh.write(json.dumps({"memory": text, "user_id": f"u{n % args.users}"}) + "\n")
-    wall, peak, _ = measured([*memcore, "add", "--file", str(lines)], env=env)
+    wall, peak, _, phases = measured([*memcore, "add", "--file", str(lines)], env=env)
     size = index_size(vault, db)
     backend = "PostgreSQL" if db else "SQLite"
     print(
         f"{backend}: {args.memories:,} memories over {args.users:,} users, add --file: "
-        f"{wall:.0f} s, {args.memories / wall:,.0f} memories/s, peak RSS {peak:.0f} MB"
+        f"{wall:.0f} s, {args.memories / wall:,.0f} memories/s, peak RSS {peak:.0f} MB "
+        f"({phases})"
     )
     print(
         f"index {size / 1e6:,.0f} MB ({size / args.memories / 1024:.1f} KB a memory); "
