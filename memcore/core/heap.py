@@ -19,7 +19,8 @@ def few_malloc_arenas(count: int = 2) -> bool:
     worker threads) gets one of its own, up to 8 a core, and a batch's many short-lived
     objects spread over them and fragment each. A 200k-memory ``add --file`` (bench/fleet.py
     with 20k-line chunks, two runs each) peaked at 497-523 MB and took 139-143 s with the
-    default, 460-464 MB and 120-128 s with 2. True when set; a no-op off glibc."""
+    default (143: beside a test run), 460-464 MB and 120-128 s with 2. True when set; a
+    no-op off glibc."""
     if not sys.platform.startswith("linux"):
         return False
     try:
