@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import sys
@@ -109,20 +110,20 @@ def _index(ctx: typer.Context, full: bool, as_json: bool) -> None:
         building = _building_bar(bar)
 
         async def index_all(service: MemoryService) -> IndexReport:
-            if bar is not None:
-                bar.start()
-            try:
+            with _shown(bar):
                 report = await service.index(full=full, progress=progress)
                 await service.prepare_search(building)  # a big vault's graph, saved for later
                 return report
-            finally:
-                if bar is not None:
-                    bar.stop()
 
         async with open_service(settings, catch_up=False) as service:
             return await use_batch(ctx, service, index_all)
 
     _print_report(run(ctx, job), as_json)
+
+
+def _shown(bar: Progress | None) -> contextlib.AbstractContextManager[object]:
+    """The bar on screen while the block runs (rich's Progress starts and stops as one)."""
+    return bar if bar is not None else contextlib.nullcontext()
 
 
 def _building_bar(bar: Progress | None) -> Callable[[int], None]:
@@ -165,13 +166,8 @@ def prepare_search(
     async def job() -> None:
         bar = _progress_bar(True)
         async with open_service(settings_of(ctx), create=False, catch_up=False) as service:
-            if bar is not None:
-                bar.start()
-            try:
+            with _shown(bar):
                 await service.prepare_search(_building_bar(bar))
-            finally:
-                if bar is not None:
-                    bar.stop()
 
     run(ctx, job)
     raise typer.Exit(exit_code)

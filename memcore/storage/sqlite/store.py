@@ -464,7 +464,6 @@ class SqliteStore:
         """The graph saved for this model, brought up to date with ``ids`` (the snapshot's
         chunks with a vector) and saved again if that changed it by over 1%; None if there
         is none, or it holds mostly other chunks (after a reindex), when building is as quick."""
-
         found = await self._saved_with_differences(reader, model_id, ids)
         if found is None:
             return None
@@ -475,7 +474,7 @@ class SqliteStore:
         for i in range(0, len(missing), FETCH):
             got, mat = await reader.vectors_of(missing[i : i + FETCH])
             await asyncio.to_thread(graph.add, got, mat)
-        if graph.changes > max(1000, len(ids) // 100):
+        if graph.changes > _kept_unsaved(len(ids)):
             await asyncio.to_thread(self._save_graph, model_id, graph)
         return graph
 
@@ -603,7 +602,7 @@ class SqliteStore:
         if found is None:
             return False
         _, missing, stale = found
-        return len(missing) + len(stale) <= max(1000, len(ids) // 100)
+        return len(missing) + len(stale) <= _kept_unsaved(len(ids))
 
     async def _unmap_graphs(self) -> None:
         """Read memory-mapped graphs into memory in a worker thread before a write changes
@@ -723,6 +722,12 @@ class SqliteStore:
                     del self._vectors[model_id]
         if event is not None:
             event.set()
+
+
+def _kept_unsaved(vectors: int) -> int:
+    """How many changes a loaded graph catches up with in memory before it is saved again
+    (a next start would redo them): 1% of its vectors, at least 1,000."""
+    return max(1000, vectors // 100)
 
 
 def _end_snapshot(db: sqlite3.Connection) -> None:
