@@ -44,11 +44,16 @@ KEYWORD_SCALED = ("keyword", "weighted", "adaptive")  # the methods scoring BM25
 class Found:
     """What the retrievers found for a query, before fusion."""
 
-    candidates: list[fusion.Candidate]
+    pool: fusion.Pool  # both lists' candidates
     has_vectors: bool  # the vector list is not empty (fuse both lists, else keywords only)
     vectors_available: bool  # the query was embedded and the index holds vectors of its model
     warnings: tuple[str, ...]
     query_has_cjk: bool
+
+    @property
+    def candidates(self) -> list[fusion.Candidate]:
+        """The pool as Candidate values (made when first asked for: a search needs none)."""
+        return self.pool.candidates
 
 
 class Searcher:
@@ -245,7 +250,7 @@ class Searcher:
                 )
                 ranking = continued(ranking[: s.candidates], deeper)
                 found = dataclasses.replace(  # a hit shows the parts it was ranked by
-                    found, candidates=[*more.candidates, *found.candidates]
+                    found, pool=fusion.Pool.of_candidates([*more.candidates, *found.candidates])
                 )
         except ValueError as exc:  # a caller's vector of another size than the index's
             raise InputError(
@@ -259,7 +264,7 @@ class Searcher:
         while len(hits) < limit and at < len(passing):  # past expired memories, the next ones
             top = passing[at : at + limit - len(hits)]
             at += len(top)
-            hits += await self.hits(reader, found.candidates, top, filters, memories)
+            hits += await self.hits(reader, found.pool, top, filters, memories)
         mode: SearchMode = (
             "keyword"
             if not found.vectors_available
@@ -305,7 +310,10 @@ class Searcher:
             use_keywords=method != "vector",
             keywords=keywords,
         )
-        scores = await self.fused(reader, query, found, method)
+        fused = await self.fused_pool(reader, query, found, method)
+        if self.settings.search.recency_weight <= 0 and self.settings.strength.weight <= 0:
+            return found, fusion.ranked_pool(found.pool, fused)
+        scores = fusion.scored(found.pool, fused)
         scores = await self.boost_recent(reader, scores, as_of)
         scores = await self.weigh_strength(reader, scores, as_of)
         return found, fusion.ranked({cid: round(sc, 6) for cid, sc in scores.items()})
@@ -371,8 +379,8 @@ class Searcher:
             pending = await reader.count_pending(model)
             if pending:
                 warnings.append(f"{pending} chunks are waiting for vectors")
-        cands = fusion.build_candidates(vector, keyword, cosine)
-        return Found(cands, bool(vector), available, tuple(warnings), has_cjk(query))
+        pool = fusion.Pool.of(vector, keyword, cosine)
+        return Found(pool, bool(vector), available, tuple(warnings), has_cjk(query))
 
     async def fused(
         self, reader: IndexReader, query: str, found: Found, method: str
@@ -380,25 +388,21 @@ class Searcher:
         """The candidates fused by ``method`` (keywords alone when there are no vectors to
         fuse), keyword scores on the absolute scale of ``fusion``: scaled by the share of the
         query's IDF the best keyword hit holds (``IndexReader.keyword_coverage``)."""
+        return fusion.scored(found.pool, await self.fused_pool(reader, query, found, method))
+
+    async def fused_pool(
+        self, reader: IndexReader, query: str, found: Found, method: str
+    ) -> fusion.Scores:
+        """``fused`` as one score per pool candidate (NaN: left out by the method)."""
         fused = method if found.has_vectors else "keyword"
         scale = 1.0
-        top = next((c.chunk_id for c in found.candidates if c.keyword_rank == 1), None)
+        top = found.pool.top_keyword()
         if fused in KEYWORD_SCALED and top is not None:
             scale = (await reader.keyword_coverage(query, [top])).get(top, 0.0)
-        return self.fuse(found.candidates, fused, found.query_has_cjk, scale)
-
-    def fuse(
-        self,
-        cands: Sequence[fusion.Candidate],
-        method: str,
-        query_has_cjk: bool = False,
-        keyword_scale: float = 1.0,
-    ) -> dict[int, float]:
-        """Combine both lists with a fusion method (see settings.FUSIONS)."""
         s = self.settings.search
-        reads = self.embedder.reads_cjk or not query_has_cjk
+        reads = self.embedder.reads_cjk or not found.query_has_cjk
         weights = fusion.Weights(s.vector_weight, s.keyword_weight)
-        return fusion.fuse(cands, method, weights, s.rrf_k, reads, keyword_scale)
+        return fusion.fuse_pool(found.pool, fused, weights, s.rrf_k, reads, scale)
 
     async def boost_recent(
         self, reader: IndexReader, scores: dict[int, float], as_of: dt.date | None = None
@@ -435,7 +439,7 @@ class Searcher:
     async def hits(
         self,
         reader: IndexReader,
-        cands: Sequence[fusion.Candidate],
+        cands: Sequence[fusion.Candidate] | fusion.Pool,
         top: Sequence[tuple[int, float]],
         filters: SearchFilters | None = None,
         memories_out: dict[int, MemoryRecord] | None = None,
@@ -452,8 +456,9 @@ class Searcher:
                     rows.pop(cid, None)
         if memories_out is not None:
             memories_out.update((cid, m) for cid, m in memories.items() if cid in rows)
-        by_id = {c.chunk_id: c for c in cands}
+        pool = fusion.as_pool(cands)
         none = fusion.Candidate(0, None, None, None, None)
+        by_id = {cid: pool.get(cid) or none for cid, _ in top}
         return [
             Hit(
                 chunk_id=cid,
@@ -463,8 +468,8 @@ class Searcher:
                 heading=rows[cid].heading,
                 score=sc,
                 text=rows[cid].text,
-                vector_score=by_id.get(cid, none).vector_score,
-                keyword_score=by_id.get(cid, none).keyword_score,
+                vector_score=by_id[cid].vector_score,
+                keyword_score=by_id[cid].keyword_score,
                 date=rows[cid].date,
                 tags=rows[cid].tags,
                 id=(
