@@ -49,7 +49,7 @@ class Pool:
         "keyword_score",
         "vector_rank",
         "vector_score",
-    )  # fmt: skip
+    )
 
     def __init__(
         self,
@@ -204,7 +204,8 @@ Cands = Sequence[Candidate] | Pool
 def rrf(cands: Cands, k: int = 60, weights: Weights = DEFAULT_WEIGHTS) -> dict[int, float]:
     """Weighted Reciprocal Rank Fusion, sum of w / (k + rank) over the lists a chunk is in,
     divided by its largest possible value (first in both lists): a score in (0, 1]."""
-    return scored(as_pool(cands), _rrf(as_pool(cands), k, weights))
+    pool = as_pool(cands)
+    return scored(pool, _rrf(pool, k, weights))
 
 
 def _rrf(pool: Pool, k: int, weights: Weights) -> Scores:
@@ -232,7 +233,8 @@ def _minmax(values: Scores) -> Scores:
 def linear(cands: Cands, weights: Weights = DEFAULT_WEIGHTS) -> dict[int, float]:
     """Normalised weighted sum: min-max scale each list over the candidates, then mix by the
     weights (divided by their sum): a score in [0, 1]."""
-    return scored(as_pool(cands), _linear(as_pool(cands), weights))
+    pool = as_pool(cands)
+    return scored(pool, _linear(pool, weights))
 
 
 def _linear(pool: Pool, weights: Weights) -> Scores:
@@ -244,7 +246,8 @@ def _linear(pool: Pool, weights: Weights) -> Scores:
 def keywords(cands: Cands, scale: float = 1.0) -> dict[int, float]:
     """The keyword list on its own: each BM25 over the query's best, times ``scale``, the
     share of the query's IDF the best hit holds (see the module's docstring)."""
-    return scored(as_pool(cands), _keywords(as_pool(cands), scale))
+    pool = as_pool(cands)
+    return scored(pool, _keywords(pool, scale))
 
 
 def _keywords(pool: Pool, scale: float) -> Scores:
@@ -260,7 +263,8 @@ def weighted(
 ) -> dict[int, float]:
     """The design card's keyword rerank: vector_weight x cosine + keyword_weight x the
     keyword score (``keywords``), divided by the weights' sum and kept in [0, 1]."""
-    return scored(as_pool(cands), _weighted(as_pool(cands), weights, keyword_scale))
+    pool = as_pool(cands)
+    return scored(pool, _weighted(pool, weights, keyword_scale))
 
 
 def _weighted(pool: Pool, weights: Weights, keyword_scale: float) -> Scores:
