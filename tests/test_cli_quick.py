@@ -270,6 +270,44 @@ def test_with_no_daemon_a_plain_read_is_answered_without_typer_and_prints_the_sa
     assert (command.returncode, command.stdout, command.stderr) == (code, out, err)
 
 
+# Runs the entry point and says on stderr's last line what OPENBLAS_NUM_THREADS was when numpy
+# was imported (numpy's OpenBLAS reads it then, and only then).
+AT_NUMPY = """
+import os, sys
+seen = []
+class Watch:
+    def find_spec(self, name, path=None, target=None):
+        if name == "numpy" and not seen:
+            seen.append(os.environ.get("OPENBLAS_NUM_THREADS", "unset"))
+        return None
+sys.meta_path.insert(0, Watch())
+from memcore.cli import main
+try:
+    main(sys.argv[1:])
+except SystemExit:
+    pass
+sys.stdout.flush()
+sys.stderr.write("\\nBLAS:" + ",".join(seen))
+"""
+
+
+@pytest.mark.parametrize(("given", "numpy_sees"), [(None, "1"), ("2", "2")])
+def test_the_command_imports_numpy_with_one_blas_thread_unless_told_otherwise(
+    vault: Path, given: str | None, numpy_sees: str
+) -> None:
+    write(vault, "MEMORY.md", "# M\n\n## Engine\n\nDiveAdstra uses DX12 by default.\n")
+    environ = {k: v for k, v in env().items() if k != "OPENBLAS_NUM_THREADS"}
+    if given is not None:
+        environ["OPENBLAS_NUM_THREADS"] = given
+    for args in (("index",), ("search", "DX12")):  # the typer path, then the quick one
+        done = subprocess.run(
+            [sys.executable, "-c", AT_NUMPY, "--vault", str(vault), *args],
+            env=environ, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert done.stderr.endswith(f"BLAS:{numpy_sees}"), done.stderr[-500:]
+        assert "DX12" in done.stdout or args == ("index",)
+
+
 def test_with_no_daemon_and_no_index_the_typer_command_says_what_to_do(vault: Path) -> None:
     write(vault, "MEMORY.md", "# M\n\nDiveAdstra uses DX12 by default.\n")
     code, out, err, loaded = run(ENTRY, vault, "search", "DX12")

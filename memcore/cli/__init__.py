@@ -124,10 +124,20 @@ def leave_now(code: int) -> NoReturn:
     os._exit(code)
 
 
+def one_blas_thread() -> None:
+    """numpy's OpenBLAS in one thread, unless the environment says otherwise; set before
+    anything imports numpy. memcore calls nothing that BLAS splits over threads (vector scans
+    are ``np.vecdot`` on the calling thread: core/vectors.cosines), and starting the pool took
+    ~35 ms of a one-shot `memcore search` on two cores (bench/cli.py: 271-285 ms median
+    against 236-241). A program that imports memcore as a library keeps its own setting."""
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+
 def main(args: list[str] | None = None) -> None:
     """The `memcore` command: exits with the command's code (2 for a usage error). A reader
     that stops reading (`memcore search x | head -1`) ends it quietly with code 1, as click
     ends the typer commands."""
+    one_blas_thread()
     try:
         _main(args)
     except BrokenPipeError:
