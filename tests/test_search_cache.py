@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from memcore.core.lru import LRU
 from memcore.core.settings import Settings, load_settings
 from memcore.service import MemoryService
@@ -19,6 +21,10 @@ def test_lru_keeps_the_most_recently_used_entries() -> None:
     cache.put("c", 3)
     assert cache.get("b") is None and cache.get("a") == 1 and cache.get("c") == 3
     assert len(cache) == 2 and cache.hits == 3 and cache.misses == 1
+    assert cache.peek("b") is None and cache.peek("a") == 1 and cache.hits == 3  # not counted
+    cache.put("d", 4)  # a peek did not make "a" the most recent: it goes
+    assert cache.peek("a") is None
+    assert cache.get("c", lambda v: v > 5) is None and cache.misses == 2  # not fresh: a miss
 
 
 async def test_a_repeated_query_is_answered_from_the_cache_until_the_index_changes(
@@ -35,6 +41,33 @@ async def test_a_repeated_query_is_answered_from_the_cache_until_the_index_chang
     await service.memories.add("DiveAdstra's DX12 default is set in engine.ini")
     fresh = await service.search("DX12 default")
     assert fresh is not first and any("engine.ini" in h.text for h in fresh.hits)
+
+
+async def test_a_hit_asks_the_index_for_nothing_but_its_state(
+    vault: Path, service: MemoryService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A question asked before starts its snapshot alone and is answered from the cache: no
+    keyword query is left running on the snapshot's connection for the next search to wait
+    behind. An answer of an older state is not given: the search runs in full."""
+    write(vault, "MEMORY.md", "# Engine\n\nDiveAdstra uses DX12 by default.\n")
+    await service.index()
+    asked: list[str] = []
+    async with service.store.snapshot() as reader:
+        cls = type(reader)  # the backend's reader
+    search_text = cls.search_text
+
+    async def counted(self: object, query: str, *args: object) -> list[tuple[int, float]]:
+        asked.append(query)
+        return await search_text(self, query, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(cls, "search_text", counted)
+    first = await service.search("DX12 default")
+    assert asked == ["DX12 default"]
+    assert await service.search("DX12 default") is first and asked == ["DX12 default"]
+    await service.memories.add("DiveAdstra's DX12 default is set in engine.ini")
+    fresh = await service.search("DX12 default")
+    assert fresh is not first and asked.count("DX12 default") == 2
+    assert any("engine.ini" in h.text for h in fresh.hits)
 
 
 async def test_a_write_by_another_process_invalidates_the_cache(

@@ -20,14 +20,19 @@ class LRU(Generic[K, V]):
         self.hits = 0
         self.misses = 0
 
-    def get(self, key: K) -> V | None:
+    def get(self, key: K, fresh: Callable[[V], bool] | None = None) -> V | None:
+        """The value, now the most recent (None when absent, or not ``fresh``: a miss)."""
         value = self._items.get(key)
-        if value is None:
+        if value is None or (fresh is not None and not fresh(value)):
             self.misses += 1
             return None
         self._items.move_to_end(key)
         self.hits += 1
         return value
+
+    def peek(self, key: K) -> V | None:
+        """The value, neither counted nor made the most recent (None when absent)."""
+        return self._items.get(key)
 
     def pop(self, key: K) -> V | None:
         """The value, removed (None when absent)."""

@@ -1,9 +1,9 @@
 """Searcher: hybrid search over one read snapshot (vector and keyword lists, fusion, recency).
 
 The query is embedded before the snapshot opens, so no snapshot waits on an embedder; the
-cache is asked in that snapshot, so a miss costs no second one. The
-pipeline stages (``candidates``, ``fuse``, ``boost_recent``, ``hits``) are public for the
-retrieval harness, which scores several fusion methods on the same candidates.
+cache is asked in that snapshot, so a miss costs no second one. The pipeline stages
+(``candidates``, ``fused``, ``boost_recent``, ``hits``) are public for the retrieval harness,
+which scores several fusion methods on the same candidates.
 """
 
 from __future__ import annotations
@@ -73,7 +73,10 @@ class Searcher:
         self.embedder = embedder
         self.recall = recall or Recall(settings.vault)
         size = settings.search.cache_size
-        self.cache: LRU[tuple[object, ...], SearchResult] | None = LRU(size) if size else None
+        # a question's answer, and the index state it was found at (_state)
+        self.cache: LRU[tuple[object, ...], tuple[tuple[object, ...], SearchResult]] | None = (
+            LRU(size) if size else None
+        )
 
     async def search(
         self,
@@ -118,29 +121,25 @@ class Searcher:
             empty: SearchMode = "keyword" if method == "keyword" else "hybrid"
             return SearchResult(query, (), empty, tuple(warnings), {})
         query_vector, embedding = await self._query_vector(query, method, query_vector, warnings)
+        key = (query, limit, repr(filters), fusion_name, min_score, as_of)
+        asked = cache is not None and cache.peek(key) is not None  # at some index state
         try:
             async with self.store.snapshot() as reader:
-                # The keyword list of the first pool is asked for first: a snapshot may start
-                # with its first query (one hand-off for both), and the cache is asked once the
-                # snapshot's generation is known (a hit leaves that list unused).
-                keywords = (
-                    asyncio.ensure_future(
-                        self._timed_keywords(
-                            reader.search_text(
-                                query, s.candidates, filters, self._with(query_vector)
-                            )
-                        )
-                    )
-                    if method != "vector"
-                    else None
-                )
-                await asyncio.sleep(0)  # let it hand its query to the database (as ``both``)
+                # A query not asked before has the keyword list of its first pool asked for
+                # first: the snapshot starts with that query (one hand-off for both). One whose
+                # answer the cache holds starts the snapshot alone and is asked of the cache
+                # once its state is known: a hit must not leave a keyword query running on the
+                # connection, which the next search on it would wait behind (~1 ms).
+                keywords = None
+                if not asked and method != "vector":
+                    keywords = self._keywords(reader, query, filters, query_vector)
+                    await asyncio.sleep(0)  # let it hand its query to the database (as ``both``)
                 try:
-                    key = (query, limit, repr(filters), fusion_name, min_score, as_of,
-                           *self._state(await reader.begun()))  # fmt: skip
-                    if cache is not None and (found := cache.get(key)) is not None:
-                        self._observe_search(found, "hit", started)
-                        return found
+                    state = self._state(await reader.begun())
+                    fresh = None if cache is None else cache.get(key, lambda kept: kept[0] == state)
+                    if fresh is not None:
+                        self._observe_search(fresh[1], "hit", started)
+                        return fresh[1]
                     if embedding is not None:
                         query_vector = await embedding
                     result = await self._search_in(
@@ -157,9 +156,9 @@ class Searcher:
             "search %r: %d hits (%s) in %.1f ms",
             query, len(result.hits), result.mode, (time.perf_counter() - started) * 1000,
         )  # fmt: skip
-        # kept only when not degraded (embedder down, vectors pending)
+        # kept only when not degraded (embedder down, vectors pending); at one state a query
         if cache is not None and not result.warnings:
-            cache.put(key, result)
+            cache.put(key, (state, result))
         self._observe_search(result, "off" if cache is None else "miss", started)
         return result
 
@@ -204,6 +203,19 @@ class Searcher:
             path = "fused" if result.mode == "hybrid" else result.mode
             took = time.perf_counter() - started
             self.metrics.search_seconds.labels(path, cache).observe(took)
+
+    def _keywords(
+        self,
+        reader: IndexReader,
+        query: str,
+        filters: SearchFilters,
+        query_vector: Vector | None,
+    ) -> asyncio.Future[list[tuple[int, float]]]:
+        """The keyword list of the first pool, asked for now."""
+        ranked = reader.search_text(
+            query, self.settings.search.candidates, filters, self._with(query_vector)
+        )
+        return asyncio.ensure_future(self._timed_keywords(ranked))
 
     async def _timed_keywords(
         self, ranked: Awaitable[list[tuple[int, float]]]
