@@ -130,16 +130,20 @@ class Searcher:
                 # answer the cache holds starts the snapshot alone and is asked of the cache
                 # once its state is known: a hit must not leave a keyword query running on the
                 # connection, which the next search on it would wait behind (~1 ms).
-                keywords = None
-                if not asked and method != "vector":
-                    keywords = self._keywords(reader, query, filters, query_vector)
-                    await asyncio.sleep(0)  # let it hand its query to the database (as ``both``)
+                keywords = (
+                    None if asked else self._keywords(reader, query, method, filters, query_vector)
+                )
+                await asyncio.sleep(0)  # let it hand its query to the database (as ``both``)
                 try:
                     state = self._state(await reader.begun())
                     fresh = None if cache is None else cache.get(key, lambda kept: kept[0] == state)
                     if fresh is not None:
                         self._observe_search(fresh[1], "hit", started)
                         return fresh[1]
+                    # asked before, at another state: the keyword list goes beside the embedding
+                    keywords = keywords or self._keywords(
+                        reader, query, method, filters, query_vector
+                    )
                     if embedding is not None:
                         query_vector = await embedding
                     result = await self._search_in(
@@ -208,10 +212,13 @@ class Searcher:
         self,
         reader: IndexReader,
         query: str,
+        method: str,
         filters: SearchFilters,
         query_vector: Vector | None,
-    ) -> asyncio.Future[list[tuple[int, float]]]:
-        """The keyword list of the first pool, asked for now."""
+    ) -> asyncio.Future[list[tuple[int, float]]] | None:
+        """The keyword list of the first pool, asked for now (None: a vector-only search)."""
+        if method == "vector":
+            return None
         ranked = reader.search_text(
             query, self.settings.search.candidates, filters, self._with(query_vector)
         )
