@@ -118,7 +118,7 @@ def test_columns_score_and_rank_as_one_chunk_at_a_time(data: st.DataObject) -> N
     assert fusion.fuse(list(pool.candidates), method, w, 60, reads, scale) == expected
     scores = fusion.fuse_pool(pool, method, w, 60, reads, scale)
     rounded = {cid: round(sc, 6) for cid, sc in expected.items()}
-    assert fusion.ranked_pool(pool, scores) == fusion.ranked(rounded)
+    assert fusion.ranked_rounded(pool.ids, scores) == fusion.ranked(rounded)
 
 
 def test_rounding_matches_pythons_round_next_to_every_half() -> None:

@@ -331,11 +331,13 @@ class Searcher:
         )
         fused = await self.fused_pool(reader, query, found, method)
         if self.settings.search.recency_weight <= 0 and self.settings.strength.weight <= 0:
-            return found, fusion.ranked_pool(found.pool, fused)
+            return found, fusion.ranked_rounded(found.pool.ids, fused)
         scores = fusion.scored(found.pool, fused)
         scores = await self.boost_recent(reader, scores, as_of)
         scores = await self.weigh_strength(reader, scores, as_of)
-        return found, fusion.ranked({cid: round(sc, 6) for cid, sc in scores.items()})
+        n = len(scores)
+        ids = np.fromiter(scores, dtype=np.int64, count=n)
+        return found, fusion.ranked_rounded(ids, np.fromiter(scores.values(), np.float64, n))
 
     async def embed_query(self, query: str, warnings: list[str]) -> Vector | None:
         """The query's vector, or None (with a warning) when the embedder is unavailable."""
