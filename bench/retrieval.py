@@ -293,7 +293,7 @@ async def rank_all(
             fused = await searcher.weigh_strength(reader, fused, as_of)
             top = fusion.ranked(fused)[: args.limit]
             sc.latencies.append(elapsed + (time.perf_counter() - t1) * 1000)
-            score_query(q, list(await searcher.hits(reader, found.candidates, top)), sc)
+            score_query(q, list(await searcher.hits(reader, found.pool, top)), sc)
 
 
 def reference_day(
