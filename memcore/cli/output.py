@@ -6,9 +6,12 @@ from __future__ import annotations
 import sys
 import textwrap
 from collections.abc import Iterable, Mapping
-from typing import Any
 
 from memcore.core.words import plural
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (type checkers read it)
+if TYPE_CHECKING:
+    from typing import Any
 
 
 def out(text: str) -> None:

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (type checkers read it)
+if TYPE_CHECKING:
+    from typing import Any
 
 
 class MemcoreError(Exception):

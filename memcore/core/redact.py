@@ -5,10 +5,12 @@ replaced wherever its text appears. Memory text is never redacted: it is the use
 
 from __future__ import annotations
 
-import logging
 import re
 import threading
-from typing import Any
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (type checkers read it)
+if TYPE_CHECKING:
+    from typing import Any
 
 MASK = "***"
 MIN_SECRET = 8  # shorter values would mask ordinary words
@@ -57,6 +59,8 @@ def redacted(value: Any) -> Any:
 def redact_log_records() -> None:
     """Every log record of this process, any logger's (uvicorn's and asyncio's too), is
     redacted as it is made: its message formatted and masked, its traceback too."""
+    import logging  # here: a command its daemon answers never logs, nor imports logging
+
     if getattr(logging.getLogRecordFactory(), "redacts", False):
         return
     make = logging.getLogRecordFactory()
