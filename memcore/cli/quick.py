@@ -25,6 +25,7 @@ import json
 import os
 import sys
 from collections.abc import Callable
+from urllib.parse import quote
 
 from memcore.cli import configure_logging
 from memcore.cli.output import (
@@ -199,16 +200,8 @@ def _ask(sock: str, endpoint: str, body: dict[str, object]) -> object | None:
 
 def _read(sock: str, endpoint: str, params: dict[str, object]) -> object | None:
     """The daemon's JSON answer to a GET with these query parameters (see ``_answer``)."""
-    query = "&".join(f"{k}={_quoted(str(v))}" for k, v in params.items())
+    query = "&".join(f"{k}={quote(str(v), safe='')}" for k, v in params.items())
     return _answer(lambda: get_unix(sock, f"{endpoint}?{query}" if query else endpoint))
-
-
-def _quoted(text: str) -> str:
-    """``text`` percent-encoded for a URL's path or query (urllib.parse imported only by the
-    reads that need it: ~3 ms of a search the daemon answers)."""
-    from urllib.parse import quote
-
-    return quote(text, safe="")
 
 
 def _answer(exchange: Callable[[], tuple[int, str, bytes]]) -> object | None:
@@ -415,12 +408,12 @@ def _count(sock: str, _: str, options: dict[str, object]) -> int | None:
 
 
 def _get(sock: str, memory_id: str, options: dict[str, object]) -> int | None:
-    data = _read(sock, f"/api/memories/{_quoted(memory_id)}", {})
+    data = _read(sock, f"/api/memories/{quote(memory_id, safe='')}", {})
     return _show([data] if isinstance(data, dict) else None, options)
 
 
 def _history(sock: str, memory_id: str, options: dict[str, object]) -> int | None:
-    data = _read(sock, f"/api/memories/{_quoted(memory_id)}/history", {})
+    data = _read(sock, f"/api/memories/{quote(memory_id, safe='')}/history", {})
     events = data.get("results") if isinstance(data, dict) else None
     if not isinstance(events, list) or (not events and not options.get("json")):
         return None  # none to show: the typer command says so
