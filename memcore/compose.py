@@ -23,6 +23,7 @@ from memcore.embedders.prefixes import task_prefixes
 
 if TYPE_CHECKING:
     from memcore.embedders.base import Embedder
+    from memcore.embedders.helper import Helper
     from memcore.llm.base import LLM
     from memcore.memory.port import Memory
     from memcore.service import MemoryService
@@ -32,13 +33,26 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def build_embedder(settings: Settings, *, preload: bool = False) -> Embedder:
+def build_embedder(
+    settings: Settings, *, preload: bool = False, helper: Helper | None = None
+) -> Embedder:
     """The configured embedder. ``preload``: an in-process model starts loading now, in a
-    thread (a one-shot search loads it beside opening the index, not after)."""
+    thread (a one-shot search loads it beside opening the index, not after). ``helper``: a
+    process forked to run the local model (embedders/helper.py), used when the settings ask
+    for that model, else ended here."""
     e = settings.embedder
+    if helper is not None and (e.provider != "local" or not helper.load(e.batch_size, e.threads)):
+        helper.discard()
+        helper = None
     if e.provider in ("local", "static"):
-        from memcore.embedders.local import OnnxMiniLMEmbedder, StaticMiniLMEmbedder
+        from memcore.embedders.local import (
+            HelperEmbedder,
+            OnnxMiniLMEmbedder,
+            StaticMiniLMEmbedder,
+        )
 
+        if helper is not None:
+            return HelperEmbedder(helper, batch_size=e.batch_size, threads=e.threads)
         local = (
             OnnxMiniLMEmbedder(batch_size=e.batch_size, threads=e.threads)
             if e.provider == "local"

@@ -75,18 +75,30 @@ if TYPE_CHECKING:
     from memcore.core.models import SearchResult
     from memcore.core.settings import Settings
     from memcore.embedders.base import Embedder
+    from memcore.embedders.helper import Helper
 
 
-def answer(argv: list[str]) -> int | None:
+def answer(argv: list[str], helper: Helper | None = None) -> int | None:
     """The exit code of a command answered here (through the daemon, or for a search or
     context by opening the index), or None: not answered (nothing printed, nothing written),
-    run it on typer."""
+    run it on typer. ``helper``: a process started for the local model (cli.model_helper),
+    used by a search or context answered here and ended whatever happens."""
+    try:
+        return _answer_plain(argv, helper)
+    finally:
+        if helper is not None:
+            helper.discard()  # not needed, or done with (the embedder ended it already)
+
+
+def _answer_plain(argv: list[str], helper: Helper | None) -> int | None:
     parsed = parse(argv)
     if parsed is None:
         return None
     vault_flag, command, text, options = parsed
     sock = daemon_socket(vault_flag)
     if sock is not None:
+        if helper is not None:
+            helper.discard()  # the daemon embeds: its other core is the daemon's
         try:
             return ANSWERS[command](sock, text, options)
         except Unanswered:  # a read the daemon did not answer: from the index, as typer would
@@ -94,7 +106,7 @@ def answer(argv: list[str]) -> int | None:
                 return None  # the typer command reads it
             return answer_here(vault_flag, command, text, options, ask_daemon=False)
     if command in ("search", "context"):
-        return answer_here(vault_flag, command, text, options)
+        return answer_here(vault_flag, command, text, options, helper=helper)
     return None
 
 
@@ -301,13 +313,31 @@ def _add(sock: str, text: str, options: dict[str, object]) -> int | None:
 
 
 def answer_here(
-    vault_flag: str | None, command: str, text: str, options: Options, *, ask_daemon: bool = True
+    vault_flag: str | None,
+    command: str,
+    text: str,
+    options: Options,
+    *,
+    ask_daemon: bool = True,
+    helper: Helper | None = None,
 ) -> int | None:
     """A plain search or context with no daemon to ask (``ask_daemon=False``: none that
-    answers), answered in this process by what the typer command runs (cli/reads.py), the
-    in-process model loading in a thread from the moment the settings are read, beside the
-    imports and the catch-up with the vault."""
+    answers), answered in this process by what the typer command runs (cli/reads.py). The
+    local model loads from the start beside the imports and the catch-up with the vault: in
+    ``helper``, a process forked for it, when there is one, else in a thread from the moment
+    the settings are read."""
     configure_logging(verbose=False)
+    return _answer_here(helper, vault_flag, command, text, options, ask_daemon)
+
+
+def _answer_here(
+    helper: Helper | None,
+    vault_flag: str | None,
+    command: str,
+    text: str,
+    options: Options,
+    ask_daemon: bool,
+) -> int | None:
     from memcore.core.settings import load_settings
     from memcore.fronts.daemon_state import local_daemon
 
@@ -317,7 +347,7 @@ def answer_here(
             return None  # the typer command says so, or asks that daemon
         from memcore.compose import build_embedder
 
-        embedder = build_embedder(settings, preload=True)
+        embedder = build_embedder(settings, preload=True, helper=helper)
     except MemcoreError:
         return None
     import asyncio

@@ -9,11 +9,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib
+import logging
 import os
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -21,6 +22,7 @@ import numpy.typing as npt
 from memcore.core.errors import EmbedderError
 from memcore.core.vectors import normalize_rows
 
+log = logging.getLogger(__name__)
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
 Matrix = npt.NDArray[np.float32]
 
@@ -62,6 +64,16 @@ class _InProcess:
                 self._load()
                 self._loaded = True
 
+    def load(self) -> None:
+        """Load the model now, in this thread (it loads on first use otherwise)."""
+        self._ensure_loaded()
+
+    @classmethod
+    def import_libraries(cls) -> None:
+        """Import the libraries the model loads with (they hold the GIL while they import)."""
+        for name in cls.libraries:
+            importlib.import_module(name)
+
     def preload(self) -> None:
         """Start loading the model in a thread of its own, for a process that will surely
         embed soon (a one-shot search): the load, mostly native code that releases the GIL,
@@ -71,8 +83,7 @@ class _InProcess:
             return
         # Imported here, not in the thread: two threads importing at once can meet in a
         # circular import (numpy's own breaks), and an import holds the GIL anyway.
-        for name in self.libraries:
-            importlib.import_module(name)
+        self.import_libraries()
         self._preloading = threading.Thread(target=self._preload, name="memcore-preload")
         self._preloading.daemon = True
         self._preloading.start()
@@ -142,6 +153,46 @@ class OnnxMiniLMEmbedder(_InProcess):
             )[0]
             out[row] = hidden[0].mean(axis=0)
         return out
+
+
+class Helper(Protocol):
+    """A process that runs this model for the command (embedders/helper.py)."""
+
+    def embed(self, texts: Sequence[str]) -> Matrix | None: ...
+
+    def discard(self) -> None: ...
+
+
+class HelperEmbedder(OnnxMiniLMEmbedder):
+    """The same model, run by a helper process while there is one (a one-shot search on two
+    cores: embedders/helper.py), else in this process: the same vectors and errors either way."""
+
+    def __init__(self, helper: Helper, batch_size: int = 32, threads: int = 0) -> None:
+        super().__init__(batch_size, threads)
+        self._helper: Helper | None = helper
+
+    def embed_sync(self, texts: Sequence[str]) -> Matrix:
+        with self._lock:
+            if self._helper is not None:
+                rows = self._helper.embed(texts)
+                if rows is not None:
+                    return rows
+                log.debug("the model's helper process did not answer; loading the model here")
+                self._let_go()
+        return super().embed_sync(texts)
+
+    def _let_go(self) -> None:
+        if self._helper is not None:
+            self._helper.discard()
+            self._helper = None
+
+    async def aclose(self) -> None:
+        def let_go() -> None:
+            with self._lock:  # after a request still out (its thread is reading the answer)
+                self._let_go()
+
+        await asyncio.to_thread(let_go)
+        await super().aclose()
 
 
 class StaticMiniLMEmbedder(_InProcess):
