@@ -16,8 +16,9 @@ unreadable, the command loads the model itself and goes on (``local.HelperEmbedd
 Frames: a 4-byte little-endian length, then the payload. The first request is the model's
 settings (JSON), each next one a JSON list of texts; each answer is ``V`` and the float32 rows,
 or ``E`` and an error's one line. The helper ends at the end of its request pipe (the command
-ended, or let it go) and on any error of its own; the command kills and reaps it when it is
-done with it, so nothing outlives the command.
+ended, or let it go) and on any error of its own; the command kills it as soon as it is done
+with it (the kernel's reaping is left to the command's own end), so nothing outlives the
+command.
 """
 
 from __future__ import annotations
