@@ -14,6 +14,7 @@ import logging
 from collections.abc import AsyncIterator, Callable, Collection
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from functools import cached_property
 from types import TracebackType
 from typing import TYPE_CHECKING, Self
 
@@ -33,12 +34,8 @@ from memcore.embedders.base import EmbeddingRunner
 from memcore.index.indexer import Indexer, Progress, no_progress
 from memcore.llm.base import LLM
 from memcore.memory.access import ScopedConversations, ScopedMemory, bind_filters
-from memcore.memory.conversations import Conversations, NoConversations
-from memcore.memory.operations import MemoryApi
 from memcore.memory.port import Memory
 from memcore.memory.remote_hits import DISABLED, with_remote_memories
-from memcore.memory.scratch import ScratchConversations
-from memcore.memory.writer import MemoryWriter
 from memcore.search.context import relevant_memories
 from memcore.search.recall import Recall
 from memcore.search.searcher import Searcher
@@ -48,6 +45,9 @@ from memcore.vault.history import HistoryLog
 
 if TYPE_CHECKING:
     from memcore.core.metrics import Metrics
+    from memcore.memory.conversations import Conversations
+    from memcore.memory.scratch import ScratchConversations
+    from memcore.memory.writer import MemoryWriter
 
 log = logging.getLogger(__name__)
 
@@ -112,15 +112,10 @@ class MemoryService:
         policy = Policy(settings.strength.parameters, settings.strength.run_pace)
         self.recall = Recall(settings.vault, policy)
         self.searcher = Searcher(settings, store, embedder, self.recall)
-        # writes to the vault's Markdown: notes (the git hook), transcripts, import and export
-        self.writer = MemoryWriter(settings.vault, store, self.indexer)
-        self.memories: Memory = memories or MemoryApi(
-            store, self.writer, self.searcher, llm, self.recall
-        )
-        # transcripts, chat and tool-call items; memory switched off: checked, then dropped
-        off = self.memories.kind == "none"
-        self.conversations = (NoConversations if off else Conversations)(self.writer)
-        self.scratch = ScratchConversations(self.writer)  # a throwaway session's, in memory
+        # The memory side (writer, memories, conversations, scratch) is built when first
+        # used: a one-shot search never writes, and its modules are ~8 ms of its start.
+        self._given_memories = memories
+        self.memory_kind = memories.kind if memories is not None else Memory.kind
         self.readiness = Readiness()
         self._metrics: Metrics | None = None  # made by the first front that serves them
         # False in a batch command run as its own process: a vector graph its load leaves
@@ -129,6 +124,43 @@ class MemoryService:
         # the load 0.65 GB and the build 0.72 GB apart).
         self.builds_graph_here = True
         self.graph_owed = 0
+
+    @cached_property
+    def writer(self) -> MemoryWriter:
+        """Writes to the vault's Markdown: notes (the git hook), transcripts, import, export."""
+        from memcore.memory.writer import MemoryWriter
+
+        return MemoryWriter(self.settings.vault, self.store, self.indexer)
+
+    @cached_property
+    def memories(self) -> Memory:
+        """The memory operations, on the vault's Markdown unless the service was given
+        another home for them (a Mem0 server; none: memory switched off)."""
+        if self._given_memories is not None:
+            return self._given_memories
+        from memcore.memory.operations import MemoryApi
+
+        return MemoryApi(self.store, self.writer, self.searcher, self.llm, self.recall)
+
+    @cached_property
+    def conversations(self) -> Conversations:
+        """Transcripts, chat and tool-call items; memory switched off: checked, then dropped."""
+        from memcore.memory.conversations import Conversations, NoConversations
+
+        off = self.memory_kind == "none"
+        return (NoConversations if off else Conversations)(self.writer)
+
+    @cached_property
+    def scratch(self) -> ScratchConversations:
+        """A throwaway session's transcript, in memory."""
+        from memcore.memory.scratch import ScratchConversations
+
+        return ScratchConversations(self.writer)
+
+    def _indexing(self) -> set[str]:
+        """The files a large save wrote that are still being indexed (none before a write)."""
+        writer = self.__dict__.get("writer")
+        return set(writer.indexing) if writer is not None else set()
 
     async def __aenter__(self) -> Self:
         await self.store.__aenter__()
@@ -141,9 +173,11 @@ class MemoryService:
         tb: TracebackType | None,
     ) -> None:
         try:
-            await self.writer.settle()  # what a large save left to index, before closing
+            if "writer" in self.__dict__:  # what a large save left to index, before closing
+                await self.writer.settle()
             await self.embedder.aclose()
-            await self.memories.aclose()
+            if "memories" in self.__dict__ or self._given_memories is not None:
+                await self.memories.aclose()
             if self.llm is not None:
                 await self.llm.aclose()
         finally:
@@ -241,7 +275,7 @@ class MemoryService:
         the vault is still being caught up, with a warning that results may be incomplete.
         ``caller``: a scoped token's search is held to its scope (Forbidden for another)."""
         filters = bind_filters(caller, filters)
-        kind = self.memories.kind
+        kind = self.memory_kind
         if kind == "none":
             return SearchResult(query, (), "keyword", (DISABLED,))
         behind = self._indexing_warning()  # as the search starts: what it may not see
@@ -260,7 +294,7 @@ class MemoryService:
 
     def _indexing_warning(self) -> str | None:
         """While files written by a large save are indexed in the background."""
-        files = sorted(self.writer.indexing)
+        files = sorted(self._indexing())
         if not files:
             return None
         more = f" and {len(files) - 2} more" if len(files) > 2 else ""
@@ -300,7 +334,7 @@ class MemoryService:
         daemon's own state (``daemon``) where they know it. No credential is in it."""
         document: dict[str, object] = {
             "vault": str(self.settings.vault),
-            "memory": self.memories.kind,
+            "memory": self.memory_kind,
             "indexed": True,
             **(await self.status()).to_dict(),
             "readiness": self.readiness.to_dict(),
@@ -336,7 +370,7 @@ class MemoryService:
             age = max(0.0, since.total_seconds())
         self.metrics.observe_status(
             {**document, "generation": generation, "memories": memories,
-             "indexing": len(self.writer.indexing)},
+             "indexing": len(self._indexing())},
             age,
         )  # fmt: skip
         return self.metrics.exposition()
