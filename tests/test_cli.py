@@ -708,3 +708,55 @@ def test_an_idempotency_key_reused_for_another_memory_is_refused(static_vault: P
     assert code != 0 and "idempotency key was used with another request" in err
     assert len(err.strip().splitlines()) == 1, err
     assert "Dana drives a car" not in (static_vault / "memory" / "core.md").read_text()
+
+
+# The `memcore` command as its own process (main() with no arguments), saying on stderr's last
+# line whether it ended at once (leave_now's os._exit) rather than by tearing Python down.
+AS_PROCESS = """
+import os, sys, threading, time
+exit_now = os._exit
+def leave(code):
+    sys.stderr.write("\\nLEFT AT ONCE")
+    exit_now(code)
+os._exit = leave
+if os.environ.get("BUSY_THREAD"):  # a thread whose work must not be cut short
+    def work():
+        time.sleep(0.3)
+        open(os.environ["BUSY_THREAD"], "w").write("done")
+    threading.Thread(target=work).start()
+from memcore.cli import main
+sys.argv = ["memcore", *sys.argv[1:]]
+main()
+"""
+
+
+def test_a_typer_command_run_as_a_process_ends_at_once_its_work_and_output_whole(
+    static_vault: Path, tmp_path: Path
+) -> None:
+    """A command typer runs, as its own process, ends without tearing the interpreter down
+    (~33 ms of an `add`): its output printed, its memory in the Markdown and the index, its
+    exit code its own. A thread still at work is waited for, as an ordinary exit would."""
+    env = {**os.environ, "MEMCORE_EMBEDDER_PROVIDER": "static"}
+
+    def memcore(*args: str, **extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-c", AS_PROCESS, "--vault", str(static_vault), *args],
+            capture_output=True, text=True, env={**env, **extra}, timeout=120, cwd=tmp_path,
+        )  # fmt: skip
+
+    done = memcore("add", "Bob deploys on Fridays", "--user", "bob")
+    assert done.returncode == 0 and done.stderr.endswith("LEFT AT ONCE"), done.stderr
+    assert "Bob deploys on Fridays" in done.stdout
+    assert any("Bob deploys on Fridays" in p.read_text() for p in static_vault.rglob("*.md"))
+    listed = memcore("list", "--user", "bob", "--json", "--limit", "5")
+    assert listed.returncode == 0 and listed.stderr.endswith("LEFT AT ONCE"), listed.stderr
+    assert [r["memory"] for r in json.loads(listed.stdout)] == ["Bob deploys on Fridays"]
+    missing = memcore("get", "no-such-memory")
+    assert missing.returncode == 1 and missing.stderr.endswith("LEFT AT ONCE")
+    assert missing.stderr == "memcore: no memory with id 'no-such-memory'\n\nLEFT AT ONCE"
+    wrong = memcore("add", "x", "--no-such-option")
+    assert wrong.returncode == 2 and "--no-such-option" in wrong.stderr
+    flag = tmp_path / "thread.txt"
+    busy = memcore("count", "--user", "bob", BUSY_THREAD=str(flag))
+    assert busy.returncode == 0 and busy.stdout.strip() == "1", busy.stderr
+    assert flag.read_text() == "done" and "LEFT AT ONCE" not in busy.stderr

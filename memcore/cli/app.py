@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 
 import typer
 
-from memcore.cli import COMMANDS, GROUPS, command_of, configure_logging
+from memcore.cli import COMMANDS, GROUPS, command_of, configure_logging, leave_now
 from memcore.core.errors import ConfigError, InputError, MemcoreError, VaultNotFound
 from memcore.core.settings import Settings, load_settings
 
@@ -264,7 +264,19 @@ def main(argv: list[str], own_process: bool = False) -> None:
     code = code if isinstance(code, int) else 0
     if _state.graph_owed:
         finish_command(_state, code)
+    if own_process and not _threads_at_work():
+        leave_now(code)  # done and closed: tearing the interpreter down only delays the exit
     sys.exit(code)
+
+
+def _threads_at_work() -> bool:
+    """Threads Python's own exit would wait for (not daemon threads): their work may not be
+    done, so the process ends the ordinary way, after them. A command's event loop has
+    closed the index and joined its workers by the time it returns, so normally none."""
+    import threading
+
+    main = threading.main_thread()
+    return any(t is not main and not t.daemon and t.is_alive() for t in threading.enumerate())
 
 
 def finish_command(state: CliState, code: int) -> NoReturn:
