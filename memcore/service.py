@@ -113,7 +113,7 @@ class MemoryService:
         self.recall = Recall(settings.vault, policy)
         self.searcher = Searcher(settings, store, embedder, self.recall)
         # The memory side (writer, memories, conversations, scratch) is built when first
-        # used: a one-shot search never writes, and its modules are ~8 ms of its start.
+        # used: a one-shot search never writes (their modules: ~6 ms of its CPU).
         self._given_memories = memories
         self.memory_kind = memories.kind if memories is not None else Memory.kind
         self.readiness = Readiness()
