@@ -719,9 +719,10 @@ def leave(code):
     sys.stderr.write("\\nLEFT AT ONCE")
     exit_now(code)
 os._exit = leave
-if os.environ.get("BUSY_THREAD"):  # a thread whose work must not be cut short
-    def work():
-        time.sleep(0.3)
+if os.environ.get("BUSY_THREAD"):  # a thread whose work must not be cut short: it starts
+    def work():                      # only once the command is over (Python's exit begun)
+        threading.main_thread().join()
+        time.sleep(0.1)
         open(os.environ["BUSY_THREAD"], "w").write("done")
     threading.Thread(target=work).start()
 from memcore.cli import main
