@@ -153,3 +153,21 @@ def test_a_one_shot_search_embeds_in_the_helper_and_prints_what_typer_prints(
     assert json.loads(out)["results"][0]["path"] == "MEMORY.md"
     code, out, err, ort = command(vault, "context", "does DiveAdstra use DX12 by default")
     assert (code, err, ort) == (0, "", "False") and "DX12" in out
+
+
+def test_an_add_with_no_daemon_embeds_in_the_helper(vault: Path) -> None:
+    """`memcore add` (typer runs it when no daemon does) embeds the new memory in the helper:
+    the command's process never loads onnxruntime, and the memory is found by its vector at
+    once, with the vector the in-process model gives."""
+    write(vault, "MEMORY.md", "# Memory\n\n## Engine\nDiveAdstra uses DX12 by default.\n")
+    subprocess.run([sys.executable, "-m", "memcore", "--vault", str(vault), "index"],
+                   check=True, capture_output=True, timeout=120)  # fmt: skip
+    code, out, err, ort = command(vault, "add", "Gina plays the cello on Sundays", "--user", "gina")
+    assert (code, err, ort) == (0, "", "False")
+    assert "Gina plays the cello on Sundays" in out
+    code, out, err, ort = command(vault, "search", "which instrument does Gina play", "--json")
+    hit = json.loads(out)["results"][0]
+    assert hit["text"] == "Gina plays the cello on Sundays" and hit["vector_score"] > 0.4
+    # the same text again: nothing to embed (its vector is known); the helper is let go
+    code, out, err, ort = command(vault, "add", "Gina plays the cello on Sundays", "--user", "gina")
+    assert (code, ort) == (0, "False"), err

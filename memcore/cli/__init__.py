@@ -128,12 +128,13 @@ def leave_now(code: int) -> NoReturn:
 
 
 def model_helper(argv: list[str]) -> Helper | None:
-    """For a search or context, a helper process that loads the local model beside this
+    """For a search, context or add, a helper process that loads the local model beside this
     command's own start (embedders/helper.py), forked before anything else is imported: a
-    plain one answered without a daemon took 228 ms where it took 270 (bench/cli.py's case,
-    in turn). The command ends it at once when it does not need it (a daemon answers,
-    another embedder is set, typer runs the command)."""
-    if command_of(argv) not in ("search", "context"):
+    plain search answered without a daemon took 228 ms where it took 270 (bench/cli.py's
+    case, in turn), an add of a new memory 248 ms where it took 339. The command ends it at
+    once when it does not need it (a daemon answers, another embedder is set, typer runs
+    another command)."""
+    if command_of(argv) not in ("search", "context", "add"):
         return None
     from memcore.embedders.helper import Helper
 
@@ -173,7 +174,15 @@ def _main(args: list[str] | None) -> None:
     helper = model_helper(argv) if args is None else None
     from memcore.cli import quick
 
-    code = quick.answer(argv, helper)
+    try:
+        code = quick.answer(argv, helper)
+    except BaseException:
+        if helper is not None:
+            helper.discard()
+        raise
+    if helper is not None and (code is not None or command_of(argv) != "add"):
+        helper.discard()  # done with, or typer runs a command that does not use it
+        helper = None
     if code is not None:
         if args is None:  # the process is the command: nothing else runs after it
             leave_now(code)
@@ -182,4 +191,4 @@ def _main(args: list[str] | None) -> None:
     from memcore.core.channel import VIA
 
     VIA.set("cli")  # what this command changes, the history attributes to the CLI
-    app.main(argv, own_process=args is None)
+    app.main(argv, own_process=args is None, helper=helper)

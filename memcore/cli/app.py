@@ -19,6 +19,7 @@ from memcore.core.errors import ConfigError, InputError, MemcoreError, VaultNotF
 from memcore.core.settings import Settings, load_settings
 
 if TYPE_CHECKING:
+    from memcore.embedders.helper import Helper
     from memcore.service import MemoryService
 
 T = TypeVar("T")
@@ -57,6 +58,13 @@ class CliState:
     verbose: bool = False
     own_process: bool = False  # the process is this command (not main() called by a program)
     graph_owed: int = 0  # vectors the command's batch left a graph owed over (finish_command)
+    helper: Helper | None = None  # a process forked for the local model (cli.model_helper)
+
+    def take_helper(self) -> Helper | None:
+        """The model's helper process, for the one embedder that uses it (None: none, or
+        taken already)."""
+        helper, self.helper = self.helper, None
+        return helper
 
     def global_options(self) -> list[str]:
         """The global options this command was given, to give a command it hands work to."""
@@ -237,12 +245,27 @@ def _name(command: Any) -> str:
     return str(command.name or command.callback.__name__.lower().replace("_", "-"))
 
 
-def main(argv: list[str], own_process: bool = False) -> None:
+def main(argv: list[str], own_process: bool = False, helper: Helper | None = None) -> None:
     """Run the command line ``argv`` (global options hoisted) on typer: every usage error is
     one line on stderr and exit code 2. ``own_process``: the process is this command, and may
-    end by becoming another (``finish_command``)."""
+    end by becoming another (``finish_command``). ``helper``: a process forked for the local
+    model, for an add that embeds (``with_service``); ended when the command is done."""
     global _state
-    _state = CliState(own_process=own_process)
+    _state = CliState(own_process=own_process, helper=helper)
+    try:
+        code = _run_command(argv)
+    finally:
+        if helper is not None:
+            helper.discard()
+    if _state.graph_owed:
+        finish_command(_state, code)
+    if own_process and not _threads_at_work():
+        leave_now(code)  # done and closed: tearing the interpreter down only delays the exit
+    sys.exit(code)
+
+
+def _run_command(argv: list[str]) -> int:
+    """The exit code of the command line ``argv`` run on typer."""
     _import_commands(argv)
     command = _command_for(command_of(argv))
     try:
@@ -261,12 +284,7 @@ def main(argv: list[str], own_process: bool = False) -> None:
     except typer.Abort:
         typer.echo("memcore: interrupted", err=True)
         code = 130
-    code = code if isinstance(code, int) else 0
-    if _state.graph_owed:
-        finish_command(_state, code)
-    if own_process and not _threads_at_work():
-        leave_now(code)  # done and closed: tearing the interpreter down only delays the exit
-    sys.exit(code)
+    return code if isinstance(code, int) else 0
 
 
 def _threads_at_work() -> bool:

@@ -82,15 +82,8 @@ def answer(argv: list[str], helper: Helper | None = None) -> int | None:
     """The exit code of a command answered here (through the daemon, or for a search or
     context by opening the index), or None: not answered (nothing printed, nothing written),
     run it on typer. ``helper``: a process started for the local model (cli.model_helper),
-    used by a search or context answered here and ended whatever happens."""
-    try:
-        return _answer_plain(argv, helper)
-    finally:
-        if helper is not None:
-            helper.discard()  # not needed, or done with (the embedder ended it already)
-
-
-def _answer_plain(argv: list[str], helper: Helper | None) -> int | None:
+    used by a search or context answered here, ended here when a daemon answers (the caller
+    ends it in any case: Helper.discard is once only)."""
     parsed = parse(argv)
     if parsed is None:
         return None
