@@ -128,17 +128,40 @@ def leave_now(code: int) -> NoReturn:
 
 
 def model_helper(argv: list[str]) -> Helper | None:
-    """For a search, context or add, a helper process that loads the local model beside this
-    command's own start (embedders/helper.py), forked before anything else is imported: a
-    plain search answered without a daemon took 228 ms where it took 270 (bench/cli.py's
-    case, in turn), an add of a new memory 248 ms where it took 339. The command ends it at
-    once when it does not need it (a daemon answers, another embedder is set, typer runs
-    another command)."""
+    """For a search, context or add with no daemon holding the vault, a helper process that
+    loads the local model beside this command's own start (embedders/helper.py), forked
+    before the rest is imported: a plain search took 228 ms where it took 270 (bench/cli.py's
+    case, in turn), an add of a new memory 248 ms where it took 339. With a daemon there is
+    none: the daemon embeds, and a helper started and killed would take ~4 ms of a 40 ms
+    answer (and more of an add's). The command ends it at once when it does not need it
+    (another embedder is set, typer runs another command)."""
     if command_of(argv) not in ("search", "context", "add"):
         return None
+    from memcore.core.errors import MemcoreError
+    from memcore.core.places import nodes_dir_of, resolve_vault, state_dir_of
+    from memcore.fronts.daemon_state import node_status, status_in
+
+    try:
+        vault = resolve_vault(_vault_flag(argv), os.environ)
+        if status_in(state_dir_of(vault)) or node_status(nodes_dir_of(vault)):
+            return None  # a daemon holds the vault
+    except (MemcoreError, OSError):
+        return None  # the command says what is wrong
     from memcore.embedders.helper import Helper
 
     return Helper.start()
+
+
+def _vault_flag(argv: list[str]) -> str | None:
+    """The --vault (-V) value among the global options (hoisted: before the command)."""
+    for i, word in enumerate(argv):
+        if word in ("--vault", "-V"):
+            return argv[i + 1] if i + 1 < len(argv) else None
+        if word.startswith("--vault="):
+            return word.partition("=")[2]
+        if not word.startswith("-") and (i == 0 or argv[i - 1] not in GLOBAL_VALUE_OPTIONS):
+            return None  # the command: the global options end here
+    return None
 
 
 def one_blas_thread() -> None:
