@@ -409,3 +409,46 @@ def test_a_reader_that_goes_away_ends_the_command_quietly(
         command.stdout.close()  # gone before the command prints anything
         err = command.stderr.read().decode()
         assert (command.wait(60), err) == (1, "")
+
+
+# The `memcore` command as its own process (main() with no arguments, where a model helper
+# may be forked), saying on stderr's last line how many processes it forked.
+FORKS = """
+import os, sys
+forked = []
+fork = os.fork
+def counted():
+    pid = fork()
+    if pid:
+        forked.append(pid)
+    return pid
+os.fork = counted
+exit_now = os._exit
+def leave(code):
+    sys.stderr.write("\\nFORKED:" + str(len(forked)))
+    exit_now(code)
+os._exit = leave
+from memcore.cli import main
+sys.argv = ["memcore", *sys.argv[1:]]
+main()
+"""
+
+
+def test_no_model_helper_is_forked_when_a_daemon_holds_the_vault(daemon: Path) -> None:
+    """The daemon embeds: a helper forked and killed beside it would only slow its answer."""
+    for args in (("search", "DX12"), ("add", "Bob deploys on Fridays", "--user", "bob")):
+        done = subprocess.run(
+            [sys.executable, "-c", FORKS, "--vault", str(daemon), *args],
+            env=env(), capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert done.returncode == 0 and done.stderr.endswith("FORKED:0"), (args, done.stderr)
+    alone = daemon.parent / "alone"
+    write(alone, "MEMORY.md", "# M\n\n## Engine\n\nDiveAdstra uses DX12 by default.\n")
+    subprocess.run([sys.executable, "-m", "memcore", "--vault", str(alone), "index"],
+                   env=env(), check=True, capture_output=True, timeout=60)  # fmt: skip
+    done = subprocess.run(  # no daemon: the helper is forked (then let go: static embedder)
+        [sys.executable, "-c", FORKS, "--vault", str(alone), "search", "DX12"],
+        env=env(), capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    helpers = 1 if len(os.sched_getaffinity(0)) >= 2 else 0  # none on one core
+    assert done.returncode == 0 and done.stderr.endswith(f"FORKED:{helpers}"), done.stderr
