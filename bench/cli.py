@@ -1,5 +1,6 @@
 """One-shot CLI latency: wall time of N cold `memcore search` and `memcore add` runs on the
-sample vault (and a Chinese search, which needs jieba's dictionary), with no daemon (the
+sample vault (and a Chinese search, which needs jieba's dictionary; an add of the same text
+each run, and of a new memory each run, which the model embeds), with no daemon (the
 command opens the index and loads the model) and beside a running `memcore watch` (the
 command asks the daemon on its Unix socket), next to `python -c pass` in the same run; and
 beside the daemon, the reads `list`, `count`, `get`, `history`, `entities` and `status`.
@@ -51,6 +52,16 @@ def timed(cmd: list[str], runs: int) -> list[float]:
     return out
 
 
+def new_adds(vault: Path, runs: int) -> list[float]:
+    """`add` of a memory never seen before, each run (the model embeds it), where "add again"
+    adds the same text each time (its vector is known after the first)."""
+    out = []
+    for n in range(runs):
+        cmd = memcore_cmd(vault, "add", f"bench note {n}: topic {n * 7919 % 1000}", "--user", "new")
+        out += timed(cmd, 1)
+    return out
+
+
 def summary(name: str, ms: list[float]) -> dict[str, object]:
     ordered = sorted(ms)
     return {
@@ -80,7 +91,8 @@ def main() -> None:
         rows = [summary("python -c pass", timed([sys.executable, "-c", "pass"], args.runs))]
         rows.append(summary("search, no daemon", timed(search, args.runs)))
         rows.append(summary("Chinese search, no daemon", timed(chinese, max(args.runs // 4, 3))))
-        rows.append(summary("add, no daemon", timed(add, args.runs)))
+        rows.append(summary("add again, no daemon", timed(add, args.runs)))
+        rows.append(summary("add a new memory, no daemon", new_adds(vault, args.runs)))
         subprocess.run(memcore_cmd(vault, "watch", "--detach"), check=True, capture_output=True)
         try:
             rows.append(summary("search beside memcore watch", timed(search, args.runs)))
