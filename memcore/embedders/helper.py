@@ -1,11 +1,11 @@
-"""The local model in a helper process, for a one-shot search on a machine with two cores or more.
+"""The local model in a helper process, for a one-shot search or add on two cores or more.
 
 A one-shot `memcore search` with no daemon spends nearly all its time starting: importing
 numpy, onnxruntime and tokenizers and loading the model, beside importing memcore's own modules
 and opening the index. In one process all of it but the model's session shares one GIL, so the
 two halves take turns on one core. The model's half needs nothing from the other, so ``start``
-forks a helper as the command's first step (before the settings are read, while the process has
-no other thread): it imports the model's libraries at once, loads the model when it is told the
+forks a helper as one of the command's first steps (once it knows no daemon holds the vault,
+before the settings are read, while the process has no other thread): it imports the model's libraries at once, loads the model when it is told the
 model's settings, and answers embedding requests over two pipes. The command's process never
 imports onnxruntime or tokenizers, and each half has a core.
 
