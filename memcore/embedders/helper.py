@@ -5,9 +5,10 @@ numpy, onnxruntime and tokenizers and loading the model, beside importing memcor
 and opening the index. In one process all of it but the model's session shares one GIL, so the
 two halves take turns on one core. The model's half needs nothing from the other, so ``start``
 forks a helper as one of the command's first steps (once it knows no daemon holds the vault,
-before the settings are read, while the process has no other thread): it imports the model's libraries at once, loads the model when it is told the
-model's settings, and answers embedding requests over two pipes. The command's process never
-imports onnxruntime or tokenizers, and each half has a core.
+before the settings are read, while the process has no other thread): it imports the model's
+libraries at once, loads the model when it is told the model's settings, and answers
+embedding requests over two pipes. The command's process never imports onnxruntime or
+tokenizers, and each half has a core.
 
 The vectors are the in-process model's, bit for bit: the helper runs the same
 ``OnnxMiniLMEmbedder`` with the same settings. Should the helper end or answer something
