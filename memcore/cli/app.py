@@ -139,8 +139,12 @@ def settings_of(ctx: typer.Context, **extra: object) -> Settings:
 
 def start_batch(ctx: typer.Context) -> None:
     """A batch command (add --file, import, index) starts: run as its own process, before any
-    thread starts, it keeps malloc to two arenas (``few_malloc_arenas``: less memory, faster)."""
+    thread starts, it keeps malloc to two arenas (``few_malloc_arenas``: less memory, faster).
+    A model helper forked for a plain add is ended: a batch embeds in its own process."""
     state: CliState = ctx.obj
+    helper = state.take_helper()
+    if helper is not None:
+        helper.discard()
     if state.own_process:
         from memcore.core.heap import few_malloc_arenas
 
