@@ -138,12 +138,11 @@ def model_helper(argv: list[str]) -> Helper | None:
     if command_of(argv) not in ("search", "context", "add"):
         return None
     from memcore.core.errors import MemcoreError
-    from memcore.core.places import nodes_dir_of, resolve_vault, state_dir_of
-    from memcore.fronts.daemon_state import node_status, status_in
+    from memcore.core.places import resolve_vault
+    from memcore.fronts.daemon_state import vault_daemon
 
     try:
-        vault = resolve_vault(_vault_flag(argv), os.environ)
-        if status_in(state_dir_of(vault)) or node_status(nodes_dir_of(vault)):
+        if vault_daemon(resolve_vault(_vault_flag(argv), os.environ)):
             return None  # a daemon holds the vault
     except (MemcoreError, OSError):
         return None  # the command says what is wrong

@@ -39,14 +39,8 @@ from memcore.cli.output import (
     warn,
 )
 from memcore.core.errors import MemcoreError
-from memcore.core.places import (
-    config_inputs,
-    inputs_digest,
-    nodes_dir_of,
-    resolve_vault,
-    state_dir_of,
-)
-from memcore.fronts.daemon_state import node_status, status_in
+from memcore.core.places import config_inputs, inputs_digest, resolve_vault
+from memcore.fronts.daemon_state import vault_daemon
 from memcore.fronts.unix_http import DaemonGone, error_message, get_unix, post_unix
 
 SCOPES = {"--user": "user_id", "--agent": "agent_id", "--run": "run_id", "--app": "app_id"}
@@ -184,7 +178,7 @@ def daemon_socket(vault_flag: str | None) -> str | None:
     """The socket of the vault's daemon when its settings came from this command's inputs."""
     try:
         vault = resolve_vault(vault_flag, os.environ)
-        status = status_in(state_dir_of(vault)) or node_status(nodes_dir_of(vault)) or {}
+        status = vault_daemon(vault) or {}
         published = status.get("config")
         if not isinstance(published, dict) or "digest" not in published:
             return None  # no daemon, or one from before daemons published a digest

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from memcore.core.errors import DaemonError
-from memcore.core.places import make_private_dir, nodes_dir_of, open_private
+from memcore.core.places import make_private_dir, nodes_dir_of, open_private, state_dir_of
 from memcore.core.redact import redacted
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (type checkers read it)
@@ -94,6 +94,12 @@ def remove_node_home(home: Path) -> None:
             leftover.unlink()
         home.rmdir()
         home.parent.rmdir()  # fails while another node's folder is there
+
+
+def vault_daemon(vault: Path) -> dict[str, object] | None:
+    """What a daemon holding this vault last reported, found from the vault alone (before
+    any settings are read: the vault's own state folder, then its nodes' folder)."""
+    return status_in(state_dir_of(vault)) or node_status(nodes_dir_of(vault))
 
 
 def daemon_status(settings: Settings) -> dict[str, object] | None:
