@@ -115,7 +115,6 @@ class MemoryService:
         # The memory side (writer, memories, conversations, scratch) is built when first
         # used: a one-shot search never writes (their modules: ~6 ms of its CPU).
         self._given_memories = memories
-        self.memory_kind = memories.kind if memories is not None else Memory.kind
         self.readiness = Readiness()
         self._metrics: Metrics | None = None  # made by the first front that serves them
         # False in a batch command run as its own process: a vector graph its load leaves
@@ -124,6 +123,13 @@ class MemoryService:
         # the load 0.65 GB and the build 0.72 GB apart).
         self.builds_graph_here = True
         self.graph_owed = 0
+
+    @property
+    def memory_kind(self) -> str:
+        """Where memories live: "markdown" (this vault), "mem0" or "none", known without
+        building the memory operations."""
+        given = self._given_memories
+        return given.kind if given is not None else Memory.kind
 
     @cached_property
     def writer(self) -> MemoryWriter:
