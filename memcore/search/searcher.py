@@ -145,6 +145,8 @@ class Searcher:
                         reader, query, method, filters, query_vector
                     )
                     if embedding is not None:
+                        if not embedding.done():  # a first search loads the vectors meanwhile
+                            await reader.vectors_ready(self.embedder.model_id)
                         query_vector = await embedding
                     result = await self._search_in(
                         reader, query, limit, filters, method, floor, query_vector, as_of,

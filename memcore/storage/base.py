@@ -245,6 +245,12 @@ class IndexReader(Protocol):
 
     async def has_vectors(self, model_id: str) -> bool: ...
 
+    async def vectors_ready(self, model_id: str) -> None:
+        """Have this snapshot's vectors of ``model_id`` at hand for ``search_vectors`` (a
+        first search loads them while its query is embedded; nothing to do where the
+        database scores vectors itself)."""
+        ...
+
     async def holds_chinese(self) -> bool | None:
         """Whether any chunk holds a Chinese word (None: this index cannot tell cheaply).
         A process that will index or search only such text loads jieba's whole dictionary."""

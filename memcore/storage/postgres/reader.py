@@ -165,6 +165,9 @@ class PostgresReader(KeywordQueries):
         )
         return bool(rows)
 
+    async def vectors_ready(self, model_id: str) -> None:
+        return None  # the server scores the vectors
+
     async def chunk_rows(self, ids: Sequence[int]) -> dict[int, ChunkRow]:
         if not ids:
             return {}

@@ -570,6 +570,9 @@ class SqliteReader(_Queries):
         index = await self._store.vectors_at(self.conn, await self.begun(), model_id)
         return await scan(index, index.search, vector, k, allowed, self.generation)
 
+    async def vectors_ready(self, model_id: str) -> None:
+        await self._store.vectors_at(self.conn, await self.begun(), model_id)
+
     async def vector_similarity(
         self, vector: Vector, model_id: str, ids: Sequence[int]
     ) -> dict[int, float]:
