@@ -238,10 +238,9 @@ class SqliteStore:
             for model_id, graph in graphs.items():
                 if graph.changes:
                     await asyncio.to_thread(self._save_graph, model_id, graph)
-            for conn in conns:
-                with suppress(sqlite3.Error, ValueError):
-                    await conn.close()
-            await asyncio.gather(*self._closing, return_exceptions=True)
+            # each connection's thread closes its own at once (the last one checkpoints)
+            closing = [conn.close() for conn in conns]
+            await asyncio.gather(*closing, *self._closing, return_exceptions=True)
         if self._scratch is not None:
             shutil.rmtree(self._scratch, ignore_errors=True)
             self._scratch, self.path = None, Path(":memory:")
