@@ -294,6 +294,7 @@ async def test_concurrent_reads_open_no_more_readers_than_the_pool_holds(
     """Twelve searches arriving together each saw room for one more reader while the first
     connects were awaited, and opened twelve: more threads taking turns at the GIL."""
     store = SqliteStore(tmp_path / "index.db", readers=2)
+    none = _connection_threads()
     async with store:
         before = _connection_threads()  # the writer
         seen = []
@@ -306,6 +307,11 @@ async def test_concurrent_reads_open_no_more_readers_than_the_pool_holds(
 
         assert await asyncio.gather(*(read(n) for n in range(12))) == list(range(12))
         assert max(seen) == 2 and _connection_threads() - before == 2
+    for _ in range(200):  # all three closed together: each thread ends once it has replied
+        if _connection_threads() == none:
+            break
+        await asyncio.sleep(0.01)
+    assert _connection_threads() == none
 
 
 async def test_a_reader_that_fails_to_open_lets_a_waiting_read_open_one(
@@ -475,3 +481,48 @@ def test_sqlite_keeps_no_memory_statistics_in_a_process_memcore_starts() -> None
     assert _sqlite_memory_used("import memcore") == 0
     # a process that started SQLite before memcore is left as it was (and the test can tell)
     assert _sqlite_memory_used("import sqlite3, memcore") > 0
+
+
+async def test_a_first_search_loads_the_vectors_while_its_query_is_embedded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A process's first search (a one-shot command's only one) reads the vectors into memory
+    while the model embeds its query, not after; a later one finds them loaded."""
+    vault = tmp_path / "vault"
+    (vault / "memory").mkdir(parents=True)
+    (vault / "MEMORY.md").write_text("# Engines\n\nThe render engine uses DX12.\n")
+    settings = load_settings(vault)
+    settings.state_dir.mkdir(exist_ok=True)
+    async with MemoryService(
+        settings, SqliteStore(settings.db_path), EmbeddingRunner(FakeEmbedder())
+    ) as service:
+        await service.index()
+    events: list[str] = []
+    release = asyncio.Event()
+
+    class Slow(FakeEmbedder):
+        async def embed(self, texts):  # type: ignore[no-untyped-def]
+            if texts == ["DX12 engine"]:
+                await release.wait()
+                events.append("embedded")
+            return await super().embed(texts)
+
+    load_vectors = queries.SqliteReader.load_vectors
+
+    async def loading(self: queries.SqliteReader, *args: object) -> object:
+        loaded = await load_vectors(self, *args)  # type: ignore[arg-type]
+        events.append("loaded")
+        release.set()  # the query's vector comes only once they are in memory
+        return loaded
+
+    monkeypatch.setattr(queries.SqliteReader, "load_vectors", loading)
+    async with MemoryService(
+        settings, SqliteStore(settings.db_path), EmbeddingRunner(Slow())
+    ) as service:
+        first = await asyncio.wait_for(service.search("DX12 engine"), 10)
+        assert events == ["loaded", "embedded"]
+        assert first.mode == "hybrid" and [h.path for h in first.hits] == ["MEMORY.md"]
+        service.searcher.cache = None
+        again = await service.search("DX12 engine")
+        assert events == ["loaded", "embedded"]  # the query's vector remembered, none reloaded
+        assert [(h.path, h.score) for h in again.hits] == [(h.path, h.score) for h in first.hits]
