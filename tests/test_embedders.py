@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from memcore.core.errors import EmbedderError, EmbedderUnavailable
+from memcore.embedders import local
 from memcore.embedders.base import EmbeddingRunner
 from memcore.embedders.local import OnnxMiniLMEmbedder, StaticMiniLMEmbedder
 from memcore.embedders.ollama import OllamaEmbedder
@@ -39,6 +42,30 @@ async def test_onnx_model_is_deterministic_and_batch_independent() -> None:
     alone = await emb.embed([texts[0]])
     assert together.shape == (2, 384)
     assert float(together[0] @ alone[0]) > 0.99999
+
+
+async def test_the_int8_models_weights_beside_it_missing_or_cut_short_are_one_line_errors(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    text = ["the same vector from a copy of the model's files"]
+    shipped = OnnxMiniLMEmbedder(threads=1).embed_sync(text)
+    copy = tmp_path / OnnxMiniLMEmbedder.folder
+    shutil.copytree(local.ASSETS / OnnxMiniLMEmbedder.folder, copy)
+    monkeypatch.setattr(local, "ASSETS", tmp_path)
+    assert np.array_equal(OnnxMiniLMEmbedder(threads=1).embed_sync(text), shipped)
+    weights = copy / "model.onnx.data"
+    with weights.open("r+b") as f:
+        f.truncate(weights.stat().st_size // 2)
+    with pytest.raises(EmbedderError) as cut:
+        OnnxMiniLMEmbedder(threads=1).embed_sync(["x"])
+    assert str(cut.value).startswith("cannot load the local model: ")
+    assert "\n" not in str(cut.value)
+    weights.unlink()
+    with pytest.raises(EmbedderError) as gone:
+        OnnxMiniLMEmbedder(threads=1).embed_sync(["x"])
+    assert str(gone.value) == (
+        f"model file {weights} is missing from this installation; reinstall memcore"
+    )
 
 
 async def test_runner_batches_and_keeps_order() -> None:
