@@ -18,9 +18,9 @@ from memcore.core.settings import load_settings
 from memcore.embedders.base import EmbeddingRunner
 from memcore.service import MemoryService
 from memcore.storage.migrations import load_migrations
-from memcore.storage.sqlite import file_rows, queries
-from memcore.storage.sqlite.queries import embedded_hashes_sql
+from memcore.storage.sqlite import file_rows, keywords, queries, snapshot
 from memcore.storage.sqlite.store import SqliteStore
+from memcore.storage.sqlite.vector_reads import embedded_hashes_sql
 from memcore.vault.chunker import chunk_markdown
 from tests.support import FakeEmbedder
 
@@ -153,9 +153,7 @@ async def test_vectors_are_little_endian_float32_blobs(tmp_path: Path) -> None:
 async def test_when_every_word_is_common_chunks_holding_them_all_are_ranked_first(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from memcore.storage.sqlite import queries as sqlite_queries
-
-    monkeypatch.setattr(sqlite_queries, "ANCHOR_CAP", 20)  # both words are "common" here
+    monkeypatch.setattr(keywords, "ANCHOR_CAP", 20)  # both words are "common" here
     async with SqliteStore(tmp_path / "index.db") as store:
         files = [(f"memory/a{i}.md", f"# A{i}\n\nart only {i}\n") for i in range(40)]
         files += [(f"memory/k{i}.md", f"# K{i}\n\nkind only {i}\n") for i in range(40)]
@@ -182,10 +180,9 @@ async def _index(store: SqliteStore, files: list[tuple[str, str]]) -> None:
 async def test_word_counts_are_exact_under_the_cap_and_estimated_past_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from memcore.storage.sqlite import queries as sqlite_queries
     from memcore.storage.sqlite.file_rows import on_thread
 
-    monkeypatch.setattr(sqlite_queries, "ANCHOR_CAP", 20)
+    monkeypatch.setattr(keywords, "ANCHOR_CAP", 20)
     async with SqliteStore(tmp_path / "index.db") as store:
         # "alpha" in every chunk, "beta" only in a stretch of 100 notes, "gamma" in 8
         files = [
@@ -200,7 +197,7 @@ async def test_word_counts_are_exact_under_the_cap_and_estimated_past_it(
         words = ["alpha", "beta", "gamma", "delta"]
         async with store.snapshot() as r:
             await r.search_text(" ".join(words), 3, SearchFilters())  # counts, remembers
-            counts, span, _ = await on_thread(r.conn, sqlite_queries._doc_counts, words, 20, {})
+            counts, span, _ = await on_thread(r.conn, keywords.doc_counts, words, 20, {})
         assert span == 400
         # estimates are remembered for the next query; exact counts are not (a new chunk counts)
         assert store.common_counts.get("alpha", span=400) == counts["alpha"]
@@ -218,9 +215,7 @@ async def test_word_counts_are_exact_under_the_cap_and_estimated_past_it(
 async def test_with_three_common_words_chunks_holding_two_of_them_come_first(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from memcore.storage.sqlite import queries as sqlite_queries
-
-    monkeypatch.setattr(sqlite_queries, "ANCHOR_CAP", 20)
+    monkeypatch.setattr(keywords, "ANCHOR_CAP", 20)
     async with SqliteStore(tmp_path / "index.db") as store:
         files = [
             (f"memory/{w}{i}.md", f"# {w}\n\n{w} only {i}\n")
@@ -239,15 +234,13 @@ async def test_with_three_common_words_chunks_holding_two_of_them_come_first(
 async def test_a_word_too_common_to_weigh_leaves_the_rare_words_ranking(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from memcore.storage.sqlite import queries as sqlite_queries
-
     async with SqliteStore(tmp_path / "index.db") as store:
         files = [(f"memory/n{i}.md", f"# N{i}\n\ncommon filler {i}\n") for i in range(120)]
         files += [(f"memory/z{i}.md", f"# Z{i}\n\nthe zebra {i} is common\n") for i in range(3)]
         await _index(store, files)
         async with store.snapshot() as r:
             weighed = await r.search_text("common zebra", 5, SearchFilters())
-            monkeypatch.setattr(sqlite_queries, "RANK_POSTINGS", 50)  # 3 + 123 chunks: over
+            monkeypatch.setattr(keywords, "RANK_POSTINGS", 50)  # 3 + 123 chunks: over
             budgeted = await r.search_text("common zebra", 5, SearchFilters())
             rows = await r.chunk_rows([c for c, _ in weighed])
     assert len(weighed) == 5 and [rows[c].path[:8] for c, _ in weighed[:3]] == ["memory/z"] * 3
@@ -357,13 +350,13 @@ async def test_a_snapshot_starts_with_its_first_query_and_queries_sent_meanwhile
     is on its way queue behind it in the same transaction, and later writes stay unseen."""
     vec = np.ones(4, dtype=np.float32)
     begins = []
-    begin = queries.begin_snapshot
+    begin = snapshot.begin_snapshot
 
     def counted(db: sqlite3.Connection) -> int:
         begins.append(1)
         return begin(db)
 
-    monkeypatch.setattr(queries, "begin_snapshot", counted)
+    monkeypatch.setattr(snapshot, "begin_snapshot", counted)
     async with SqliteStore(tmp_path / "index.db") as store:
         await _note(store, "a.md", "# A\n\nfirst note\n", vec)
         async with store.snapshot() as r:
@@ -389,7 +382,7 @@ async def test_a_write_committed_while_a_snapshot_starts_drops_no_rows_it_needs(
     its own state, not by reloading every vector."""
     vecs = np.eye(4, dtype=np.float32)
     began, go_on = threading.Event(), threading.Event()
-    begin = queries.begin_snapshot
+    begin = snapshot.begin_snapshot
     async with SqliteStore(tmp_path / "index.db") as store:
         (gone,) = await _note(store, "a.md", "# A\n\nsoon deleted\n", vecs[0])
         await _note(store, "b.md", "# B\n\nstays\n", vecs[1])
@@ -411,11 +404,11 @@ async def test_a_write_committed_while_a_snapshot_starts_drops_no_rows_it_needs(
             return generation
 
         monkeypatch.setattr(store, "_load", counted)
-        monkeypatch.setattr(queries, "begin_snapshot", held)
+        monkeypatch.setattr(snapshot, "begin_snapshot", held)
         async with store.snapshot() as r:
             search = asyncio.ensure_future(r.search_vectors(vecs[0], "m", 1, SearchFilters()))
             assert await asyncio.to_thread(began.wait, 5)  # BEGIN ran: the old state is fixed
-            monkeypatch.setattr(queries, "begin_snapshot", begin)
+            monkeypatch.setattr(snapshot, "begin_snapshot", begin)
             async with store.transaction() as tx:
                 await tx.delete_files(["a.md"])
             go_on.set()

@@ -370,9 +370,9 @@ async def test_keyword_search_ranks_only_chunks_with_rare_words_and_fills_up_whe
     open_store: OpenStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from memcore.storage.postgres import keywords as postgres_queries
-    from memcore.storage.sqlite import queries as sqlite_queries
+    from memcore.storage.sqlite import keywords as sqlite_keywords
 
-    for module in (sqlite_queries, postgres_queries):
+    for module in (sqlite_keywords, postgres_queries):
         monkeypatch.setattr(module, "ANCHOR_CAP", 50)  # "common" at 120 chunks is common
         monkeypatch.setattr(module, "ANCHOR_ROWS", 2)
     async with open_store() as store:
@@ -400,9 +400,9 @@ async def test_keyword_coverage_is_the_share_of_the_querys_rarity_a_chunk_holds(
     its rarity over the whole index, a word found nowhere most. Past the count cap (here 50
     chunks) a word's count is estimated, and it still weighs little."""
     from memcore.storage.postgres import keywords as postgres_queries
-    from memcore.storage.sqlite import queries as sqlite_queries
+    from memcore.storage.sqlite import keywords as sqlite_keywords
 
-    for module in (sqlite_queries, postgres_queries):
+    for module in (sqlite_keywords, postgres_queries):
         monkeypatch.setattr(module, "ANCHOR_CAP", 50)
     async with open_store() as store:
         files = [(f"memory/n{i}.md", f"# N{i}\n\ncommon filler {i}\n") for i in range(80)]

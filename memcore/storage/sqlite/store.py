@@ -41,8 +41,10 @@ from memcore.storage.migrations import load_migrations
 from memcore.storage.rows import now
 from memcore.storage.sqlite.file_rows import enqueue, on_thread
 from memcore.storage.sqlite.graphs import FETCH, absent_from, changes_to, copy_vectors, differences
-from memcore.storage.sqlite.queries import SqliteReader, SqliteWriter, begin_snapshot
+from memcore.storage.sqlite.queries import SqliteReader
+from memcore.storage.sqlite.snapshot import begin_snapshot
 from memcore.storage.sqlite.tokens import retokenize
+from memcore.storage.sqlite.writer import SqliteWriter
 
 if TYPE_CHECKING:  # usearch (and numkong) load only for a vault that needs the graph
     from memcore.storage.ann import AnnIndex
