@@ -17,7 +17,7 @@ import pytest
 
 from memcore.core.models import FileState
 from memcore.core.settings import Settings, load_settings
-from memcore.index.indexer import _replace
+from memcore.index.file_batches import _replace
 from memcore.index.prepare import PreparedFile
 from memcore.service import MemoryService
 from memcore.storage.ann import AnnIndex

@@ -31,8 +31,9 @@ from memcore.core.errors import (
     WriteConflict,
 )
 from memcore.core.models import TURNS_CATEGORY, MemoryQuery, MemoryRecord
+from memcore.core.path_locks import PathLocks
 from memcore.core.vectors import Vector
-from memcore.index.indexer import Indexer, PathLocks
+from memcore.index.indexer import Indexer
 from memcore.memory.file_writes import (
     WRITE_ATTEMPTS,
     Change,

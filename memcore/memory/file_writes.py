@@ -34,7 +34,8 @@ from memcore.core.errors import (
 )
 from memcore.core.lru import LRU
 from memcore.core.models import FileFailure
-from memcore.index.indexer import Indexer, PathLocks
+from memcore.core.path_locks import PathLocks
+from memcore.index.indexer import Indexer
 from memcore.storage.base import Store
 from memcore.vault.chunker import memory_file_of
 from memcore.vault.files import check_writable
