@@ -452,3 +452,28 @@ def test_no_model_helper_is_forked_when_a_daemon_holds_the_vault(daemon: Path) -
     )  # fmt: skip
     helpers = 1 if len(os.sched_getaffinity(0)) >= 2 else 0  # none on one core
     assert done.returncode == 0 and done.stderr.endswith(f"FORKED:{helpers}"), done.stderr
+
+
+# The entry point, saying on stderr's last line whether indexing's writing half was loaded.
+WRITING_HALF = ENTRY.replace(
+    'heavy = ("typer",', 'heavy = ("memcore.index.file_batches", "memcore.index.prepare", "typer",'
+)
+
+
+def test_a_catch_up_that_finds_nothing_changed_never_loads_the_writing_half(vault: Path) -> None:
+    """A one-shot search catches the index up with the vault first; when nothing changed (most
+    of the time) the modules that read, chunk, embed and write files are not imported (~5 ms);
+    when a file changed, they are, and the search finds the change."""
+    write(vault, "MEMORY.md", "# M\n\nDiveAdstra uses DX12 by default.\n")
+    index = subprocess.run(
+        [sys.executable, "-m", "memcore", "--vault", str(vault), "index"],
+        env=env(), capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert index.returncode == 0, index.stderr
+    code, out, err, loaded = run(WRITING_HALF, vault, "search", "DX12")
+    assert code == 0 and "DX12" in out, err
+    assert loaded == "asyncio,numpy,memcore.core.settings,memcore.core.models,logging"
+    write(vault, "memory/vulkan.md", "# Renderer\n\nThe Vulkan port ships in May.\n")
+    code, out, err, loaded = run(WRITING_HALF, vault, "search", "Vulkan port")
+    assert code == 0 and "memory/vulkan.md" in out, err
+    assert loaded.startswith("memcore.index.file_batches,memcore.index.prepare,asyncio")

@@ -11,7 +11,7 @@ import logging
 from collections.abc import Awaitable, Callable, Collection, Iterator, Mapping, Sequence
 from pathlib import Path
 
-from memcore.core.errors import EmbedderError, StorageBusy, StorageError, StorageFull
+from memcore.core.errors import StorageBusy, StorageError, StorageFull
 from memcore.core.lru import LRU
 from memcore.core.models import Chunk, DiskFile, FileFailure, FileState, SkippedFile
 from memcore.core.path_locks import PathLocks
@@ -21,12 +21,12 @@ from memcore.index.edits import Before, EditLog, memories_before, memory_texts
 from memcore.index.prepare import (
     PreparedFile,
     StoredVersion,
-    Tally,
     attach_vectors,
     known_vectors,
     prepare_files,
 )
 from memcore.index.tails import APPENDABLE_FILES, Appendable
+from memcore.index.tally import Tally, embedder_down
 from memcore.storage.base import FileRows, IndexWriter, Store, Vector, both
 from memcore.vault.chunker import ChunkerConfig
 from memcore.vault.files import stat_memory_files
@@ -190,7 +190,7 @@ class FileBatches:
                 )
             error, fresh = await attach_vectors(self.embedder, prepared, known, tally)
             if error is not None:
-                self.embedder_failed(tally, error)
+                embedder_down(tally, self.embedder, error)
             await self._replace_all(prepared, fresh, before, afters, tally, stale)
         if stale and retries:
             again = await self.on_disk(stale)
@@ -341,8 +341,3 @@ class FileBatches:
             stat_memory_files, self.settings.vault, list(paths), ix.include, ix.exclude,
             ix.follow_links,
         )  # fmt: skip
-
-    def embedder_failed(self, tally: Tally, exc: EmbedderError) -> None:
-        tally.embedder_down = True
-        tally.warnings.append(f"embedder unavailable, vectors pending: {exc}")
-        self.embedder.mark_down(str(exc))

@@ -10,25 +10,29 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import logging
 import time
 from collections.abc import Callable, Collection, Sequence
 from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from memcore.core.errors import EmbedderError
 from memcore.core.heap import paused_collection
-from memcore.core.models import FileState, IndexReport
+from memcore.core.models import DiskFile, FileState, IndexReport
 from memcore.core.overlap import overlapped
 from memcore.core.settings import Settings
 from memcore.embedders.base import EmbeddingRunner
-from memcore.index.file_batches import TX_FILES, FileBatches
 from memcore.index.planner import plan_changes
-from memcore.index.prepare import CHUNKING_KEY, Tally, chunking_signature, embed_missing
+from memcore.index.tally import CHUNKING_KEY, Tally, chunking_signature, embedder_down
 from memcore.storage.base import Store, both
 from memcore.vault.chunker import ChunkerConfig
 from memcore.vault.files import scan_vault
 from memcore.vault.history import HistoryLog
+
+if TYPE_CHECKING:
+    from memcore.index.file_batches import FileBatches
 
 log = logging.getLogger(__name__)
 
@@ -61,10 +65,17 @@ class Indexer:
         self.store = store
         self.embedder = embedder
         self.history = history  # memory edits made by hand are logged here
-        ix = settings.index
+        self.chunking = chunking_signature(settings.index)
+
+    @functools.cached_property
+    def batches(self) -> FileBatches:
+        """The writing half, loaded by the first run with files to write (a catch-up that finds
+        nothing changed, most of a one-shot search's, never imports it: ~5 ms)."""
+        from memcore.index.file_batches import FileBatches
+
+        ix = self.settings.index
         chunker = ChunkerConfig(ix.chunk_tokens, ix.overlap_tokens, ix.chars_per_token, ix.split)
-        self.chunking = chunking_signature(ix)
-        self.batches = FileBatches(settings, store, embedder, chunker, history)
+        return FileBatches(self.settings, self.store, self.embedder, chunker, self.history)
 
     async def index(
         self,
@@ -149,32 +160,12 @@ class Indexer:
         total = len(plan.to_read)
         stopped = stop.is_set if stop is not None else lambda: False
         progress("files", 0, total)
-        # more than one write transaction's files: what the store builds after a load, it
-        # builds once after this run (see Store.bulk)
-        # and no full GC walking the heap the run builds: 0.2-0.6 s each, stalling requests
-        large = total > TX_FILES
-        step = FILES_PER_BATCH
-        batches = [plan.to_read[start : start + step] for start in range(0, total, step)]
-        finished = [0]
-
-        def batch_done() -> None:
-            finished[0] += 1
-            progress("files", min(finished[0] * FILES_PER_BATCH, total), total)
-
-        with paused_collection() if large else contextlib.nullcontext():
-            async with self.store.bulk(total) if large else contextlib.nullcontext():
-                # two batches at a time: one is read, chunked and embedded while the other
-                # waits on its transaction (their files differ; each is still whole or not)
-                write = self.batches.index_batch
-                await overlapped(
-                    (partial(write, b, states, tally, log_edits) for b in batches),
-                    BATCHES_AT_ONCE,
-                    stopped=stopped,
-                    each_done=batch_done,
-                )
-        deleted = tuple(
-            p for p in await self.batches.delete(plan.to_delete, tally, log_edits) if p in states
-        )
+        if total:
+            await self._write_files(plan.to_read, states, tally, log_edits, progress, stopped)
+        deleted: tuple[str, ...] = ()
+        if plan.to_delete:
+            gone = await self.batches.delete(plan.to_delete, tally, log_edits)
+            deleted = tuple(p for p in gone if p in states)
         # Only a whole-vault run fills in the vectors still missing elsewhere (embedder down
         # then, or another model since): one write, or one watched file, must not embed the
         # whole vault after an embedder change. The daemon's retry loop fills them meanwhile.
@@ -200,6 +191,43 @@ class Indexer:
             warnings=tuple(dict.fromkeys(tally.warnings)),
         )
 
+    async def _write_files(
+        self,
+        files: Sequence[DiskFile],
+        states: dict[str, FileState],
+        tally: Tally,
+        log_edits: bool,
+        progress: Progress,
+        stopped: Callable[[], bool],
+    ) -> None:
+        """Read, chunk, embed and write ``files``, a batch at a time, two batches in flight:
+        one is read, chunked and embedded while the other waits on its transaction (their
+        files differ; each is still whole or not)."""
+        from memcore.index.file_batches import TX_FILES
+
+        total = len(files)
+        # more than one write transaction's files: what the store builds after a load, it
+        # builds once after this run (see Store.bulk)
+        # and no full GC walking the heap the run builds: 0.2-0.6 s each, stalling requests
+        large = total > TX_FILES
+        step = FILES_PER_BATCH
+        batches = [files[start : start + step] for start in range(0, total, step)]
+        finished = [0]
+
+        def batch_done() -> None:
+            finished[0] += 1
+            progress("files", min(finished[0] * FILES_PER_BATCH, total), total)
+
+        write = self.batches.index_batch
+        with paused_collection() if large else contextlib.nullcontext():
+            async with self.store.bulk(total) if large else contextlib.nullcontext():
+                await overlapped(
+                    (partial(write, b, states, tally, log_edits) for b in batches),
+                    BATCHES_AT_ONCE,
+                    stopped=stopped,
+                    each_done=batch_done,
+                )
+
     async def _states(self) -> dict[str, FileState]:
         async with self.store.snapshot(writing=True) as reader:
             return await reader.file_states()
@@ -224,10 +252,12 @@ class Indexer:
                 return
             tally.reused += sum(1 for p in batch if p.content_hash in cached)
             todo = {p.content_hash: p.embed_text for p in batch if p.content_hash not in cached}
+            from memcore.index.prepare import embed_missing  # vectors owed: the writing half
+
             try:
                 cached.update(await embed_missing(self.store, self.embedder, todo, tally))
             except EmbedderError as exc:
-                self.batches.embedder_failed(tally, exc)
+                embedder_down(tally, self.embedder, exc)
                 return
             rows = [(p.chunk_id, p.content_hash, cached[p.content_hash]) for p in batch]
             async with self.store.transaction() as tx:

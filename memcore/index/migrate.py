@@ -12,7 +12,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from memcore.index.prepare import CHUNKING_KEY
+from memcore.index.tally import CHUNKING_KEY
 from memcore.storage.base import Store, StoredFile, Vector
 
 BATCH = 200  # files a target transaction

@@ -15,38 +15,10 @@ from memcore.core.models import Chunk, DiskFile, FileFailure, FileState
 from memcore.core.settings import IndexSettings
 from memcore.embedders.base import EmbeddingRunner
 from memcore.index.tails import Appendable, appendable, appended_chunks
+from memcore.index.tally import Tally
 from memcore.storage.base import ChunkTail, IndexReader, Store
-from memcore.vault.chunker import CHUNKER_VERSION, ChunkerConfig, chunk_markdown
+from memcore.vault.chunker import ChunkerConfig, chunk_markdown
 from memcore.vault.files import content_hash, read_memory_file
-
-CHUNKING_KEY = "chunking"  # meta key: the chunker version and settings the index was built with
-
-
-def chunking_signature(ix: IndexSettings) -> str:
-    """What decides the chunks of an unchanged file; an index built with another must re-chunk."""
-    return (
-        f"v{CHUNKER_VERSION} {ix.chunk_tokens}/{ix.overlap_tokens} x{ix.chars_per_token} {ix.split}"
-    )
-
-
-@dataclass(slots=True)
-class Tally:
-    """What one indexing run did so far; becomes its IndexReport."""
-
-    indexed: list[str] = field(default_factory=list)
-    unchanged: int = 0
-    failed: list[FileFailure] = field(default_factory=list)
-    embedded: int = 0
-    reused: int = 0
-    warnings: list[str] = field(default_factory=list)
-    touched: list[FileState] = field(default_factory=list)
-    embedder_down: bool = False
-    embed: bool = True  # False: chunks without a cached vector stay pending (filled later)
-    rebuild: bool = False  # re-chunk and rewrite even files whose content hash is unchanged
-
-    @property
-    def failed_transient(self) -> bool:
-        return any(f.transient for f in self.failed)
 
 
 @dataclass(frozen=True, slots=True)
