@@ -5,6 +5,7 @@ and the chunks still waiting for one."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
@@ -14,6 +15,9 @@ from memcore.core.vectors import VectorIndex, decode_vector
 from memcore.storage.base import PendingChunk, Vector, scan
 from memcore.storage.sqlite.file_rows import BATCH, marks
 from memcore.storage.sqlite.snapshot import Snapshot, pending_count
+
+if TYPE_CHECKING:  # usearch loads only for a vault that needs the graph
+    from memcore.storage.ann import AnnIndex
 
 _LOAD_BATCH = 4096  # rows per fetch when loading the vector matrix
 _FETCH_IDS = 65536
@@ -41,17 +45,21 @@ class VectorReads(Snapshot):
         self, vector: Vector, model_id: str, k: int, filters: SearchFilters
     ) -> list[tuple[int, float]]:
         allowed = await self._filtered_ids(filters)
-        index = await self._store.vectors_at(self.conn, await self.begun(), model_id)
+        index = await self._vectors(model_id)
         return await scan(index, index.search, vector, k, allowed, self.generation)
 
     async def vectors_ready(self, model_id: str) -> None:
-        await self._store.vectors_at(self.conn, await self.begun(), model_id)
+        await self._vectors(model_id)
 
     async def vector_similarity(
         self, vector: Vector, model_id: str, ids: Sequence[int]
     ) -> dict[int, float]:
-        index = await self._store.vectors_at(self.conn, await self.begun(), model_id)
+        index = await self._vectors(model_id)
         return await scan(index, index.similarity, vector, ids, self.generation)
+
+    async def _vectors(self, model_id: str) -> VectorIndex | AnnIndex:
+        """The store's vectors of ``model_id`` for this snapshot (loaded on first use)."""
+        return await self._store.vectors_at(self.conn, await self.begun(), model_id)
 
     async def has_vectors(self, model_id: str) -> bool:
         sql = "SELECT 1 FROM memory_chunks WHERE embedding_model = ? LIMIT 1"
