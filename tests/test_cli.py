@@ -602,15 +602,16 @@ def test_an_import_past_ann_min_vectors_leaves_its_vector_graph_saved_too(
 def test_a_stopped_batch_says_what_went_in_and_resumes_from_the_line_it_names(
     vault: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from memcore.cli import memory as cli_memory
+    from memcore.cli import add_file
 
-    monkeypatch.setattr(cli_memory, "CHUNK_LINES", 2)
+    monkeypatch.setattr(add_file, "CHUNK_LINES", 2)
     v = ("--vault", str(vault), "--embedder", "static")
-    users = ["ann", "ann", "blocked", "ann", "ann"]
+    users = ["ann", "ann", "blocked", "bob", "bob"]
     lines = [json.dumps({"memory": f"fact {n}", "user_id": u}) for n, u in enumerate(users, 1)]
     (vault / "batch.jsonl").write_bytes(("\n".join(lines) + "\n\xff\xfe\n").encode("latin-1"))
     write(vault, "memory/users/blocked/core.md", "# A note of mine, not a memory file\n")
     code, _, err = cli(*v, "add", "--file", str(vault / "batch.jsonl"))
+    # parts of whole lists: ann's two lines, blocked's, bob's, then line 6: the first two in
     assert code == 1 and "not a memory file" in err
     assert "2 memories of lines 1-2 are in; resume with --from-line 3" in err
     assert cli(*v, "count")[1].strip() == "2"
@@ -622,6 +623,59 @@ def test_a_stopped_batch_says_what_went_in_and_resumes_from_the_line_it_names(
         "added 3 memories from " + str(vault / "batch.jsonl") + ", skipped 1 lines"
     )
     assert cli(*v, "count")[1].strip() == "5"
+
+
+def test_a_batch_writes_each_users_page_once_and_resumes_from_the_part_it_names(
+    vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Lines interleaved over users go in by user: a part holds whole users' lines, so each
+    page is written once, not once a part; a stop names the part to resume at."""
+    from memcore.cli import add_file
+    from memcore.memory import file_writes
+
+    monkeypatch.setattr(add_file, "CHUNK_LINES", 3)
+    writes: list[str] = []
+    real = file_writes.replace_if_unchanged
+
+    def counted(path: Path, text: str, expected: bytes | None) -> bool:
+        writes.append(path.relative_to(vault).as_posix())
+        return real(path, text, expected)
+
+    monkeypatch.setattr(file_writes, "replace_if_unchanged", counted)
+    v = ("--vault", str(vault), "--embedder", "static")
+    users = ["ann", "blocked", "bob", "ann", "bob", "ann", "bob"]
+    rows = [json.dumps({"memory": f"fact {n} of {u}", "user_id": u})
+            for n, u in enumerate(users, 1)]  # fmt: skip
+    batch = vault / "batch.jsonl"
+    batch.write_text("\n".join(rows) + "\n")
+    write(vault, "memory/users/blocked/core.md", "# A note of mine, not a memory file\n")
+    code, _, err = cli(*v, "add", "--file", str(batch))
+    # the parts: ann's lines (1, 4, 6), blocked's (2), bob's (3, 5, 7); the second stops it,
+    # so what went in is not the file's first lines
+    assert code == 1 and "not a memory file" in err
+    said = err.strip().splitlines()[-1]
+    assert said.startswith("memcore: 3 memories of parts 1-1 of 3 are in"), err
+    resume = said.rsplit(" ", 1)[1]
+    assert resume.startswith("2:")
+    assert writes == ["memory/users/ann/core.md"]  # three memories, one write
+    # a resume against another file (or another --from-line) is refused, adding nothing
+    code, _, err = cli(*v, "add", "--file", str(batch), "--from-line", "2", "--from-part", resume)
+    assert code == 2 and "not the one that part was planned from" in err
+    for bad in ("3", "x:abc", "0:" + resume[2:], "9:" + resume[2:]):
+        code, _, err = cli(*v, "add", "--file", str(batch), "--from-part", bad)
+        assert code == 2 and "--from-part" in err and len(err.strip().splitlines()) == 1, err
+    assert cli(*v, "count")[1].strip() == "3"
+    (vault / "memory/users/blocked/core.md").unlink()
+    code, out, err = cli(*v, "add", "--file", str(batch), "--from-part", resume, "--json")
+    assert code == 0, err
+    assert json.loads(out) == {"added": 4, "through_line": 7, "skipped": []}
+    assert cli(*v, "count")[1].strip() == "7"
+    assert sorted(writes) == [f"memory/users/{u}/core.md" for u in ("ann", "blocked", "bob")]
+    for user, numbers in (("ann", [1, 4, 6]), ("bob", [3, 5, 7])):
+        code, out, _ = cli(*v, "list", "--user", user, "--json")
+        assert [r["memory"] for r in json.loads(out)] == [
+            f"fact {n} of {user}" for n in numbers
+        ]  # a user's memories in the file's order
 
 
 def test_one_shot_reads_with_no_daemon_first_catch_up_with_files_changed_since(

@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import json
-import sys
-from collections.abc import Callable, Coroutine, Generator, Iterator
-from pathlib import Path
+from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from memcore.cli.app import app, fail, run, settings_of, start_batch, use_batch
+from memcore.cli.app import app, fail, run, settings_of, use_batch
 from memcore.cli.output import history_line, record_line
 from memcore.cli.scope import (
     AgentOpt,
@@ -115,6 +113,12 @@ def add(
         int,
         typer.Option("--from-line", min=1, help="With --file: start at this line (to resume)"),
     ] = 1,
+    from_part: Annotated[
+        str | None,
+        typer.Option(
+            "--from-part", help="With --file: resume at this part (N:DIGEST, as a failure names)"
+        ),
+    ] = None,
     timestamp: Annotated[
         str | None,
         typer.Option("--timestamp", help="When it was made: Unix seconds or an ISO time"),
@@ -132,7 +136,10 @@ def add(
     if (content is None) == (from_file is None):
         raise fail("give the text to remember, or --file with JSON lines (not both)", 2)
     if from_file is not None:
-        _add_file(ctx, from_file, (user, agent, run_id, app), category, as_json, from_line)
+        from memcore.cli.add_file import add_file
+
+        scope = (user, agent, run_id, app)
+        add_file(ctx, from_file, scope, category, as_json, from_line, from_part)
         return
     text = typer.get_text_stream("stdin").read() if content == "-" else str(content)
     metadata = metadata_of(meta)
@@ -178,129 +185,6 @@ def add(
             typer.echo("nothing new to remember")
         return
     show_records(records, as_json)
-
-
-CHUNK_LINES = 100_000  # lines of --file one write takes (applied or refused whole)
-CHUNK_BYTES = 64 << 20  # ... or this much of the file, whichever comes first
-
-
-def _add_file(
-    ctx: typer.Context,
-    source: str,
-    scope: tuple[str | None, str | None, str | None, str | None],
-    category: str | None,
-    as_json: bool,
-    from_line: int = 1,
-) -> None:
-    """Add the memories of a JSON-lines file, a chunk at a time (constant memory, each chunk
-    one write per file it touches, applied or refused whole). A failure says how many lines
-    went in and the --from-line that resumes after them."""
-    import asyncio
-    import dataclasses
-
-    from rich.progress import Progress  # rich and the write path load only when used
-
-    from memcore.core.errors import MemcoreError
-    from memcore.memory.batch import BadLine, parse_lines
-    from memcore.vault.memory_format import Scope
-
-    start_batch(ctx)
-    try:
-        defaults = Scope(*scope)
-        total = Path(source).stat().st_size if source != "-" else None
-    except OSError as exc:
-        raise fail(f"cannot read {source}: {exc.strerror or exc}", 2) from None
-    except MemcoreError as exc:
-        raise fail(str(exc), 2) from None
-    stream = _lines_of(source)
-    bad: list[BadLine] = []
-    done = {"added": 0, "through": from_line - 1}
-
-    async def job(service: MemoryService) -> None:
-        # every chunk of the file is one load: a vector index is built once, after the last
-        expected = await asyncio.to_thread(_count_lines, source) - (from_line - 1)
-        async with service.bulk(max(0, expected)):  # and the vector graph saved after it
-            await add_all(service)
-
-    async def add_all(service: MemoryService) -> None:
-        with Progress(transient=True, disable=as_json) as bar:
-            task = bar.add_task("adding", total=total)
-            for first, lines, read in _chunks(stream, from_line):
-                memories, skipped = parse_lines(lines, defaults, category, first)
-                undecodable = [n for n, line in enumerate(lines, first) if line is None]
-                skipped += [BadLine(n, "not UTF-8 text") for n in undecodable]
-                skipped.sort(key=lambda b: b.number)
-                for b in skipped:
-                    typer.echo(f"{source}:{b.number}: skipped: {b.reason}", err=True)
-                bad.extend(skipped)
-                done["added"] += await service.memories.load(memories)
-                done["through"] = first + len(lines) - 1
-                bar.update(task, completed=read)
-
-    try:
-        with_service(ctx, job)
-    except typer.Exit:
-        if done["through"] >= from_line:
-            typer.echo(
-                f"memcore: {done['added']} memories of lines {from_line}-{done['through']} "
-                f"are in; resume with --from-line {done['through'] + 1}",
-                err=True,
-            )
-        raise
-    finally:
-        stream.close()
-    if as_json:
-        typer.echo(json.dumps({"added": done["added"], "through_line": done["through"],
-                               "skipped": [dataclasses.asdict(b) for b in bad]},
-                              ensure_ascii=False, indent=2))  # fmt: skip
-    else:
-        typer.echo(f"added {done['added']} memories from {source}, skipped {len(bad)} lines")
-    if bad and not done["added"]:
-        raise typer.Exit(1)
-
-
-def _count_lines(source: str) -> int:
-    """How many lines a file holds (0 for stdin, which can be read once only)."""
-    if source == "-":
-        return 0
-    count = 0
-    with open(source, "rb") as fh:
-        while block := fh.read(1 << 20):
-            count += block.count(b"\n")
-    return count
-
-
-def _lines_of(source: str) -> Generator[bytes, None, None]:
-    """The lines of a file (or stdin for ``-``), read as they are needed."""
-    if source == "-":
-        yield from sys.stdin.buffer
-        return
-    with open(source, "rb") as fh:
-        yield from fh
-
-
-def _chunks(lines: Iterator[bytes], start: int) -> Iterator[tuple[int, list[str | None], int]]:
-    """(number of the chunk's first line, its lines as text, bytes read so far), from line
-    ``start`` on; a line that is not UTF-8 is None."""
-    chunk: list[str | None] = []
-    first = start
-    size = read = 0
-    for number, raw in enumerate(lines, 1):
-        read += len(raw)
-        if number < start:
-            continue
-        if not chunk:
-            first = number
-        try:
-            chunk.append(raw.decode("utf-8").removesuffix("\n").removesuffix("\r"))
-        except UnicodeDecodeError:
-            chunk.append(None)
-        size += len(raw)
-        if len(chunk) >= CHUNK_LINES or size >= CHUNK_BYTES:
-            yield first, chunk, read
-            chunk, size = [], 0
-    if chunk:
-        yield first, chunk, read
 
 
 @app.command()

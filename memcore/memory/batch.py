@@ -46,10 +46,19 @@ def parse_lines(
     """The memories of JSON lines, and the lines that are not one (blank lines, and None for
     a line the caller could not read, are skipped). ``defaults`` and ``category`` fill what a
     line leaves out; ``first`` is the number of the first line."""
+    return parse_numbered(enumerate(lines, first), defaults, category)
+
+
+def parse_numbered(
+    lines: Iterable[tuple[int, str | None]],
+    defaults: Scope | None = None,
+    category: str | None = None,
+) -> tuple[list[NewMemory], list[BadLine]]:
+    """``parse_lines`` of lines given with their numbers (a part of a file, not a range)."""
     good: list[NewMemory] = []
     bad: list[BadLine] = []
     defaults = defaults or Scope()
-    for number, line in enumerate(lines, first):
+    for number, line in lines:
         if line is None or not line.strip():
             continue
         try:
