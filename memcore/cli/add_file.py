@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from memcore.cli.app import fail, start_batch
-from memcore.cli.memory import with_service
+from memcore.cli.service_use import with_service
 
 if TYPE_CHECKING:
     from memcore.memory.batch import BadLine

@@ -10,8 +10,9 @@ from typing import Annotated
 import typer
 
 from memcore.cli.app import app
-from memcore.cli.memory import JsonOpt, show_records, with_service
+from memcore.cli.memory import JsonOpt, show_records
 from memcore.cli.output import entity_line
+from memcore.cli.service_use import with_service
 
 
 class Feedback(StrEnum):

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Coroutine
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from memcore.cli.app import app, fail, run, settings_of, use_batch
+from memcore.cli.app import app, fail
 from memcore.cli.output import history_line, record_line
 from memcore.cli.scope import (
     AgentOpt,
@@ -19,7 +18,7 @@ from memcore.cli.scope import (
     UserOpt,
     metadata_of,
 )
-from memcore.compose import open_service
+from memcore.cli.service_use import with_service
 from memcore.core.models import MemoryRecord
 from memcore.core.settings import Settings
 
@@ -27,39 +26,6 @@ if TYPE_CHECKING:
     from memcore.service import MemoryService
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON")]
-
-
-def with_service(
-    ctx: typer.Context,
-    use: Callable[[MemoryService], Coroutine[Any, Any, Any]],
-    *,
-    writes: bool = True,
-    first: Callable[[Settings], Coroutine[Any, Any, Any]] | None = None,
-    embeds: bool = False,
-) -> Any:
-    """Run ``use`` on the vault's service. A command that only reads never creates an index;
-    one that writes to a vault never indexed indexes all of it first; with no daemon keeping
-    the index current, either catches it up with the files changed since, first. ``first``:
-    a way to answer without opening the service (the running daemon); None from it: open.
-    ``embeds``: the command embeds what it writes (an add): the local model runs in the
-    helper process forked for it (cli.model_helper), when there is one."""
-
-    async def job() -> Any:
-        from memcore.compose import build_embedder
-        from memcore.fronts.daemon_state import daemon_status
-
-        settings = settings_of(ctx)
-        helper = ctx.obj.take_helper() if embeds else None
-        if first is not None and (done := await first(settings)) is not None:
-            if helper is not None:
-                helper.discard()
-            return done
-        fresh = daemon_status(settings) is None
-        embedder = build_embedder(settings, helper=helper) if helper is not None else None
-        async with open_service(settings, embedder, create=writes, fresh=fresh) as service:
-            return await use_batch(ctx, service, use)
-
-    return run(ctx, job)
 
 
 def show_records(records: list[MemoryRecord], as_json: bool) -> None:

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from memcore.cli.app import app, fail
-from memcore.cli.memory import with_service
+from memcore.cli.service_use import with_service
 
 
 @app.command()

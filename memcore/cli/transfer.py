@@ -10,7 +10,7 @@ from typing import Annotated, Any
 import typer
 
 from memcore.cli.app import app, fail, start_batch
-from memcore.cli.memory import with_service
+from memcore.cli.service_use import with_service
 
 
 @app.command(name="export")
