@@ -139,3 +139,43 @@ async def _index_options(store: object) -> str:
         )
         row = await cur.fetchone()
     return str(row[0]) if row else ""
+
+
+async def test_a_batchs_appended_chunks_get_the_full_text_the_sql_function_makes(
+    vault: Path,
+) -> None:
+    """SQLite makes the full text of a batch's appended chunks in a worker, not by its SQL
+    function on the database's thread (storage/sqlite/writer.py): the same text, own words
+    and stop words applied, as a chunk written whole gets."""
+    import sqlite3
+
+    from memcore.core.tokenize import fts_text
+    from memcore.memory.adding import NewMemory
+    from memcore.storage.sqlite.writer import APART
+    from memcore.vault.memory_format import Scope
+
+    words = vault / "words"
+    words.mkdir()
+    (words / "dict.txt").write_text("记忆中台 5\n", encoding="utf-8")
+    (words / "stop.txt").write_text("评审\n", encoding="utf-8")
+    own = {"dictionary": "words/dict.txt", "stop_words": "words/stop.txt"}
+    users = 12
+
+    def batch(n: int) -> list[NewMemory]:
+        return [NewMemory(f"记忆中台的评审 {n}.{k} for user {u}", Scope(user_id=f"u{u}"))
+                for u in range(users) for k in range(4)]  # fmt: skip
+
+    async with opened(load_settings(vault), **own) as svc:
+        await svc.memories.add_batch(batch(0))  # every page written whole
+        await svc.memories.add_batch(batch(1))  # then appended to: 48 chunks
+        assert users * 4 >= APART
+        held = svc.store.words
+    with sqlite3.connect(vault / ".memcore" / "index.db") as db:
+        rows = db.execute(
+            "SELECT heading_path, content, fts_text FROM memory_chunks "
+            "WHERE source_file LIKE 'memory/users/%'"
+        ).fetchall()
+    assert len(rows) == users * 8
+    for heading, content, text in rows:
+        assert text == fts_text(heading, content, held)
+        assert "记忆中台" in text.split() and "评审" not in text.split()
