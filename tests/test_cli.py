@@ -815,3 +815,31 @@ def test_a_typer_command_run_as_a_process_ends_at_once_its_work_and_output_whole
     busy = memcore("count", "--user", "bob", BUSY_THREAD=str(flag))
     assert busy.returncode == 0 and busy.stdout.strip() == "1", busy.stderr
     assert flag.read_text() == "done" and "LEFT AT ONCE" not in busy.stderr
+
+
+def test_a_batch_from_a_pipe_is_read_once_in_line_order(vault: Path) -> None:
+    """A pipe (`--file <(...)`, a FIFO) cannot be planned and read again: it is added as it
+    comes, from --from-line on; --from-part is refused for it in one line."""
+    import os
+    import threading
+
+    v = ("--vault", str(vault), "--embedder", "static")
+    fifo = vault.parent / "lines.fifo"
+    rows = [json.dumps({"memory": f"piped fact {n}", "user_id": f"u{n % 2}"}) for n in range(5)]
+
+    def feed() -> None:
+        with fifo.open("w") as fh:  # blocks until the command opens it
+            fh.write("\n".join(rows) + "\n")
+
+    os.mkfifo(fifo)
+    writer = threading.Thread(target=feed)
+    writer.start()
+    code, out, err = cli(*v, "add", "--file", str(fifo), "--from-line", "2", "--json")
+    writer.join(timeout=10)
+    assert code == 0, err
+    assert json.loads(out) == {"added": 4, "through_line": 5, "skipped": []}
+    code, out, _ = cli(*v, "list", "--user", "u0", "--json")
+    assert [r["memory"] for r in json.loads(out)] == ["piped fact 2", "piped fact 4"]
+    code, _, err = cli(*v, "add", "--file", str(fifo), "--from-part", "2:abc")
+    assert code == 2 and "--from-part needs a regular file" in err
+    assert len(err.strip().splitlines()) == 1

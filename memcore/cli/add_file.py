@@ -1,11 +1,13 @@
 """`memcore add --file`: the memories of a JSON-lines file, a part at a time (bounded memory,
 each part one write a file it touches, applied or refused whole). A file's lines are planned
 into parts of whole lists (memory/batch_plan.py: a user's page written once, not once a part);
-stdin, read once, is cut in line order. A failure says what went in and how to resume."""
+stdin or a pipe, read once, is cut in line order. A failure says what went in and how to resume."""
 
 from __future__ import annotations
 
 import json
+import os
+import stat
 import sys
 from collections.abc import Generator, Iterable, Iterator
 from dataclasses import dataclass
@@ -139,9 +141,9 @@ def _planned(source: str, from_line: int, from_part: str | None) -> tuple[Plan |
     from memcore.memory.batch_plan import plan_parts
 
     done = Applied(from_line, through=from_line - 1)
-    if source == "-":
+    if source == "-" or not stat.S_ISREG(os.stat(source).st_mode):  # read once: as it comes
         if from_part is not None:
-            raise InputError("--from-part needs a file: stdin is added in line order")
+            raise InputError("--from-part needs a regular file: a pipe is added in line order")
         return None, done
     plan = plan_parts(source, from_line, CHUNK_LINES, CHUNK_BYTES)
     first = _first_part(from_part, plan)
@@ -195,12 +197,17 @@ def _parts(
         for n in range(first_part, len(plan.parts)):
             yield list(plan.read(n)), plan.sizes[n]
         return
-    for first, lines, size in _chunks(_stdin(), start):
+    for first, lines, size in _chunks(_stream(source), start):
         yield list(enumerate(lines, first)), size
 
 
-def _stdin() -> Generator[bytes, None, None]:
-    yield from sys.stdin.buffer
+def _stream(source: str) -> Generator[bytes, None, None]:
+    """The lines of stdin (``-``) or of a pipe, read once, as they come."""
+    if source == "-":
+        yield from sys.stdin.buffer
+        return
+    with open(source, "rb") as fh:
+        yield from fh
 
 
 def _chunks(lines: Iterator[bytes], start: int) -> Iterator[tuple[int, list[str | None], int]]:
