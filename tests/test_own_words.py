@@ -141,17 +141,16 @@ async def _index_options(store: object) -> str:
     return str(row[0]) if row else ""
 
 
-async def test_a_batchs_appended_chunks_get_the_full_text_the_sql_function_makes(
+async def test_chunks_written_whole_or_appended_get_the_full_text_with_the_vaults_words(
     vault: Path,
 ) -> None:
-    """SQLite makes the full text of a batch's appended chunks in a worker, not by its SQL
-    function on the database's thread (storage/sqlite/writer.py): the same text, own words
-    and stop words applied, as a chunk written whole gets."""
+    """A batch's pages written whole, then appended to (read by their new lines,
+    index/tails.py): every chunk's full text is the vault's own words and stop words applied,
+    the same either way."""
     import sqlite3
 
     from memcore.core.tokenize import fts_text
     from memcore.memory.adding import NewMemory
-    from memcore.storage.sqlite.writer import APART
     from memcore.vault.memory_format import Scope
 
     words = vault / "words"
@@ -168,7 +167,6 @@ async def test_a_batchs_appended_chunks_get_the_full_text_the_sql_function_makes
     async with opened(load_settings(vault), **own) as svc:
         await svc.memories.add_batch(batch(0))  # every page written whole
         await svc.memories.add_batch(batch(1))  # then appended to: 48 chunks
-        assert users * 4 >= APART
         held = svc.store.words
     with sqlite3.connect(vault / ".memcore" / "index.db") as db:
         rows = db.execute(

@@ -112,22 +112,17 @@ class Changes:
 
 
 def replace_files(
-    db: sqlite3.Connection,
-    tx: Changes,
-    files: Sequence[FileRows],
-    model_id: str,
-    texts: Mapping[tuple[str, int], str] | None = None,
+    db: sqlite3.Connection, tx: Changes, files: Sequence[FileRows], model_id: str
 ) -> list[str]:
     """``replace_file`` of each file, in one hand-off to the connection's thread; the appends
-    whose file is not stored as they claim are left (their paths returned, see FileRows).
-    ``texts``: the full text of chunks made already, by (file, chunk number)."""
+    whose file is not stored as they claim are left (their paths returned, see FileRows)."""
     left = []
     for f in files:
         start = _start(db, f)
         if start is None:
             left.append(f.state.path)
             continue
-        _replace_file(db, tx, f, model_id, start, texts or {})
+        _replace_file(db, tx, f, model_id, start)
     return left
 
 
@@ -164,16 +159,10 @@ def _start(db: sqlite3.Connection, f: FileRows) -> int | None:
 
 
 def _replace_file(
-    db: sqlite3.Connection,
-    tx: Changes,
-    f: FileRows,
-    model_id: str,
-    start: int,
-    texts: Mapping[tuple[str, int], str] | None = None,
+    db: sqlite3.Connection, tx: Changes, f: FileRows, model_id: str, start: int
 ) -> dict[int, int]:
     """replace_file with its first ``start`` rows known to be stored as they are: the ids of
-    the chunks from ``start`` on, by number. ``texts``: full texts made already (else the
-    SQL function makes them)."""
+    the chunks from ``start`` on, by number."""
     stamp = now()
     state, chunks, vectors = f.state, f.chunks, f.vectors
     path = state.path
@@ -200,8 +189,7 @@ def _replace_file(
             continue
         c, v = chunks[n], vectors[n]
         fresh.append((
-            c.path, n, c.heading, c.start_line, c.end_line, c.text,
-            (texts or {}).get((path, n)), c.heading, c.text,
+            c.path, n, c.heading, c.start_line, c.end_line, c.text, c.heading, c.text,
             c.content_hash, None if v is None else encode_vector(v),
             None if v is None else model_id, *fresh_chunk_fields(c), stamp,
         ))  # fmt: skip
@@ -212,8 +200,7 @@ def _replace_file(
             "INSERT INTO memory_chunks (id, source_file, chunk_index, heading_path, "
             "start_line, end_line, content, fts_text, content_hash, embedding, "
             "embedding_model, tags, date, metadata, updated_at) "
-            # coalesce evaluates its arguments in turn: the function runs only where needed
-            "VALUES (?, ?, ?, ?, ?, ?, ?, coalesce(?, memcore_fts(?, ?)), ?, ?, ?, ?, ?, ?, ?)",
+            "VALUES (?, ?, ?, ?, ?, ?, ?, memcore_fts(?, ?), ?, ?, ?, ?, ?, ?, ?)",
             [(first + n, *row) for n, row in enumerate(fresh)],
         )
     ids: dict[int, int] = dict(

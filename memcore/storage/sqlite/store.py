@@ -677,7 +677,7 @@ class SqliteStore:
                 await db.execute("BEGIN IMMEDIATE")
             except sqlite3.Error as exc:
                 raise translate(exc, "write") from exc
-            tx = SqliteWriter(db, self.words)
+            tx = SqliteWriter(db)
             generation = 0
             try:
                 yield tx

@@ -3,22 +3,17 @@ and cached, on the writer connection, one hand-off a step."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Mapping, Sequence
 
 import aiosqlite
 
 from memcore.core.models import Chunk, FileState, SkippedFile
-from memcore.core.own_words import Words
-from memcore.core.tokenize import fts_text
 from memcore.core.vectors import encode_vector
-from memcore.storage.base import ChunkTail, FileRows, Vector
+from memcore.storage.base import FileRows, Vector
 from memcore.storage.rows import now
 from memcore.storage.sqlite import file_rows
 from memcore.storage.sqlite.file_rows import BATCH, marks
 from memcore.storage.sqlite.snapshot import Queries
-
-APART = 32  # appended chunks worth a hand-off to a worker for their full text
 
 
 class SqliteWriter(Queries, file_rows.Changes):
@@ -26,10 +21,9 @@ class SqliteWriter(Queries, file_rows.Changes):
     (``file_rows.Changes``), so the store can update its matrices once it has committed. A
     file's rows are replaced or deleted in one hand-off to the connection's thread."""
 
-    def __init__(self, conn: aiosqlite.Connection, words: Words) -> None:
+    def __init__(self, conn: aiosqlite.Connection) -> None:
         Queries.__init__(self, conn)
         file_rows.Changes.__init__(self)
-        self.words = words  # the vault's own words: what full text sees of a chunk
 
     async def file_state(self, path: str) -> FileState | None:
         rows = await self._all(
@@ -52,18 +46,7 @@ class SqliteWriter(Queries, file_rows.Changes):
         )  # fmt: skip
 
     async def replace_files(self, files: Sequence[FileRows], model_id: str) -> list[str]:
-        # The full text of appended chunks is segmented in a worker first: on the database's
-        # thread it held the GIL between the inserts, which a batch of 1M waits on (jieba for
-        # Chinese). Other chunks' text is made there, by the SQL function, as before.
-        appended = sum(len(f.chunks.tail) for f in files if isinstance(f.chunks, ChunkTail))
-        texts = (
-            await asyncio.to_thread(_appended_texts, files, self.words)
-            if appended >= APART
-            else None
-        )
-        return await file_rows.on_thread(
-            self.conn, file_rows.replace_files, self, files, model_id, texts
-        )
+        return await file_rows.on_thread(self.conn, file_rows.replace_files, self, files, model_id)
 
     async def touch_file(self, state: FileState) -> None:
         await file_rows.on_thread(self.conn, file_rows.touch_file, state)
@@ -128,13 +111,3 @@ class SqliteWriter(Queries, file_rows.Changes):
         await self.conn.execute(
             "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, value)
         )
-
-
-def _appended_texts(files: Sequence[FileRows], words: Words) -> dict[tuple[str, int], str]:
-    """``fts_text`` of the chunks appends add, by (file, chunk number)."""
-    return {
-        (f.state.path, f.chunks.head + n): fts_text(c.heading, c.text, words)
-        for f in files
-        if isinstance(f.chunks, ChunkTail)
-        for n, c in enumerate(f.chunks.tail)
-    }
