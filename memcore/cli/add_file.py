@@ -120,7 +120,7 @@ def add_file(
         with_service(ctx, job)
     except typer.Exit:
         if done.parts > first_part:
-            typer.echo(f"memcore: {_resume(done, plan, source)}", err=True)
+            typer.echo(f"memcore: {_resume(done, plan)}", err=True)
         raise
     if plan is not None:
         done.through = from_line + plan.lines - 1
@@ -136,7 +136,8 @@ def add_file(
 
 
 def _planned(source: str, from_line: int, from_part: str | None) -> tuple[Plan | None, Applied]:
-    """The plan of a file (None for stdin) and what a resumed run finds applied already."""
+    """The plan of a file (None for stdin or a pipe) and what a resumed run finds applied
+    already."""
     from memcore.core.errors import InputError
     from memcore.memory.batch_plan import plan_parts
 
@@ -173,7 +174,7 @@ def _first_part(from_part: str | None, plan: Plan) -> int:
     return int(number) - 1
 
 
-def _resume(done: Applied, plan: Plan | None, source: str) -> str:
+def _resume(done: Applied, plan: Plan | None) -> str:
     """What went in before a failure, and the command's options that resume after it."""
     if done.a_prefix:
         lines = f"lines {done.start}-{done.through}" if done.through >= done.start else "no lines"
@@ -192,7 +193,8 @@ def _resume(done: Applied, plan: Plan | None, source: str) -> str:
 def _parts(
     source: str, plan: Plan | None, first_part: int, start: int
 ) -> Iterator[tuple[Lines, int]]:
-    """Each part's numbered lines and its bytes: a plan's parts, or stdin in line order."""
+    """Each part's numbered lines and its bytes: a plan's parts, or stdin's (a pipe's) lines
+    in line order."""
     if plan is not None:
         for n in range(first_part, len(plan.parts)):
             yield list(plan.read(n)), plan.sizes[n]
