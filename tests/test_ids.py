@@ -232,3 +232,31 @@ async def test_a_vault_from_before_encoded_folders_keeps_working(
     found = await m.search("Lisbon", user_id="Alice", limit=10)
     assert "note:memory/users/Alice/trip.md#L1-3" in {r.id for r in found}
     assert await m.search("Lisbon", user_id="alice", limit=10) == []
+
+
+def test_new_memory_ids_are_distinct_across_threads_and_a_fork() -> None:
+    """New ids come from a pool of the OS's random bytes (vault/memory_format.py): distinct
+    across threads drawing at once, and a forked child does not repeat its parent's pool."""
+    import os
+    import re
+    from concurrent.futures import ThreadPoolExecutor
+
+    from memcore.vault.memory_format import new_id
+
+    with ThreadPoolExecutor(4) as pool:
+        drawn = [i for ids in pool.map(lambda _: [new_id() for _ in range(2000)], range(4))
+                 for i in ids]  # fmt: skip
+    assert len(set(drawn)) == len(drawn) == 8000
+    assert all(re.fullmatch(r"m-[0-9a-f]{16}", i) for i in drawn)
+    new_id()  # the pool holds bytes now: a child must not draw the same ones
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its next ids, to the parent
+        os.write(write, " ".join(new_id() for _ in range(50)).encode())
+        os._exit(0)
+    os.close(write)
+    os.waitpid(pid, 0)
+    with os.fdopen(read) as fh:
+        child = fh.read().split()
+    mine = [new_id() for _ in range(50)]
+    assert len(child) == 50 and not set(child) & set(mine)
