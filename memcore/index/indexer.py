@@ -139,16 +139,9 @@ class Indexer:
             len(plan.to_read), len(plan.to_delete), len(plan.unchanged),
             len(plan.still_skipped), " (full)" if full else "",
         )  # fmt: skip
-        tally = Tally(
-            unchanged=len(plan.unchanged),
-            rebuild=full,
-            embedder_down=self.embedder.down,
-            embed=embed,
-        )
-        if tally.embedder_down:
-            tally.warnings.append(
-                f"embedder unavailable, vectors pending: {self.embedder.down_reason}"
-            )
+        tally = Tally(unchanged=len(plan.unchanged), rebuild=full, embed=embed)
+        if self.embedder.down:
+            tally.without_embedder(self.embedder.down_reason)
         if kept_all:
             tally.warnings.append(
                 f"no file in the vault matches index.include ({', '.join(s.index.include)}); "

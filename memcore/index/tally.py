@@ -42,9 +42,14 @@ class Tally:
     def failed_transient(self) -> bool:
         return any(f.transient for f in self.failed)
 
+    def without_embedder(self, reason: object) -> None:
+        """The run goes on without the embedder: its chunks wait for vectors, and it says why."""
+        self.embedder_down = True
+        self.warnings.append(f"embedder unavailable, vectors pending: {reason}")
+
 
 def embedder_down(tally: Tally, embedder: EmbeddingRunner, exc: EmbedderError) -> None:
-    """The run goes on without the embedder: its chunks wait for vectors, and it says why."""
-    tally.embedder_down = True
-    tally.warnings.append(f"embedder unavailable, vectors pending: {exc}")
+    """The embedder failed during the run: the run goes on without it, and so do the next
+    runs until it answers again (``EmbeddingRunner.mark_down``)."""
+    tally.without_embedder(exc)
     embedder.mark_down(str(exc))
