@@ -634,3 +634,45 @@ async def test_many_files_in_one_call_end_as_if_written_one_by_one(open_store: O
     assert next(m for m in found if m.id == "shared").path == "memory/users/aa/core.md"
     assert copies == {"shared": ["memory/users/zz/core.md"]}  # the home is not a copy
     assert len(zebra) == 2 and len(opera) == 1
+
+
+async def test_a_list_continued_after_its_last_memory_is_the_list_in_one_piece(
+    open_store: OpenStore,
+) -> None:
+    """``MemoryQuery.after`` pages: memories of one timestamp in several files, and several of
+    one file, come page after page in the list's order (oldest first, ties in file order),
+    each once, whatever the page's size; with a filter too."""
+    import dataclasses
+
+    from memcore.core.models import MemoryQuery
+    from memcore.vault.memory_format import MemoryItem, Scope, new_memory_file, render_item
+
+    def page_text(user: str, items: list[tuple[str, str]]) -> str:
+        lines = [line for mid, when in items
+                 for line in render_item(MemoryItem(mid, f"fact {mid}", None, when, when, {}))]  # fmt: skip
+        return new_memory_file(Scope(user_id=user), "core") + "\n".join(lines) + "\n"
+
+    same = "2024-01-01T00:00:00.000+00:00"
+    later = "2024-02-01T00:00:00.000+00:00"
+    async with open_store() as store:
+        async with store.transaction() as tx:
+            for user in ("u2", "u1", "u3"):  # all of one moment, in three files
+                items = [(f"{user}-{n}", same) for n in range(3)] + [(f"{user}-late", later)]
+                await put(tx, f"memory/users/{user}/core.md", page_text(user, items))
+        async with store.snapshot() as r:
+            whole = await r.memories(MemoryQuery(limit=100))
+            for query in (MemoryQuery(limit=100), MemoryQuery(user_id="u2", limit=100)):
+                expected = await r.memories(query)
+                for size in (1, 2, 5):
+                    pages: list[str] = []
+                    q = dataclasses.replace(query, limit=size)
+                    while found := await r.memories(q):
+                        pages += [m.id for m in found]
+                        last = found[-1]
+                        after = (last.created, last.path, last.start_line, last.id)
+                        q = dataclasses.replace(q, after=after)
+                    assert pages == [m.id for m in expected], (query, size)
+    assert [m.id for m in whole] == [
+        *(f"{u}-{n}" for u in ("u1", "u2", "u3") for n in range(3)),
+        "u1-late", "u2-late", "u3-late",
+    ]  # fmt: skip

@@ -302,6 +302,9 @@ class MemoryQuery:
     today: str = ""
     limit: int = 100
     offset: int = 0
+    # only the memories after this one in list order, (created, path, start_line, id): a page
+    # that starts where the last one ended costs the same at the millionth memory as at the first
+    after: tuple[str, str, int, str] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -492,6 +492,12 @@ def memory_query_sql(q: MemoryQuery, d: Dialect) -> tuple[str, list[object]]:
         sql, more = metadata_sql(q.metadata, d)
         clauses.append(sql)
         params += more
+    if q.after is not None:  # the first comparison is the one memories_created serves
+        clauses.append(
+            f"(m.created, m.path) >= ({d.marks(2)}) AND "
+            f"(m.created, m.path, c.start_line, m.memory_id) > ({d.marks(4)})"
+        )
+        params += [*q.after[:2], *q.after]
     if q.expired is not None:  # an expiry date is the last day a memory is read
         clauses.append(f"m.expires < {d.mark}" if q.expired else
                        f"(m.expires IS NULL OR m.expires >= {d.mark})")  # fmt: skip

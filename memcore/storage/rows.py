@@ -31,6 +31,9 @@ MEMORY_SELECT = (
     "m.immutable, m.chunk_id "
     "FROM memories m JOIN memory_chunks c ON c.id = m.chunk_id"
 )
+# A list's order: oldest first, ties in file order (the id only parts equal lines, which no two
+# memories share); MemoryQuery.after continues it
+MEMORY_ORDER = "ORDER BY m.created, m.path, c.start_line, m.memory_id"
 
 
 # An entity's memories, as `count` counts them: a session's transcript turns are not memories

@@ -42,6 +42,7 @@ from memcore.storage.rows import (
     CHUNK_ROW_COLUMNS,
     COUNTED,
     ENTITY_COLUMNS,
+    MEMORY_ORDER,
     MEMORY_SELECT,
     STORED_CHUNK_COLUMNS,
     chunk_row,
@@ -287,8 +288,7 @@ class PostgresReader(KeywordQueries):
     async def memories(self, query: MemoryQuery) -> list[MemoryRecord]:
         where, params = memory_query_sql(query, POSTGRES)
         rows = await self.all(
-            f"{MEMORY_SELECT} WHERE m.ns = %s{where} "
-            "ORDER BY m.created, m.path, c.chunk_index LIMIT %s OFFSET %s",
+            f"{MEMORY_SELECT} WHERE m.ns = %s{where} {MEMORY_ORDER} LIMIT %s OFFSET %s",
             [self.ns, *params, query.limit, query.offset],
         )
         return [memory_record(r) for r in rows]

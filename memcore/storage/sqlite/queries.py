@@ -28,6 +28,7 @@ from memcore.storage.rows import (
     CHUNK_ROW_COLUMNS,
     COUNTED,
     ENTITY_COLUMNS,
+    MEMORY_ORDER,
     MEMORY_SELECT,
     STORED_CHUNK_COLUMNS,
     chunk_row,
@@ -183,8 +184,7 @@ class SqliteReader(VectorReads):
     async def memories(self, query: MemoryQuery) -> list[MemoryRecord]:
         where, params = memory_query_sql(query, SQLITE)
         rows = await self._all(
-            f"{MEMORY_SELECT} WHERE 1=1{where} "
-            "ORDER BY m.created, m.path, c.chunk_index LIMIT ? OFFSET ?",
+            f"{MEMORY_SELECT} WHERE 1=1{where} {MEMORY_ORDER} LIMIT ? OFFSET ?",
             [*params, query.limit, query.offset],
         )
         return [memory_record(r) for r in rows]
