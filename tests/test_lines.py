@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from memcore.core.lines import split_lines
 from memcore.core.settings import Settings, load_settings
 from memcore.memory.batch import parse_lines
-from memcore.memory.transfer import export_rows, import_rows, read_rows
+from memcore.memory.transfer import export_rows, import_rows, in_parts, read_rows
 from tests.conftest import make_service
 from tests.support import FakeEmbedder
 
@@ -91,7 +91,7 @@ async def _round_trip(source: Settings, target: Settings, texts: list[str]) -> N
     assert not bad and [m.content for m in memories] == texts
     async with make_service(target, FakeEmbedder()) as svc:
         await svc.memories.delete_all(all=True)
-        report = await import_rows(svc.memories.writer, read_rows(dump))
+        report = await import_rows(svc.memories.writer, in_parts(read_rows(dump), 1000))
         assert report.added == len(texts) and not report.bad, report
         back = await svc.memories.get_all(user_id="u", limit=100)
         assert sorted(r.text for r in back) == sorted(texts)

@@ -5,13 +5,15 @@ nothing, bad lines are named and skipped, and Mem0's own export reads too."""
 from __future__ import annotations
 
 import asyncio
+import io
 import json
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
 from memcore.compose import open_service
-from memcore.core.errors import InputError
+from memcore.core.errors import InputError, StorageError
 from memcore.core.settings import load_settings
 from memcore.memory.transfer import new_memory
 from memcore.vault.memory_format import Scope
@@ -149,3 +151,104 @@ def test_an_imported_id_that_is_a_path_or_breaks_its_comment_is_refused(memory_i
 @pytest.mark.parametrize("memory_id", ["m-1a2b", "4f5d2c1e-8d7b-4a3c-9f1e-2b3c4d5e6f70", "mem0:42"])
 def test_ids_real_exports_carry_are_taken(memory_id: str) -> None:
     assert new_memory({"memory": "text", "id": memory_id}).id == memory_id
+
+
+async def test_an_import_goes_in_by_list_each_page_written_once_and_runs_again_after_a_stop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An export interleaved over users is imported a part of whole lists at a time: each
+    user's page written once. A part that fails stops the import with what went in, and the
+    same import run again adds the rest. Stdin in JSON Lines arrives the same."""
+    from memcore.cli import import_file
+    from memcore.memory import file_writes
+
+    monkeypatch.setattr(import_file, "CHUNK_LINES", 3)
+    vault, piped = tmp_path / "v", tmp_path / "piped"
+    for v in (vault, piped):
+        (v / "memory").mkdir(parents=True)
+        (v / "memcore.toml").write_text('[embedder]\nprovider = "static"\n')
+    writes: list[str] = []
+    real = file_writes.replace_if_unchanged
+
+    def counted(path: Path, text: str, expected: bytes | None) -> bool:
+        writes.append(path.relative_to(path.parents[3]).as_posix())
+        return real(path, text, expected)
+
+    monkeypatch.setattr(file_writes, "replace_if_unchanged", counted)
+    users = ["ann", "blocked", "bob", "ann", "bob", "ann", "bob"]
+    rows = [json.dumps({"id": f"m{n}", "memory": f"fact {n} of {u}", "user_id": u})
+            for n, u in enumerate(users, 1)]  # fmt: skip
+    export = tmp_path / "export.jsonl"
+    export.write_text("\n".join([*rows[:4], "", "not json", *rows[4:]]) + "\n")
+    blocker = vault / "memory/users/blocked/core.md"
+    blocker.parent.mkdir(parents=True)
+    blocker.write_text("# A note of mine, not a memory file\n")
+
+    code, said, err = await asyncio.to_thread(cli, "--vault", str(vault), "import", str(export))
+    assert code == 1 and "not a memory file" in err, err
+    assert err.strip().splitlines()[-1] == (
+        "memcore: 3 memories went in before the failure; the same import run again adds the "
+        "rest (ids already there are skipped)"
+    )
+    assert writes == ["memory/users/ann/core.md"]  # ann's three memories, one write
+    blocker.unlink()
+    writes.clear()
+    code, said, err = await asyncio.to_thread(cli, "--vault", str(vault), "import", str(export))
+    assert code == 1 and said.strip() == "imported 4, 3 already there, 1 skipped"
+    assert err.strip() == "memcore: line 6: not JSON (Expecting value: line 1 column 1 (char 0))"
+    assert sorted(writes) == ["memory/users/blocked/core.md", "memory/users/bob/core.md"]
+
+    writes.clear()  # stdin: grouped by list a chunk of lines at a time, as it comes
+    monkeypatch.setattr(import_file, "CHUNK_LINES", 100)
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(export.read_bytes())))
+    code, said, err = await asyncio.to_thread(cli, "--vault", str(piped), "import", "-")
+    assert code == 1 and said.strip() == "imported 7, 0 already there, 1 skipped", err
+    assert sorted(writes) == [
+        "memory/users/ann/core.md",
+        "memory/users/blocked/core.md",
+        "memory/users/bob/core.md",
+    ]
+    for v in (vault, piped):
+        async with open_service(load_settings(v)) as svc:
+            for user in ("ann", "bob", "blocked"):
+                got = [r.text for r in await svc.memories.get_all(user_id=user)]
+                assert got == [f"fact {n} of {u}" for n, u in enumerate(users, 1) if u == user]
+
+
+async def test_an_export_is_one_snapshot_read_page_after_page(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Writes while an export runs neither show in it nor shift its pages (each page starts
+    where the last ended); an export that fails leaves the file it was to replace as it was."""
+    from memcore.memory import transfer
+
+    monkeypatch.setattr(transfer, "PAGE", 2)
+    vault = tmp_path / "v"
+    (vault / "memory").mkdir(parents=True)
+    (vault / "memcore.toml").write_text('[embedder]\nprovider = "static"\n')
+    async with open_service(load_settings(vault)) as svc:
+        m = svc.memories
+        for n in range(5):
+            await m.add(f"fact {n}", user_id=f"u{n % 2}")
+        before = [r.id for r in await m.get_all(user_id=None, limit=100)]
+        rows = transfer.export_rows(m.writer)
+        first = await anext(rows)
+        await m.delete(before[1])  # on the first page, read already
+        await m.delete(before[3])  # on the second, not read yet
+        await m.add("fact 5", user_id="u0")
+        rest = [row async for row in rows]
+        assert [first["id"], *(r["id"] for r in rest)] == before
+        assert len(await m.get_all(user_id=None, limit=100)) == 4
+
+    out = tmp_path / "memories.jsonl"
+    out.write_text("an earlier export\n")
+
+    async def broken(writer: object, history: bool = False) -> AsyncIterator[dict[str, object]]:
+        yield {"id": "x"}
+        raise StorageError("the disk went away")
+
+    monkeypatch.setattr(transfer, "export_rows", broken)
+    code, _, err = await asyncio.to_thread(cli, "--vault", str(vault), "export", str(out))
+    assert code != 0 and "the disk went away" in err
+    assert out.read_text() == "an earlier export\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["memories.jsonl", "v"]

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import IO, Annotated, Any
 
 import typer
 
@@ -25,20 +26,28 @@ def export_command(
     `memcore import` reads it back into any vault."""
     from memcore.memory.transfer import export_rows
 
-    async def rows(service: Any) -> list[dict[str, Any]]:
+    async def write(service: Any, sink: IO[str]) -> int:
         _markdown_only(service, "export")
-        return [row async for row in export_rows(service.writer, history)]
+        count = 0
+        async for row in export_rows(service.writer, history):
+            sink.write(json.dumps(row, ensure_ascii=False) + "\n")
+            count += 1
+        return count
 
-    found = with_service(ctx, rows, writes=False)
-    lines = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in found)
     if out is None:
-        sys.stdout.write(lines)
+        with_service(ctx, lambda service: write(service, sys.stdout), writes=False)
         return
+    # written beside OUT and put in its place when whole: a failed export leaves what was there
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
     try:
-        out.write_text(lines, encoding="utf-8")
+        with open(tmp, "w", encoding="utf-8") as sink:
+            count = with_service(ctx, lambda service: write(service, sink), writes=False)
+        os.replace(tmp, out)
     except OSError as exc:
         raise fail(f"cannot write {out}: {exc.strerror or exc}", 2) from None
-    typer.echo(f"exported {len(found)} memories to {out}", err=True)
+    finally:
+        tmp.unlink(missing_ok=True)
+    typer.echo(f"exported {count} memories to {out}", err=True)
 
 
 @app.command(name="import")
@@ -62,27 +71,44 @@ def import_command(
     ] = "MEM0_API_KEY",
 ) -> None:
     """Add the memories of an export, keeping their ids, scopes, metadata and timestamps. Ids
-    the vault already holds are skipped (importing twice adds nothing); a line that is not a
-    memory is named and skipped."""
-    from memcore.memory.transfer import import_rows, read_rows
+    the vault already holds are skipped (importing twice adds nothing, and a stopped import
+    run again adds the rest); a line that is not a memory is named and skipped."""
+    from memcore.cli.add_file import CHUNK_LINES
+    from memcore.cli.import_file import Source, open_source
+    from memcore.core.errors import MemcoreError
+    from memcore.memory.transfer import ImportReport, import_rows, in_parts
 
     start_batch(ctx)
-    rows: list[tuple[int, Any]] = []
+    source_rows: Source | None = None
     if not from_mem0:
         try:
-            text = sys.stdin.read() if source == "-" else Path(source).read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
+            source_rows = open_source(source)
+        except OSError as exc:
+            raise fail(f"cannot read {source}: {exc.strerror or exc}", 2) from None
+        except MemcoreError as exc:
             raise fail(f"cannot read {source}: {exc}", 2) from None
-        rows = list(read_rows(text))
     key = _api_key(api_key_env) if from_mem0 else ""
+    report = ImportReport()
 
-    async def job(service: Any) -> Any:
+    async def job(service: Any) -> None:
+        nonlocal source_rows
         _markdown_only(service, "import")
-        found = list(enumerate(await _from_mem0(source, key), 1)) if from_mem0 else rows
-        async with service.bulk(len(found)):  # one load: vector indexes and graph built after
-            return await import_rows(service.writer, found, _bar(len(found)))
+        if source_rows is None:
+            rows = list(enumerate(await _from_mem0(source, key), 1))
+            source_rows = Source(in_parts(rows, CHUNK_LINES), len(rows))
+        async with service.bulk(source_rows.rows or 0):  # vector indexes and graph after all
+            await import_rows(service.writer, source_rows.parts, _bar(source_rows.rows), report)
 
-    report = with_service(ctx, job)
+    try:
+        with_service(ctx, job)
+    except typer.Exit:
+        if report.added:
+            typer.echo(
+                f"memcore: {report.added} memories went in before the failure; the same import "
+                "run again adds the rest (ids already there are skipped)",
+                err=True,
+            )
+        raise
     for number, why in report.bad:
         typer.echo(f"memcore: line {number}: {why}", err=True)
     typer.echo(report.summary())
@@ -122,9 +148,10 @@ async def _from_mem0(host: str, key: str) -> list[Any]:
         await remote.aclose()
 
 
-def _bar(total: int) -> Any:
-    """A progress callback drawing a bar on a terminal's stderr (nothing otherwise)."""
-    if not sys.stderr.isatty() or total < 1000:
+def _bar(total: int | None) -> Any:
+    """A progress callback drawing a bar on a terminal's stderr (nothing otherwise, or when
+    the total is not known: stdin)."""
+    if not sys.stderr.isatty() or total is None or total < 1000:
         return None
     from rich.progress import Progress
 

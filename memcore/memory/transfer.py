@@ -15,11 +15,11 @@ import dataclasses
 import datetime as dt
 import json
 import re
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from memcore.core.errors import InputError, MemcoreError, NotFound
+from memcore.core.errors import InputError, MemcoreError
 from memcore.core.ids import check_id
 from memcore.core.lines import split_lines
 from memcore.core.models import SCOPE_KEYS, MemoryQuery, MemoryRecord
@@ -29,7 +29,7 @@ from memcore.memory.supplied import own_vector
 from memcore.memory.writer import MemoryWriter
 from memcore.vault.memory_format import Scope, check_content, check_expiry, check_name
 
-PAGE = 1000  # memories read, or written, at a time
+PAGE = 1000  # memories read at a time
 MAX_ID = 128
 
 
@@ -66,18 +66,25 @@ def export_row(record: MemoryRecord) -> dict[str, Any]:
 
 
 async def export_rows(writer: MemoryWriter, history: bool = False) -> AsyncIterator[dict[str, Any]]:
-    """Every memory of the vault (every scope, conversation turns too), oldest first."""
-    offset = 0
-    while True:
-        page = await writer.get_all(MemoryQuery(include_turns=True, limit=PAGE, offset=offset))
-        for record in page:
-            row = export_row(record)
-            if history:
-                row["history"] = await writer.history_of(record.id)
-            yield row
-        if len(page) < PAGE:
-            return
-        offset += PAGE
+    """Every memory of the vault (every scope, conversation turns too), oldest first, as one
+    snapshot sees them: a write meanwhile neither shows half nor moves a memory between pages.
+    Each page starts where the last ended (``MemoryQuery.after``), so a million memories are
+    read in one pass, not sorted again a page."""
+    query = MemoryQuery(include_turns=True, limit=PAGE)
+    async with writer.store.snapshot() as reader:
+        while True:
+            page = await reader.memories(query)
+            for record in page:
+                row = export_row(record)
+                if history:
+                    row["history"] = await writer.history_of(record.id)
+                yield row
+            if len(page) < PAGE:
+                return
+            last = page[-1]
+            query = dataclasses.replace(
+                query, after=(last.created, last.path, last.start_line, last.id)
+            )
 
 
 async def memory_rows(memory: Memory) -> list[dict[str, Any]]:
@@ -179,51 +186,67 @@ def _stamp(row: Mapping[str, Any], key: str) -> str | None:
     return when.isoformat(timespec="milliseconds")
 
 
+def list_key(row: Any) -> tuple[str, ...] | None:
+    """The list (the page) a row's memory goes to: its scope and category as the row states
+    them (None: not an object). Rows of one list imported together write their page once."""
+    if not isinstance(row, Mapping):
+        return None
+    category = row.get("category")
+    if category is None and isinstance(row.get("categories"), list) and row["categories"]:
+        category = row["categories"][0]
+    return (*(str(row.get(name)) for name in SCOPE_KEYS), str(category))
+
+
+def in_parts(rows: Iterable[tuple[int, Any]], size: int) -> Iterator[list[tuple[int, Any]]]:
+    """Rows held in memory, in parts of at most ``size`` made of whole lists (a list longer
+    than a part is cut in order); a list's rows keep their order."""
+    lists: dict[tuple[str, ...] | None, list[tuple[int, Any]]] = {}
+    for number, row in rows:
+        lists.setdefault(list_key(row), []).append((number, row))
+    part: list[tuple[int, Any]] = []
+    for members in lists.values():
+        if part and len(part) + len(members) > size:
+            yield part
+            part = []
+        for item in members:
+            part.append(item)
+            if len(part) >= size:
+                yield part
+                part = []
+    if part:
+        yield part
+
+
 async def import_rows(
     writer: MemoryWriter,
-    rows: Iterable[tuple[int, Any]],
+    parts: Iterable[Sequence[tuple[int, Any]]],
     progress: Callable[[int], None] | None = None,
+    report: ImportReport | None = None,
 ) -> ImportReport:
-    """Write the rows' memories, a page at a time (one write per file per page)."""
-    report = ImportReport()
-    page: list[NewMemory] = []
-    for number, row in rows:
-        try:
-            memory = new_memory(row)
-        except MemcoreError as exc:
-            report.bad.append((number, str(exc)))
-            continue
-        page.append(memory)
-        if len(page) >= PAGE:
-            await _write(writer, page, report, progress)
-            page = []
-    if page:
-        await _write(writer, page, report, progress)
+    """Write the memories of each part of rows in one load (one write a file it touches);
+    the ids the vault holds already, or an earlier row of the import, are counted, not
+    written. A failure leaves the parts before it in (``report``, if given, says how many):
+    the same import run again adds the rest."""
+    report = ImportReport() if report is None else report
+    for part in parts:
+        fresh: dict[str, NewMemory] = {}
+        for number, row in part:
+            try:
+                memory = new_memory(row)
+            except MemcoreError as exc:
+                report.bad.append((number, str(exc)))
+                continue
+            if memory.id in fresh:
+                report.present += 1
+            else:
+                fresh[memory.id] = memory
+        held = {r.id for r in await writer.records(list(fresh), missing_ok=True)}
+        report.present += len(held)
+        if held:
+            fresh = {i: m for i, m in fresh.items() if i not in held}
+        if fresh:
+            report.added += await writer.load(list(fresh.values()))
+        if progress is not None:
+            progress(len(part))
+    report.bad.sort()
     return report
-
-
-async def _write(
-    writer: MemoryWriter,
-    page: list[NewMemory],
-    report: ImportReport,
-    progress: Callable[[int], None] | None,
-) -> None:
-    fresh: dict[str, NewMemory] = {}
-    for memory in page:
-        if memory.id in fresh or await _present(writer, memory.id):
-            report.present += 1
-        else:
-            fresh[memory.id] = memory
-    if fresh:
-        await writer.load(list(fresh.values()))
-        report.added += len(fresh)
-    if progress is not None:
-        progress(len(page))
-
-
-async def _present(writer: MemoryWriter, memory_id: str) -> bool:
-    try:
-        await writer.get(memory_id)
-    except NotFound:
-        return False
-    return True
