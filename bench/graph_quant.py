@@ -52,6 +52,7 @@ def main() -> None:
     ap.add_argument("--vault", type=Path, required=True)
     ap.add_argument("--dtypes", nargs="+", default=["i8", "f16"])
     ap.add_argument("--expansion-add", type=int, nargs="+", default=[128])
+    ap.add_argument("--connectivity", type=int, nargs="+", default=[16])
     ap.add_argument("--search", nargs="+", default=["2048:100", "1024:50"], help="ef:candidates")
     ap.add_argument("--sample", type=int, default=1, help="every n-th chunk id (1: all)")
     ap.add_argument("--questions", type=int, default=200)
@@ -69,32 +70,32 @@ def main() -> None:
     truth = [set(ids[row].tolist()) for row in np.argpartition(-(q @ mat.T), 10, axis=1)[:, :10]]
     row_of = {int(k): i for i, k in enumerate(ids)}
     order = np.random.default_rng(len(ids)).permutation(len(ids))
-    for dtype in args.dtypes:
-        for effort in args.expansion_add:
-            graph = Index(ndim=mat.shape[1], metric="cos", dtype=dtype, connectivity=16,
-                          expansion_add=effort)  # fmt: skip
+    builds = [(d, c, e) for d in args.dtypes for c in args.connectivity for e in args.expansion_add]
+    for dtype, degree, effort in builds:
+        graph = Index(ndim=mat.shape[1], metric="cos", dtype=dtype, connectivity=degree,
+                      expansion_add=effort)  # fmt: skip
+        started = time.perf_counter()
+        graph.add(ids[order], mat[order], threads=os.cpu_count() or 1)
+        build = time.perf_counter() - started
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        print(f"{dtype} connectivity {degree}, expansion_add {effort}: built in {build:.1f} s "
+              f"(process peak RSS {peak:,.0f} MB)")  # fmt: skip
+        for pair in args.search:
+            ef, count = (int(x) for x in pair.split(":"))
+            graph.expansion_search = ef  # type: ignore[misc]  # see ann._set_expansion
             started = time.perf_counter()
-            graph.add(ids[order], mat[order], threads=os.cpu_count() or 1)
-            build = time.perf_counter() - started
-            peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-            print(f"{dtype} expansion_add {effort}: built in {build:.1f} s "
-                  f"(process peak RSS {peak:,.0f} MB)")  # fmt: skip
-            for pair in args.search:
-                ef, count = (int(x) for x in pair.split(":"))
-                graph.expansion_search = ef  # type: ignore[misc]  # see ann._set_expansion
-                started = time.perf_counter()
-                found = graph.search(q, count, threads=1)
-                per = (time.perf_counter() - started) / len(q) * 1000
-                raw = rescored = 0
-                for i in range(len(q)):
-                    rows = np.array([row_of[int(k)] for k in found.keys[i] if int(k) in row_of])
-                    raw += len(set(ids[rows[:10]].tolist()) & truth[i])
-                    best = rows[np.argsort(-(mat[rows] @ q[i]), kind="stable")[:10]]
-                    rescored += len(set(ids[best].tolist()) & truth[i])
-                n = 10 * len(q)
-                print(f"  ef {ef}, {count} candidates: {per:.2f} ms a question, recall@10 "
-                      f"raw {raw / n:.4f}, re-scored {rescored / n:.4f}")  # fmt: skip
-            del graph
+            found = graph.search(q, count, threads=1)
+            per = (time.perf_counter() - started) / len(q) * 1000
+            raw = rescored = 0
+            for i in range(len(q)):
+                rows = np.array([row_of[int(k)] for k in found.keys[i] if int(k) in row_of])
+                raw += len(set(ids[rows[:10]].tolist()) & truth[i])
+                best = rows[np.argsort(-(mat[rows] @ q[i]), kind="stable")[:10]]
+                rescored += len(set(ids[best].tolist()) & truth[i])
+            n = 10 * len(q)
+            print(f"  ef {ef}, {count} candidates: {per:.2f} ms a question, recall@10 "
+                  f"raw {raw / n:.4f}, re-scored {rescored / n:.4f}")  # fmt: skip
+        del graph
 
 
 if __name__ == "__main__":
