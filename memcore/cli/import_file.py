@@ -10,14 +10,16 @@ import json
 import os
 import stat
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import IO, Any
 
 from memcore.cli.add_file import CHUNK_BYTES, CHUNK_LINES
 from memcore.core.errors import InputError
 
-Part = list[tuple[int, Any]]  # (line or item number, the row: a value, or an InputError)
+# a part's rows, (line or item number, the row: a value, or an InputError), read as they are
+# taken: a part's 100,000 parsed rows are never all held beside the memories made of them
+Part = Iterable[tuple[int, Any]]
 
 
 @dataclass(slots=True)
@@ -46,7 +48,7 @@ def open_source(source: str) -> Source:
 
     def parts() -> Iterator[Part]:
         for n in range(len(plan.parts)):
-            yield [(number, _row(text)) for number, text in plan.read(n) if _kept(text)]
+            yield ((number, _row(text)) for number, text in plan.read(n) if _kept(text))
 
     return Source(parts(), plan.lines)
 
@@ -62,7 +64,7 @@ def _stream(fh: IO[bytes]) -> Source:
         from memcore.memory.transfer import in_parts
 
         with fh:
-            chunk: Part = []
+            chunk: list[tuple[int, Any]] = []
             size = 0
             for number, raw in enumerate(itertools.chain([first], fh), 1):
                 text = _text(raw)

@@ -15,7 +15,7 @@ import dataclasses
 import datetime as dt
 import json
 import re
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -219,7 +219,7 @@ def in_parts(rows: Iterable[tuple[int, Any]], size: int) -> Iterator[list[tuple[
 
 async def import_rows(
     writer: MemoryWriter,
-    parts: Iterable[Sequence[tuple[int, Any]]],
+    parts: Iterable[Iterable[tuple[int, Any]]],
     progress: Callable[[int], None] | None = None,
     report: ImportReport | None = None,
 ) -> ImportReport:
@@ -230,7 +230,9 @@ async def import_rows(
     report = ImportReport() if report is None else report
     for part in parts:
         fresh: dict[str, NewMemory] = {}
+        rows = 0
         for number, row in part:
+            rows += 1
             try:
                 memory = new_memory(row)
             except MemcoreError as exc:
@@ -247,6 +249,6 @@ async def import_rows(
         if fresh:
             report.added += await writer.load(list(fresh.values()))
         if progress is not None:
-            progress(len(part))
+            progress(rows)
     report.bad.sort()
     return report
