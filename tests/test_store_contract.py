@@ -648,8 +648,8 @@ async def test_a_list_continued_after_its_last_memory_is_the_list_in_one_piece(
     from memcore.vault.memory_format import MemoryItem, Scope, new_memory_file, render_item
 
     def page_text(user: str, items: list[tuple[str, str]]) -> str:
-        lines = [line for mid, when in items
-                 for line in render_item(MemoryItem(mid, f"fact {mid}", None, when, when, {}))]  # fmt: skip
+        made = [MemoryItem(mid, f"fact {mid}", None, when, when, {}) for mid, when in items]
+        lines = [line for item in made for line in render_item(item)]
         return new_memory_file(Scope(user_id=user), "core") + "\n".join(lines) + "\n"
 
     same = "2024-01-01T00:00:00.000+00:00"

@@ -251,4 +251,34 @@ async def test_an_export_is_one_snapshot_read_page_after_page(
     code, _, err = await asyncio.to_thread(cli, "--vault", str(vault), "export", str(out))
     assert code != 0 and "the disk went away" in err
     assert out.read_text() == "an earlier export\n"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["memories.jsonl", "v"]
+    left = await asyncio.to_thread(lambda: sorted(p.name for p in tmp_path.iterdir()))
+    assert left == ["memories.jsonl", "v"]
+
+
+def test_an_export_read_only_in_part_ends_quietly(tmp_path: Path) -> None:
+    """`memcore export | head -1`: the reader goes away after a line; the export ends as a
+    tool ended by SIGPIPE does (status 141), with nothing on stderr."""
+    import subprocess
+    import sys
+
+    vault = tmp_path / "v"
+    (vault / "memory").mkdir(parents=True)
+    (vault / "memcore.toml").write_text('[embedder]\nprovider = "static"\n')
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text(
+        "".join(
+            json.dumps({"memory": f"fact {n} " + "x" * 200, "user_id": f"u{n % 7}"}) + "\n"
+            for n in range(3000)
+        )
+    )  # fmt: skip  (well past a pipe's buffer)
+    memcore = [sys.executable, "-m", "memcore", "--vault", str(vault)]
+    subprocess.run([*memcore, "import", str(rows)], check=True, capture_output=True)
+    with subprocess.Popen(
+        [*memcore, "export"], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    ) as proc:
+        assert proc.stdout is not None and proc.stderr is not None
+        first = json.loads(proc.stdout.readline())
+        proc.stdout.close()
+        err = proc.stderr.read()
+        assert proc.wait(timeout=60) == 141
+    assert first["memory"].startswith("fact ") and err == b""

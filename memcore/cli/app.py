@@ -4,8 +4,10 @@ one command (memcore/cli/__init__.py picks which, or answers through the daemon 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import inspect
+import os
 import sys
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
@@ -184,6 +186,9 @@ def run(ctx: typer.Context, job: Callable[[], Coroutine[Any, Any, T]]) -> T:
         raise fail(str(exc)) from None
     except KeyboardInterrupt:
         raise fail("interrupted", 130) from None
+    except BrokenPipeError:  # what reads the output went away (`| head`): end as quietly
+        _stdout_to_devnull()  # so that the interpreter's last flush does not fail again
+        raise typer.Exit(128 + 13) from None  # as a tool ended by SIGPIPE does
     except (typer.Exit, typer.Abort):
         raise
     except Exception as exc:
@@ -192,6 +197,13 @@ def run(ctx: typer.Context, job: Callable[[], Coroutine[Any, Any, T]]) -> T:
         raise fail(
             f"internal error: {type(exc).__name__}: {exc} (rerun with --verbose for details)"
         ) from None
+
+
+def _stdout_to_devnull() -> None:
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
 
 
 def _import_commands(argv: list[str]) -> None:
