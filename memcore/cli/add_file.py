@@ -142,7 +142,7 @@ def _planned(source: str, from_line: int, from_part: str | None) -> tuple[Plan |
     from memcore.memory.batch_plan import plan_parts
 
     done = Applied(from_line, through=from_line - 1)
-    if source == "-" or not stat.S_ISREG(os.stat(source).st_mode):  # read once: as it comes
+    if read_once(source):
         if from_part is not None:
             raise InputError("--from-part needs a regular file: a pipe is added in line order")
         return None, done
@@ -199,11 +199,16 @@ def _parts(
         for n in range(first_part, len(plan.parts)):
             yield list(plan.read(n)), plan.sizes[n]
         return
-    for first, lines, size in _chunks(_stream(source), start):
+    for first, lines, size in line_chunks(stream(source), start):
         yield list(enumerate(lines, first)), size
 
 
-def _stream(source: str) -> Generator[bytes, None, None]:
+def read_once(source: str) -> bool:
+    """Whether a source can be read only once, as it comes: stdin (``-``) or a pipe."""
+    return source == "-" or not stat.S_ISREG(os.stat(source).st_mode)
+
+
+def stream(source: str) -> Generator[bytes, None, None]:
     """The lines of stdin (``-``) or of a pipe, read once, as they come."""
     if source == "-":
         yield from sys.stdin.buffer
@@ -212,7 +217,7 @@ def _stream(source: str) -> Generator[bytes, None, None]:
         yield from fh
 
 
-def _chunks(lines: Iterator[bytes], start: int) -> Iterator[tuple[int, list[str | None], int]]:
+def line_chunks(lines: Iterator[bytes], start: int) -> Iterator[tuple[int, list[str | None], int]]:
     """(number of the chunk's first line, its lines as text, its bytes), from line ``start``
     on; a line that is not UTF-8 is None."""
     chunk: list[str | None] = []

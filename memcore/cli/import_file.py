@@ -7,14 +7,11 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
-import stat
-import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import IO, Any
+from typing import Any
 
-from memcore.cli.add_file import CHUNK_BYTES, CHUNK_LINES
+from memcore.cli.add_file import CHUNK_BYTES, CHUNK_LINES, line_chunks, read_once, stream
 from memcore.core.errors import InputError
 
 # a part's rows, (line or item number, the row: a value, or an InputError), read as they are
@@ -36,10 +33,8 @@ def open_source(source: str) -> Source:
     a document read whole is not UTF-8."""
     from memcore.memory.batch_plan import plan_parts
 
-    if source == "-":
-        return _stream(sys.stdin.buffer)
-    if not stat.S_ISREG(os.stat(source).st_mode):  # a pipe: read once
-        return _stream(open(source, "rb"))  # closed when its parts are read
+    if read_once(source):
+        return _streamed(stream(source))
     with open(source, "rb") as fh:
         if not _json_lines(fh.readline()):
             fh.seek(0)
@@ -53,29 +48,20 @@ def open_source(source: str) -> Source:
     return Source(parts(), plan.lines)
 
 
-def _stream(fh: IO[bytes]) -> Source:
-    """Stdin or a pipe: JSON Lines grouped a chunk of lines at a time, else read whole."""
-    first = fh.readline()
+def _streamed(lines: Iterator[bytes]) -> Source:
+    """Stdin or a pipe: JSON Lines grouped a chunk of lines at a time (add --file's chunks),
+    as they come; else read whole."""
+    first = next(lines, b"")
+    every = itertools.chain([first], lines)
     if not _json_lines(first):
-        with fh:
-            return _whole(first + fh.read())
+        return _whole(b"".join(every))
 
     def parts() -> Iterator[Part]:
         from memcore.memory.transfer import in_parts
 
-        with fh:
-            chunk: list[tuple[int, Any]] = []
-            size = 0
-            for number, raw in enumerate(itertools.chain([first], fh), 1):
-                text = _text(raw)
-                if _kept(text):
-                    chunk.append((number, _row(text)))
-                size += len(raw)
-                if len(chunk) >= CHUNK_LINES or size >= CHUNK_BYTES:
-                    yield from in_parts(chunk, CHUNK_LINES)
-                    chunk, size = [], 0
-            if chunk:
-                yield from in_parts(chunk, CHUNK_LINES)
+        for start, texts, _ in line_chunks(every, 1):
+            rows = [(n, _row(text)) for n, text in enumerate(texts, start) if _kept(text)]
+            yield from in_parts(rows, CHUNK_LINES)
 
     return Source(parts())
 
@@ -100,14 +86,6 @@ def _json_lines(first: bytes) -> bool:
     except ValueError:  # not JSON (a document's first line, or a bad row: read whole)
         return False
     return isinstance(value, dict) and not isinstance(value.get("results"), list)
-
-
-def _text(raw: bytes) -> str | None:
-    """A line as text without its end (None: not UTF-8)."""
-    try:
-        return raw.decode("utf-8").removesuffix("\n").removesuffix("\r")
-    except UnicodeDecodeError:
-        return None
 
 
 def _kept(text: str | None) -> bool:

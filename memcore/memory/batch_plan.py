@@ -20,7 +20,7 @@ import hashlib
 import json
 import os
 from array import array
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 from memcore.core.errors import InputError
@@ -76,12 +76,29 @@ def plan_parts(path: str, start: int, max_lines: int, max_bytes: int) -> Plan:
                 list_of.append(lists.setdefault(_list_key(raw), len(lists)))
             at += len(raw)
     offsets.append(at)
-    members = [array("i") for _ in range(len(lists))]
-    for i, n in enumerate(list_of):
-        members[n].append(i)
+    members = _members(list_of, len(lists))
     del list_of, lists
     parts, sizes = _cut(members, offsets, max_lines, max_bytes)
     return Plan(path, start, offsets, parts, digest.hexdigest(), (at, stamp.st_mtime_ns), sizes)
+
+
+def cut_rows(rows: Sequence[object], max_lines: int) -> list[array[int]]:
+    """Rows held in memory (parsed values), cut as a planned file's lines are: parts of whole
+    lists, at most ``max_lines`` rows each (by count alone: each row weighs one), each part's
+    rows by place, ascending."""
+    lists: dict[tuple[str, ...] | None, int] = {}
+    list_of = array("i", (lists.setdefault(list_key(row), len(lists)) for row in rows))
+    one_each = array("q", range(len(rows) + 1))
+    parts, _ = _cut(_members(list_of, len(lists)), one_each, max_lines, len(rows) + 1)
+    return parts
+
+
+def _members(list_of: array[int], lists: int) -> list[array[int]]:
+    """Each list's places, ascending, from the list of each place."""
+    members = [array("i") for _ in range(lists)]
+    for i, n in enumerate(list_of):
+        members[n].append(i)
+    return members
 
 
 def _cut(
@@ -121,9 +138,15 @@ def _list_key(raw: bytes) -> tuple[str, ...] | None:
         data = json.loads(raw)
     except ValueError:
         return None
-    if not isinstance(data, dict):
+    return list_key(data)
+
+
+def list_key(row: object) -> tuple[str, ...] | None:
+    """The list (the page) a row's memory goes to, as the row states it: its scope and
+    category (None: not an object)."""
+    if not isinstance(row, dict):
         return None
-    return tuple(str(data.get(name)) for name in LIST_FIELDS)
+    return tuple(str(row.get(name)) for name in LIST_FIELDS)
 
 
 def _runs(fd: int, offsets: array[int], lines: array[int]) -> Iterator[tuple[int, bytes]]:

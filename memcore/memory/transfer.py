@@ -24,6 +24,7 @@ from memcore.core.ids import check_id
 from memcore.core.lines import split_lines
 from memcore.core.models import SCOPE_KEYS, MemoryQuery, MemoryRecord
 from memcore.memory.adding import NewMemory
+from memcore.memory.batch_plan import cut_rows
 from memcore.memory.port import Memory
 from memcore.memory.supplied import own_vector
 from memcore.memory.writer import MemoryWriter
@@ -186,35 +187,12 @@ def _stamp(row: Mapping[str, Any], key: str) -> str | None:
     return when.isoformat(timespec="milliseconds")
 
 
-def list_key(row: Any) -> tuple[str, ...] | None:
-    """The list (the page) a row's memory goes to: its scope and category as the row states
-    them (None: not an object). Rows of one list imported together write their page once."""
-    if not isinstance(row, Mapping):
-        return None
-    category = row.get("category")
-    if category is None and isinstance(row.get("categories"), list) and row["categories"]:
-        category = row["categories"][0]
-    return (*(str(row.get(name)) for name in SCOPE_KEYS), str(category))
-
-
 def in_parts(rows: Iterable[tuple[int, Any]], size: int) -> Iterator[list[tuple[int, Any]]]:
-    """Rows held in memory, in parts of at most ``size`` made of whole lists (a list longer
-    than a part is cut in order); a list's rows keep their order."""
-    lists: dict[tuple[str, ...] | None, list[tuple[int, Any]]] = {}
-    for number, row in rows:
-        lists.setdefault(list_key(row), []).append((number, row))
-    part: list[tuple[int, Any]] = []
-    for members in lists.values():
-        if part and len(part) + len(members) > size:
-            yield part
-            part = []
-        for item in members:
-            part.append(item)
-            if len(part) >= size:
-                yield part
-                part = []
-    if part:
-        yield part
+    """Rows held in memory, in parts of at most ``size`` made of whole lists, as a planned
+    file is cut (memory/batch_plan.py); a list's rows keep their order."""
+    held = list(rows)
+    for part in cut_rows([row for _, row in held], size):
+        yield [held[i] for i in part]
 
 
 async def import_rows(
