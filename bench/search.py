@@ -101,6 +101,7 @@ async def measure_search(
         t0 = time.perf_counter()
         await svc.search(others[0], query_vector=vecs[0])
         first_s = time.perf_counter() - t0
+        await svc.warm()  # as a daemon does at start (the Chinese segmenter, for a vault with any)
         for q in others:
             await svc.search(q)
         excl, incl, embed_only = [], [], []
