@@ -585,12 +585,15 @@ class SqliteStore:
                     return 0 if await self._graph_current(reader, model_id, ids) else len(ids)
                 if await self._saved_graph(reader, model_id, ids) is not None:
                     return 0
+            await reader.release_cache()  # the build reads on its own connection
+        count = len(ids)
+        del ids  # (8 MB at 1M, while the build holds its own)
         if task is None:
             self._build_graph_soon(model_id, threads=0)  # a batch job: every core
             task = self._building[model_id]
         if not task.done():
             if started is not None:
-                started(len(ids))
+                started(count)
             await asyncio.shield(task)
         return 0
 
