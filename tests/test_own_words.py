@@ -14,8 +14,11 @@ import pytest
 
 from memcore.compose import build_store
 from memcore.core.errors import ConfigError
+from memcore.core.own_words import NO_WORDS, Words
 from memcore.core.settings import KeywordSettings, Settings, load_settings
+from memcore.core.tokenize import warm_segmenter
 from memcore.service import MemoryService
+from memcore.storage import base
 from tests.conftest import make_service, on_backend
 from tests.support import FakeEmbedder
 
@@ -177,3 +180,28 @@ async def test_chunks_written_whole_or_appended_get_the_full_text_with_the_vault
     for heading, content, text in rows:
         assert text == fts_text(heading, content, held)
         assert "记忆中台" in text.split() and "评审" not in text.split()
+
+
+async def test_a_querys_terms_are_cut_once_and_kept_apart_by_the_words(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A search asks for its query's terms twice; the second ask is not cut again, and terms
+    cut with one vault's words never answer for another's."""
+    cut: list[str] = []
+    real = base.query_terms
+
+    def counted(query: str, own: Words = NO_WORDS) -> list[str]:
+        cut.append(query)
+        return real(query, own)
+
+    monkeypatch.setattr(base, "query_terms", counted)
+    warm_segmenter()  # (a first cut may load it: terms are kept apart by the way they were cut)
+    own = Words(entries=(("记忆中台", 5),), stop=frozenset({"评审"}))
+    query = "记忆中台的评审在周五 (kept terms)"
+    first = await base.search_terms(query, own)
+    first.append("changed by its caller")
+    again = await base.search_terms(query, own)
+    plain = await base.search_terms(query)
+    assert cut == [query, query]  # once with the vault's words, once without
+    assert "记忆中台" in again and "评审" not in again and "changed by its caller" not in again
+    assert "记忆中台" not in plain and "评审" in plain
