@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
@@ -74,6 +75,7 @@ async def scan(index: object, fn: Callable[..., R], *args: object) -> R:
 # The terms of recent queries: a search asks for them twice (its keyword list, then the words
 # its best keyword hit holds), and cutting a Chinese query takes ~0.1 ms each time.
 _TERMS: LRU[tuple[str, int, bool], tuple[Words, tuple[str, ...]]] = LRU(1024)
+_TERMS_LOCK = threading.Lock()  # one memo for every event loop of the process
 _KEPT_QUERY_CHARS = 1024  # a pasted page is not kept
 
 
@@ -83,7 +85,8 @@ async def search_terms(query: str, own: Words = NO_WORDS) -> list[str]:
     the next ask with the same words, the same way of cutting (jieba's whole dictionary
     loaded or not)."""
     key = (query, id(own), segmenter.loaded())
-    kept = _TERMS.get(key)
+    with _TERMS_LOCK:
+        kept = _TERMS.get(key)
     if kept is not None and kept[0] is own:
         return list(kept[1])
     if cuts_quickly(query):
@@ -91,7 +94,8 @@ async def search_terms(query: str, own: Words = NO_WORDS) -> list[str]:
     else:
         terms = await asyncio.to_thread(query_terms, query, own)
     if len(query) <= _KEPT_QUERY_CHARS:
-        _TERMS.put(key, (own, tuple(terms)))
+        with _TERMS_LOCK:
+            _TERMS.put(key, (own, tuple(terms)))
     return terms
 
 
