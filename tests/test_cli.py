@@ -843,3 +843,16 @@ def test_a_batch_from_a_pipe_is_read_once_in_line_order(vault: Path) -> None:
     code, _, err = cli(*v, "add", "--file", str(fifo), "--from-part", "2:abc")
     assert code == 2 and "--from-part needs a regular file" in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_status_prints_paths_with_brackets_as_they_are(static_vault: Path) -> None:
+    """A file name is text, never markup: "[draft]" is not dropped, "[/y]" is no error."""
+    (static_vault / "memory" / "[draft] plan.md").write_bytes(b"\x00\x01binary")
+    (static_vault / "memory" / "x[").mkdir()
+    (static_vault / "memory" / "x[" / "y].md").write_bytes(b"\x00\x02binary")
+    cli("--vault", str(static_vault), "index")
+    code, out, err = cli("--vault", str(static_vault), "status")
+    assert code == 0, err
+    assert "memory/[draft] plan.md: binary file" in out
+    assert "memory/x[/y].md: binary file" in out
+    assert "\x1b[" not in out  # not a terminal: no bold

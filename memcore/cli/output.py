@@ -3,6 +3,7 @@ for the typer commands and for the answers cli/quick.py gives, so both print the
 
 from __future__ import annotations
 
+import os
 import sys
 import textwrap
 from collections.abc import Iterable, Mapping
@@ -73,52 +74,67 @@ def entity_line(entity: Mapping[str, Any]) -> str:
 
 
 def print_status(info: dict[str, Any]) -> None:
-    """What `memcore status` prints: a table of the status document (status --json's)."""
-    from rich.console import Console  # rich loads only for output that needs it
-    from rich.table import Table
+    """What `memcore status` prints: the status document (status --json's) as two columns,
+    each value as it is (a path with ``[brackets]`` is a path, not markup), labels in bold
+    on a terminal."""
+    rows = _status_rows(info)
+    width = max(len(label) for label, _ in rows)
+    bold = _bold if _styled(sys.stdout) else str
+    lines = [f"{bold(label.ljust(width))}  {value}".rstrip() for label, value in rows]
+    if info.get("skipped"):
+        lines.append(bold("skipped files:"))
+        lines += [f"  {path}: {reason}" for path, reason in info["skipped"].items()]
+    out("\n".join(lines) + "\n")
 
-    table = Table(show_header=False, box=None, pad_edge=False)
-    table.add_column(style="bold")
-    table.add_column()
-    table.add_row("vault", info["vault"])
+
+def _status_rows(info: dict[str, Any]) -> list[tuple[str, str]]:
+    """The status document as (label, value) rows, in the order `memcore status` shows them."""
+    rows = [("vault", info["vault"])]
     if not info["indexed"]:
-        table.add_row("index", f"none yet at {info['db_path']} (run `memcore index`)")
+        rows.append(("index", f"none yet at {info['db_path']} (run `memcore index`)"))
     else:
         when = (info["last_indexed"] or "never").replace("T", " ")
-        table.add_row("index", f"{info['db_path']} ({_size(info['db_bytes'])}, last write {when})")
-        table.add_row("engine", info["engine"])
+        rows.append(("index", f"{info['db_path']} ({_size(info['db_bytes'])}, last write {when})"))
+        rows.append(("engine", info["engine"]))
         skipped = info["skipped"]
         files = plural(info["files"], "file") + (f", {len(skipped)} skipped" if skipped else "")
-        table.add_row("files", files)
+        rows.append(("files", files))
         pending = info["vectors_pending"]
-        table.add_row(
-            "chunks",
-            f"{info['chunks']}" + (f" ({pending} waiting for vectors)" if pending else ""),
-        )
-        table.add_row("model", info["model_id"])
+        waiting = f" ({pending} waiting for vectors)" if pending else ""
+        rows.append(("chunks", f"{info['chunks']}{waiting}"))
+        rows.append(("model", info["model_id"]))
         if copies := info.get("duplicate_memories"):
             first = next(iter(copies))
-            table.add_row(
-                "copies",
-                f"{plural(len(copies), 'memory id')} in more than one file (e.g. {first} also in "
-                f"{', '.join(copies[first])}); each lives in the smallest path",
+            also = ", ".join(copies[first])
+            rows.append(
+                (
+                    "copies",
+                    f"{plural(len(copies), 'memory id')} in more than one file (e.g. {first} also "
+                    f"in {also}); each lives in the smallest path",
+                )
             )
         for model, count in info["other_models"].items():
-            table.add_row("", f"{plural(count, 'chunk')} still embedded with {model}")
-    table.add_row("watcher", _watcher_line(info["daemon"]))
+            rows.append(("", f"{plural(count, 'chunk')} still embedded with {model}"))
+    rows.append(("watcher", _watcher_line(info["daemon"])))
     for node in info.get("nodes") or []:  # a shared index's nodes, on every machine
         role = "holds the watcher" if node["roles"] else "standing by"
         where = f" at {node['url']}" if node["url"] else ""
-        table.add_row("node", f"{node['node']} ({node['kind']}{where}): {role}")
+        rows.append(("node", f"{node['node']} ({node['kind']}{where}): {role}"))
     ready = info["readiness"]
     if ready["phase"] in ("starting", "catching_up"):
-        table.add_row("catch-up", f"{ready['files_done']} of {ready['files_total']} files indexed")
-    console = Console()
-    console.print(table)
-    if info.get("skipped"):
-        console.print("skipped files:", style="bold")
-        for path, reason in info["skipped"].items():
-            console.print(f"  {path}: {reason}", highlight=False)
+        rows.append(("catch-up", f"{ready['files_done']} of {ready['files_total']} files indexed"))
+    return rows
+
+
+def _styled(stream: Any) -> bool:
+    """Whether to print bold to ``stream``: a terminal, and NO_COLOR (no-color.org) unset."""
+    isatty = getattr(stream, "isatty", None)
+    on_terminal = bool(isatty and isatty())
+    return on_terminal and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"
+
+
+def _bold(text: str) -> str:
+    return f"\x1b[1m{text}\x1b[0m"
 
 
 def _watcher_line(daemon: dict[str, Any] | None) -> str:
