@@ -846,13 +846,16 @@ def test_a_batch_from_a_pipe_is_read_once_in_line_order(vault: Path) -> None:
 
 
 def test_status_prints_paths_with_brackets_as_they_are(static_vault: Path) -> None:
-    """A file name is text, never markup: "[draft]" is not dropped, "[/y]" is no error."""
+    """A file name is text, never markup: "[draft]" is not dropped, "[/y]" is no error, and
+    an escape sequence in one is shown, not sent to the terminal."""
     (static_vault / "memory" / "[draft] plan.md").write_bytes(b"\x00\x01binary")
     (static_vault / "memory" / "x[").mkdir()
     (static_vault / "memory" / "x[" / "y].md").write_bytes(b"\x00\x02binary")
+    (static_vault / "memory" / "bell\x07\x1b[2J.md").write_bytes(b"\x00\x03binary")
     cli("--vault", str(static_vault), "index")
     code, out, err = cli("--vault", str(static_vault), "status")
     assert code == 0, err
     assert "memory/[draft] plan.md: binary file" in out
     assert "memory/x[/y].md: binary file" in out
-    assert "\x1b[" not in out  # not a terminal: no bold
+    assert "memory/bell\\x07\\x1b[2J.md: binary file" in out
+    assert "\x1b" not in out and "\x07" not in out  # (not a terminal: no bold either)

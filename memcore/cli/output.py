@@ -80,10 +80,10 @@ def print_status(info: dict[str, Any]) -> None:
     rows = _status_rows(info)
     width = max(len(label) for label, _ in rows)
     bold = _bold if _styled(sys.stdout) else str
-    lines = [f"{bold(label.ljust(width))}  {value}".rstrip() for label, value in rows]
+    lines = [f"{bold(label.ljust(width))}  {_visible(value)}".rstrip() for label, value in rows]
     if info.get("skipped"):
         lines.append(bold("skipped files:"))
-        lines += [f"  {path}: {reason}" for path, reason in info["skipped"].items()]
+        lines += [f"  {_visible(f'{path}: {reason}')}" for path, reason in info["skipped"].items()]
     out("\n".join(lines) + "\n")
 
 
@@ -131,6 +131,15 @@ def _styled(stream: Any) -> bool:
     isatty = getattr(stream, "isatty", None)
     on_terminal = bool(isatty and isatty())
     return on_terminal and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"
+
+
+# A file name may hold any character but "/": one with an escape sequence must not restyle or
+# clear the terminal it is listed on. Control characters print as their escapes.
+_CONTROLS = {c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7F, 0xA0))}
+
+
+def _visible(text: str) -> str:
+    return text.translate(_CONTROLS)
 
 
 def _bold(text: str) -> str:
