@@ -859,3 +859,21 @@ def test_status_prints_paths_with_brackets_as_they_are(static_vault: Path) -> No
     assert "memory/x[/y].md: binary file" in out
     assert "memory/bell\\x07\\x1b[2J.md: binary file" in out
     assert "\x1b" not in out and "\x07" not in out  # (not a terminal: no bold either)
+
+
+def test_what_a_vault_holds_is_shown_with_its_escape_sequences_escaped(static_vault: Path) -> None:
+    """A hand-written note (or a memory added with one) holding an escape sequence is shown by
+    search and list with it as text, never sent to the terminal; --json keeps the text."""
+    write(static_vault, "memory/odd.md", "# Odd\x1b[31m\n\nThe kiln code is \x1b[2Jteal.\n")
+    code, _, err = cli("--vault", str(static_vault), "add", "kiln glaze \x07ready", "--user", "u")
+    assert code == 0, err
+    cli("--vault", str(static_vault), "index")
+    code, out, err = cli("--vault", str(static_vault), "search", "kiln code")
+    assert code == 0, err
+    assert "The kiln code is \\x1b[2Jteal." in out and "Odd\\x1b[31m" in out
+    code, listed, err = cli("--vault", str(static_vault), "list", "--user", "u")
+    assert code == 0, err
+    assert "kiln glaze \\x07ready" in listed
+    assert not any(c in out + listed for c in "\x1b\x07")
+    code, raw, _ = cli("--vault", str(static_vault), "search", "kiln code", "--json")
+    assert any("\x1b[2Jteal" in hit["text"] for hit in json.loads(raw)["results"])  # as it is

@@ -36,8 +36,9 @@ def print_context(block: str, query: str) -> None:
 
 def hit_text(n: int, path: str, start: int, end: int, heading: str, score: float, text: str) -> str:
     """Hit number ``n`` as two lines: where it is and its score, then its text (shortened)."""
-    where = f"{n}. {path}:{start}-{end}{f'  {heading}' if heading else ''}  ({score:.3f})"
-    body = textwrap.shorten(" ".join(text.split()), 300, placeholder=" ...")
+    heading = f"  {_visible(heading)}" if heading else ""
+    where = f"{n}. {_visible(path)}:{start}-{end}{heading}  ({score:.3f})"
+    body = textwrap.shorten(_visible(" ".join(text.split())), 300, placeholder=" ...")
     return f"{where}\n{textwrap.indent(textwrap.fill(body, 96), '   ')}"
 
 
@@ -58,19 +59,19 @@ def record_line(
     if strength is not None:  # " core" never decays, else " R=0.87" (retrievability now)
         held = " core" if strength[0] == "core" else f" R={strength[1]:.2f}"
     tags = " ".join(t for t in (category, names, f"key={key}" if key else "") if t)
-    return f"{memory_id}  [{tags}]{held}  {text}"
+    return _shown(f"{memory_id}  [{tags}]{held}  {text}")
 
 
 def history_line(event: Mapping[str, Any]) -> str:
     """One event as `memcore history` prints it (the event dicts every front answers)."""
     change = event["new_memory"] if event["new_memory"] is not None else event["old_memory"]
-    return f"{event['created_at']}  {event['event']:<7} by {event['actor']:<6}  {change}"
+    return _shown(f"{event['created_at']}  {event['event']:<7} by {event['actor']:<6}  {change}")
 
 
 def entity_line(entity: Mapping[str, Any]) -> str:
     """One entity as `memcore entities` prints it (``Entity.to_dict()``'s keys)."""
-    return (f"{entity['type']:<5} {entity['name']}  {entity['total_memories']} memories, "
-            f"last change {entity['updated_at']}")  # fmt: skip
+    return _shown(f"{entity['type']:<5} {entity['name']}  {entity['total_memories']} memories, "
+                  f"last change {entity['updated_at']}")  # fmt: skip
 
 
 def print_status(info: dict[str, Any]) -> None:
@@ -133,13 +134,19 @@ def _styled(stream: Any) -> bool:
     return on_terminal and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"
 
 
-# A file name may hold any character but "/": one with an escape sequence must not restyle or
-# clear the terminal it is listed on. Control characters print as their escapes.
+# What a vault holds (a file's name, a memory's text) may hold an escape sequence, which must
+# not restyle or clear the terminal it is shown on: control characters print as their escapes
+# (``_shown`` keeps a memory's line breaks and tabs; a search hit's text has none left).
 _CONTROLS = {c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7F, 0xA0))}
+_UNSAFE = {c: e for c, e in _CONTROLS.items() if chr(c) not in "\n\t"}
 
 
 def _visible(text: str) -> str:
     return text.translate(_CONTROLS)
+
+
+def _shown(text: str) -> str:
+    return text.translate(_UNSAFE)
 
 
 def _bold(text: str) -> str:
