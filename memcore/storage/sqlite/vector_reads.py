@@ -4,7 +4,6 @@ and the chunks still waiting for one."""
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING
 
@@ -37,10 +36,6 @@ def embedded_hashes_sql(paths: int) -> str:
         "SELECT source_file, content_hash FROM memory_chunks WHERE +embedding_model = ? "
         f"AND source_file IN ({marks(paths)})"
     )
-
-
-def _shrink(db: sqlite3.Connection) -> None:
-    db.execute("PRAGMA shrink_memory")
 
 
 class VectorReads(Snapshot):
@@ -84,7 +79,7 @@ class VectorReads(Snapshot):
         """Give back the pages this snapshot's connection keeps cached (``vector_ids`` reads a
         whole index through it: ~35 MB at 1M chunks, held for nothing by a batch job's build
         that reads the vectors on a connection of its own)."""
-        await self._on_thread(_shrink)
+        await self._all("PRAGMA shrink_memory")
 
     async def vectors_of(self, ids: npt.NDArray[np.uint64]) -> tuple[list[int], Vector]:
         """(ids found, their vectors as one float32 matrix) of the named chunks."""
