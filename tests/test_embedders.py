@@ -44,6 +44,31 @@ async def test_onnx_model_is_deterministic_and_batch_independent() -> None:
     assert float(together[0] @ alone[0]) > 0.99999
 
 
+async def test_a_batchs_texts_run_side_by_side_each_into_its_own_row() -> None:
+    texts = [f"note {i}: " + "the deploy moved to the new runners " * (i % 5 + 1) for i in range(9)]
+    one_by_one = OnnxMiniLMEmbedder(threads=1)
+    alone = np.stack([one_by_one.embed_sync([t])[0] for t in texts])
+    side_by_side = await OnnxMiniLMEmbedder(threads=3).embed(texts)
+    assert np.array_equal(side_by_side, alone)  # the same vectors, bit for bit, in order
+    assert len({row.tobytes() for row in alone}) == len(texts)
+
+
+def test_the_model_runs_its_layer_norms_unfused(tmp_path: Path) -> None:
+    shipped = local.ASSETS / OnnxMiniLMEmbedder.folder / "model.onnx"
+    assert b"SkipLayerNormalization" not in shipped.read_bytes()
+    ran = tmp_path / "as-run.onnx"
+    local.open_session(shipped, save_optimized=ran)
+    graph = ran.read_bytes()
+    assert _nodes(graph, "SkipLayerNormalization") == 0  # onnxruntime's slower fused kernel
+    assert _nodes(graph, "LayerNormalization") == 12  # two a layer, six layers
+
+
+def _nodes(graph: bytes, op: str) -> int:
+    """How many nodes of an ONNX graph run ``op``: NodeProto's op_type is field 4, a string
+    (tag 0x22, then its length), where names holding the op's name are other fields."""
+    return graph.count(b"\x22" + bytes([len(op)]) + op.encode())
+
+
 async def test_the_int8_models_weights_beside_it_missing_or_cut_short_are_one_line_errors(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -8,6 +8,7 @@ Not imported by memcore. Reproduce with:
         'model2vec[distill]' scikit-learn
     /tmp/build/bin/python tools/build_models.py [onnx] [static]   # both by default
     /tmp/build/bin/python tools/build_models.py data   # the int8 model's weights apart only
+    /tmp/build/bin/python tools/build_models.py norms  # its layer norms unfused only
 
 Outputs:
   memcore/assets/minilm-l6-v2-int8/   model.onnx (int8, per-channel; its weights in
@@ -91,6 +92,41 @@ def weights_apart(path: Path) -> None:
     data.chmod(0o644)
 
 
+def unfuse_layer_norms(path: Path) -> None:
+    """Rewrite each SkipLayerNormalization of an ONNX graph (``path``, weights apart) as the
+    Add, Add and LayerNormalization it fused: onnxruntime's CPU kernel for the fused op takes
+    3-5x as long as the three (memcore/embedders/local.py keeps onnxruntime from fusing them
+    again). The weights file is not touched. ``python tools/build_models.py norms`` does
+    this alone to the shipped model."""
+    import onnx
+    from onnx import helper
+
+    model = onnx.load(str(path), load_external_data=False)
+    nodes = []
+    for node in model.graph.node:
+        if node.op_type != "SkipLayerNormalization":
+            nodes.append(node)
+            continue
+        x, skip, gamma, beta, bias = node.input
+        (eps,) = (a.f for a in node.attribute if a.name == "epsilon")
+        biased, summed = node.name + "_biased", node.name + "_sum"
+        nodes += [
+            helper.make_node("Add", [x, bias], [biased], name=node.name + "_bias"),
+            helper.make_node("Add", [biased, skip], [summed], name=node.name + "_skip"),
+            helper.make_node(
+                "LayerNormalization",
+                [summed, gamma, beta],
+                [node.output[0]],
+                name=node.name + "_norm",
+                axis=-1,
+                epsilon=eps,
+            ),
+        ]
+    del model.graph.node[:]
+    model.graph.node.extend(nodes)
+    onnx.save_model(model, str(path))
+
+
 def build_onnx(model_dir: Path, out: Path) -> None:
     import onnx
     import onnxruntime as ort
@@ -141,10 +177,15 @@ def build_onnx(model_dir: Path, out: Path) -> None:
         extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT},
     )
     weights_apart(out / "model.onnx")
+    unfuse_layer_norms(out / "model.onnx")
     shutil.copy(model_dir / "tokenizer.json", out / "tokenizer.json")
     (out / "LICENSE").write_text(_licence_text(model_dir), encoding="utf-8")
 
-    sess = ort.InferenceSession(str(out / "model.onnx"), providers=["CPUExecutionProvider"])
+    sess = ort.InferenceSession(
+        str(out / "model.onnx"),
+        providers=["CPUExecutionProvider"],
+        disabled_optimizers=["SkipLayerNormFusion"],  # as memcore runs it
+    )
     from tokenizers import Tokenizer
 
     tok = Tokenizer.from_file(str(out / "tokenizer.json"))
@@ -185,6 +226,9 @@ def main() -> None:
     which = set(sys.argv[1:]) or {"onnx", "static"}
     if which == {"data"}:  # the shipped model's weights apart, nothing rebuilt
         weights_apart(ASSETS / "minilm-l6-v2-int8" / "model.onnx")
+        return
+    if which == {"norms"}:  # the shipped model's layer norms unfused, nothing rebuilt
+        unfuse_layer_norms(ASSETS / "minilm-l6-v2-int8" / "model.onnx")
         return
     model_dir = _model_dir()
     if "onnx" in which:
