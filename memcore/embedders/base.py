@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Callable, Coroutine, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -206,12 +206,16 @@ class EmbeddingRunner:
             self._waiting += list(asked.items())
             if self._flusher is None or self._flusher.done():
                 self._flusher = asyncio.ensure_future(self._embed_waiting())
-            answers = await asyncio.gather(*asked.values(), return_exceptions=True)
             got: dict[str, npt.NDArray[np.float32]] = {}
-            for text, answer in zip(asked, answers, strict=True):
-                if isinstance(answer, BaseException):
-                    raise answer
-                got[text] = answer
+            if len(asked) == 1:  # a search's one query: no gather's turn of the loop
+                ((text, future),) = asked.items()
+                got[text] = await future
+            else:
+                answers = await asyncio.gather(*asked.values(), return_exceptions=True)
+                for text, answer in zip(asked, answers, strict=True):
+                    if isinstance(answer, BaseException):
+                        raise answer
+                    got[text] = answer
             rows = [got[t] if row is None else row for t, row in zip(texts, rows, strict=True)]
         return np.stack([row for row in rows if row is not None])
 
@@ -260,7 +264,21 @@ class EmbeddingRunner:
                 progress(len(batch))
             return out
 
-        tasks = [asyncio.ensure_future(run(b)) for b in batches]
+        if len(batches) == 1:  # run here: a task of its own costs a turn of the loop each way
+            results = [await run(batches[0])]
+        else:
+            results = await self._run_all([run(b) for b in batches])
+        dim = results[0].shape[1]
+        self._dimension = dim
+        out = np.zeros((len(texts), dim), dtype=np.float32)
+        for batch, vecs in zip(batches, results, strict=True):
+            out[batch] = vecs
+        return out
+
+    @staticmethod
+    async def _run_all(runs: list[Coroutine[Any, Any, Matrix]]) -> list[Matrix]:
+        """The batches' runs side by side (as many at once as the semaphore lets in)."""
+        tasks = [asyncio.ensure_future(r) for r in runs]
         try:
             results = await asyncio.gather(*tasks)
         except BaseException:
@@ -269,12 +287,7 @@ class EmbeddingRunner:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             raise
-        dim = results[0].shape[1]
-        self._dimension = dim
-        out = np.zeros((len(texts), dim), dtype=np.float32)
-        for batch, vecs in zip(batches, results, strict=True):
-            out[batch] = vecs
-        return out
+        return results
 
     async def _with_retries(self, texts: list[str]) -> Matrix:
         for attempt in range(self.retries + 1):
