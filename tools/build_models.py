@@ -8,7 +8,7 @@ Not imported by memcore. Reproduce with:
         'model2vec[distill]' scikit-learn
     /tmp/build/bin/python tools/build_models.py [onnx] [static]   # both by default
     /tmp/build/bin/python tools/build_models.py data   # the int8 model's weights apart only
-    /tmp/build/bin/python tools/build_models.py norms  # its layer norms unfused only
+    /tmp/build/bin/python tools/build_models.py unfuse  # its slow fused ops unfused only
 
 Outputs:
   memcore/assets/minilm-l6-v2-int8/   model.onnx (int8, per-channel; its weights in
@@ -92,36 +92,47 @@ def weights_apart(path: Path) -> None:
     data.chmod(0o644)
 
 
-def unfuse_layer_norms(path: Path) -> None:
-    """Rewrite each SkipLayerNormalization of an ONNX graph (``path``, weights apart) as the
-    Add, Add and LayerNormalization it fused: onnxruntime's CPU kernel for the fused op takes
-    3-5x as long as the three (memcore/embedders/local.py keeps onnxruntime from fusing them
-    again). The weights file is not touched. ``python tools/build_models.py norms`` does
-    this alone to the shipped model."""
+def unfuse(path: Path) -> None:
+    """Rewrite the fused ops of an ONNX graph (``path``, weights apart) whose onnxruntime CPU
+    kernels are slower than the ops they fused: each SkipLayerNormalization as Add, Add and
+    LayerNormalization (its kernel takes 3-5x as long), each BiasGelu as Add and Gelu (~5% of
+    a run; the same vectors bit for bit). memcore/embedders/local.py keeps onnxruntime from
+    fusing them again. The weights file is not touched. ``python tools/build_models.py
+    unfuse`` does this alone to the shipped model."""
     import onnx
     from onnx import helper
 
     model = onnx.load(str(path), load_external_data=False)
     nodes = []
     for node in model.graph.node:
-        if node.op_type != "SkipLayerNormalization":
+        name, out = node.name, node.output[0]
+        if node.op_type == "SkipLayerNormalization":
+            x, skip, gamma, beta, bias = node.input
+            (eps,) = (a.f for a in node.attribute if a.name == "epsilon")
+            nodes += [
+                helper.make_node("Add", [x, bias], [name + "_biased"], name=name + "_bias"),
+                helper.make_node(
+                    "Add", [name + "_biased", skip], [name + "_sum"], name=name + "_skip"
+                ),
+                helper.make_node(
+                    "LayerNormalization",
+                    [name + "_sum", gamma, beta],
+                    [out],
+                    name=name + "_norm",
+                    axis=-1,
+                    epsilon=eps,
+                ),
+            ]
+        elif node.op_type == "BiasGelu":
+            x, bias = node.input
+            nodes += [
+                helper.make_node("Add", [x, bias], [name + "_biased"], name=name + "_bias"),
+                helper.make_node(
+                    "Gelu", [name + "_biased"], [out], name=name + "_gelu", domain="com.microsoft"
+                ),
+            ]
+        else:
             nodes.append(node)
-            continue
-        x, skip, gamma, beta, bias = node.input
-        (eps,) = (a.f for a in node.attribute if a.name == "epsilon")
-        biased, summed = node.name + "_biased", node.name + "_sum"
-        nodes += [
-            helper.make_node("Add", [x, bias], [biased], name=node.name + "_bias"),
-            helper.make_node("Add", [biased, skip], [summed], name=node.name + "_skip"),
-            helper.make_node(
-                "LayerNormalization",
-                [summed, gamma, beta],
-                [node.output[0]],
-                name=node.name + "_norm",
-                axis=-1,
-                epsilon=eps,
-            ),
-        ]
     del model.graph.node[:]
     model.graph.node.extend(nodes)
     onnx.save_model(model, str(path))
@@ -177,14 +188,14 @@ def build_onnx(model_dir: Path, out: Path) -> None:
         extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT},
     )
     weights_apart(out / "model.onnx")
-    unfuse_layer_norms(out / "model.onnx")
+    unfuse(out / "model.onnx")
     shutil.copy(model_dir / "tokenizer.json", out / "tokenizer.json")
     (out / "LICENSE").write_text(_licence_text(model_dir), encoding="utf-8")
 
     sess = ort.InferenceSession(
         str(out / "model.onnx"),
         providers=["CPUExecutionProvider"],
-        disabled_optimizers=["SkipLayerNormFusion"],  # as memcore runs it
+        disabled_optimizers=["SkipLayerNormFusion", "BiasGeluFusion"],  # as memcore runs it
     )
     from tokenizers import Tokenizer
 
@@ -227,8 +238,8 @@ def main() -> None:
     if which == {"data"}:  # the shipped model's weights apart, nothing rebuilt
         weights_apart(ASSETS / "minilm-l6-v2-int8" / "model.onnx")
         return
-    if which == {"norms"}:  # the shipped model's layer norms unfused, nothing rebuilt
-        unfuse_layer_norms(ASSETS / "minilm-l6-v2-int8" / "model.onnx")
+    if which == {"unfuse"}:  # the shipped model's slow fused ops unfused, nothing rebuilt
+        unfuse(ASSETS / "minilm-l6-v2-int8" / "model.onnx")
         return
     model_dir = _model_dir()
     if "onnx" in which:

@@ -179,13 +179,18 @@ class OnnxMiniLMEmbedder(_InProcess):
         return pooled
 
 
+UNFUSED = ("SkipLayerNormFusion", "BiasGeluFusion")  # onnxruntime's names for them
+
+
 def open_session(graph: Path, save_optimized: Path | None = None) -> Any:
     """An onnxruntime session of the int8 MiniLM graph that runs on its caller's thread.
 
-    Its layer norms stay as the graph has them (Add, Add, LayerNormalization): onnxruntime
-    would fuse each into a SkipLayerNormalization, whose CPU kernel takes 3-5x as long (32
-    against 10 us on 16 tokens, 112 against 21 on 64), a fifth of a query's whole run.
-    ``save_optimized`` writes the graph as the session runs it (for tests)."""
+    Some ops stay as the graph has them (tools/build_models.py unfuse): onnxruntime would
+    fuse each layer norm's Add, Add and LayerNormalization into a SkipLayerNormalization, whose
+    CPU kernel takes 3-5x as long (32 against 10 us on 16 tokens, 112 against 21 on 64; a fifth
+    of a query's whole run), and each Add and Gelu into a BiasGelu (~5% of a run). The same
+    vectors either way, within float rounding. ``save_optimized`` writes the graph as the
+    session runs it (for tests)."""
     import onnxruntime as ort
 
     ort.disable_telemetry_events()  # a local model sends nothing anywhere
@@ -199,7 +204,7 @@ def open_session(graph: Path, save_optimized: Path | None = None) -> Any:
         str(graph),
         opts,
         providers=["CPUExecutionProvider"],
-        disabled_optimizers=["SkipLayerNormFusion"],
+        disabled_optimizers=list(UNFUSED),
     )
 
 
