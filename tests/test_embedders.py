@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
+import threading
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from memcore.core import workers
 from memcore.core.errors import EmbedderError, EmbedderUnavailable
 from memcore.embedders import local
 from memcore.embedders.base import EmbeddingRunner
@@ -51,6 +55,28 @@ async def test_a_batchs_texts_run_side_by_side_each_into_its_own_row() -> None:
     side_by_side = await OnnxMiniLMEmbedder(threads=3).embed(texts)
     assert np.array_equal(side_by_side, alone)  # the same vectors, bit for bit, in order
     assert len({row.tobytes() for row in alone}) == len(texts)
+
+
+async def test_the_model_runs_on_a_thread_of_its_own_at_the_workers_priority() -> None:
+    emb = StaticMiniLMEmbedder()
+    ran: list[tuple[int, int]] = []
+    real = emb.embed_sync
+
+    def spy(texts: Sequence[str]) -> np.ndarray:
+        me = threading.get_native_id()  # (a thread's id, never reused while the test runs)
+        ran.append((me, os.getpriority(os.PRIO_PROCESS, me)))
+        return real(texts)
+
+    emb.embed_sync = spy  # type: ignore[method-assign]
+    for text in ["one", "two", "three"]:
+        await asyncio.gather(emb.embed([text]), *(asyncio.to_thread(len, text) for _ in range(4)))
+    assert len({thread for thread, _ in ran}) == 1  # the same thread each time
+    loop_nice = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    assert ran[0][1] == min(loop_nice + workers.WORKER_NICE, 19)
+    await emb.aclose()
+    assert (await emb.embed(["after close"])).shape == (1, 256)  # a new thread
+    assert ran[-1][0] != ran[0][0]
+    await emb.aclose()
 
 
 def test_the_model_runs_its_layer_norms_and_gelus_unfused(tmp_path: Path) -> None:

@@ -28,6 +28,13 @@ def _lower_priority() -> None:
         )
 
 
+def worker_pool(threads: int, name: str) -> ThreadPoolExecutor:
+    """Threads for work beside a loop, at the workers' lower priority (Linux)."""
+    if sys.platform != "linux":  # elsewhere a thread id is not a pid
+        return ThreadPoolExecutor(threads, thread_name_prefix=name)
+    return ThreadPoolExecutor(threads, thread_name_prefix=name, initializer=_lower_priority)
+
+
 @contextlib.contextmanager
 def loop_first() -> Iterator[None]:
     """While inside: the switch interval at most SWITCH_S, and the running loop's default
@@ -35,13 +42,8 @@ def loop_first() -> Iterator[None]:
     loop = asyncio.get_running_loop()
     if sys.platform == "linux" and loop not in _given:  # elsewhere a thread id is not a pid
         _given.add(loop)
-        loop.set_default_executor(
-            ThreadPoolExecutor(
-                min(32, (os.cpu_count() or 1) + 4),  # asyncio's own default size
-                thread_name_prefix="memcore-worker",
-                initializer=_lower_priority,
-            )
-        )
+        # asyncio's own default size
+        loop.set_default_executor(worker_pool(min(32, (os.cpu_count() or 1) + 4), "memcore-worker"))
     switch = sys.getswitchinterval()
     sys.setswitchinterval(min(switch, SWITCH_S))
     try:
