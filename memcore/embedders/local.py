@@ -154,7 +154,7 @@ class OnnxMiniLMEmbedder(_InProcess):
         # One sequence per run: int8 dynamic quantisation scales activations per run, so a
         # batch would make a text's vector depend on its batch-mates (cosine 0.98 to itself).
         # One thread per run, and as many runs at once as threads: a run split over two
-        # threads waits for the slower half at each of the model's ~60 steps, so a query
+        # threads waits for the slower half at each of the model's ~50 steps, so a query
         # takes 1.6 ms on two threads and 1.2 on one, and two texts side by side on one
         # thread each make 1.8x the vectors a second of both threads on one text at a time
         # (383 against 209 a second, ~100-token paragraphs; the same vectors, bit for bit).
