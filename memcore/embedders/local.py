@@ -102,11 +102,11 @@ class _InProcess:
         return normalize_rows(self._run(texts))
 
     async def embed(self, texts: Sequence[str]) -> Matrix:
-        """``embed_sync`` on the model's own thread, the same one each time: a search's query
-        ran in whichever of asyncio's workers was free, and taking the model up on a thread
-        that had not run it for a while made a warm search 0.2 ms slower (bench/search.py:
-        3.04 against 2.81 ms p50, four runs each). One thread: the runner hands this model
-        one batch at a time (``concurrency``), whose texts it spreads itself."""
+        """``embed_sync`` on the model's own thread, the same one each time. A search's query
+        ran in whichever of asyncio's workers was free; on a thread of its own a warm search
+        is 0.2-0.3 ms faster (bench/search.py: 3.04-3.10 against 2.78-2.83 ms p50, seven runs
+        each). One thread: the runner hands this model one batch at a time (``concurrency``),
+        whose texts it spreads over threads itself (``_run``)."""
         if self._thread is None:
             self._thread = worker_pool(1, "memcore-model")
         run = functools.partial(contextvars.copy_context().run, self.embed_sync, texts)
